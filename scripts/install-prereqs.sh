@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything hostcycle's tests and lab need on a fresh Debian bookworm machine.
+# Idempotent: each step checks first and does nothing when its result is already there.
+#   - Debian packages: etcd-server, golang-go, rsync, ipmitool, python3-venv, build helpers
+#   - a Python venv with sushy-tools (Redfish emulator) and pyghmi (IPMI BMC)
+#   - kube-apiserver / kube-controller-manager / kube-scheduler v1.20.2 built from Debian's
+#     `kubernetes` source package (scripts/build-k8s.sh), cached under $HOSTCYCLE_K8S_BIN.
+set -euo pipefail
+
+CACHE="${HOSTCYCLE_CACHE:-$HOME/.cache/hostcycle}"
+export HOSTCYCLE_CACHE="$CACHE"
+mkdir -p "$CACHE"
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+log() { printf '\033[1m[prereqs]\033[0m %s\n' "$*" >&2; }
+
+apt_packages=(etcd-server golang-go rsync ipmitool python3-venv python3-pip dpkg-dev openssl
+  golang-github-modern-go-reflect2-dev apache2-utils)
+missing=()
+for p in "${apt_packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The etcd-server package starts a system etcd on :2379; tests run their own on free ports.
+if command -v systemctl >/dev/null && systemctl is-active --quiet etcd 2>/dev/null; then
+  $SUDO systemctl stop etcd || true
+fi
+
+VENV="$CACHE/venv"
+if [ ! -x "$VENV/bin/sushy-emulator" ] || ! "$VENV/bin/python" -c 'import pyghmi.ipmi.bmc' 2>/dev/null; then
+  log "creating Python venv at $VENV with sushy-tools 2.2.0 and pyghmi"
+  /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
+  "$VENV/bin/pip" install -q "sushy-tools==2.2.0" pyghmi bcrypt
+fi
+
+bash "$(dirname "$0")/build-k8s.sh"
+log "prerequisites ready (cache: $CACHE)"
