@@ -3,12 +3,17 @@
 //! node simulator. Used by end-to-end tests and by `hostcycle lab`.
 
 pub mod bmc_emulators;
+pub mod cluster;
+pub mod http;
+pub mod pki;
 pub mod process;
 
 pub use process::{
     ManagedProcess, cache_dir, ensure_port_free, free_port, free_udp_port, require_program,
     venv_bin, wait_until,
 };
+
+pub use cluster::{ClusterOptions, LocalCluster, client_from_kubeconfig};
 
 use std::path::PathBuf;
 use std::time::Duration;

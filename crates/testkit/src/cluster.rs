@@ -1,0 +1,421 @@
+//! A real local Kubernetes control plane: etcd, kube-apiserver (TLS, token auth, RBAC),
+//! kube-controller-manager (all controllers, incl. node lifecycle) and kube-scheduler, on free
+//! loopback ports in one directory. Every process is stopped by PID when the cluster drops.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::pki::{self, TestCa};
+use crate::process::{ManagedProcess, cache_dir, free_port, require_program};
+use crate::TestkitError;
+
+/// Where the Debian-built v1.20.2 binaries live: `$HOSTCYCLE_K8S_BIN` or the cache.
+pub fn k8s_bin_dir() -> PathBuf {
+    std::env::var_os("HOSTCYCLE_K8S_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("k8s-v1.20.2"))
+}
+
+/// `$HOSTCYCLE_ETCD` or Debian's etcd-server binary.
+pub fn etcd_binary() -> PathBuf {
+    std::env::var_os("HOSTCYCLE_ETCD").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"))
+}
+
+/// Knobs for a local cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// How long the node-lifecycle controller waits for a heartbeat before marking a node
+    /// NotReady/Unknown. Real clusters use 40 s; tests use a few seconds.
+    pub node_monitor_grace_period: Duration,
+    /// Default toleration for the `unreachable`/`not-ready` NoExecute taints (API server flag).
+    pub default_unreachable_toleration: Duration,
+    /// Directory for certificates, data and logs; a fresh temp dir when `None`.
+    pub base_dir: Option<PathBuf>,
+    /// Fixed API server port (the lab); a free port when `None`.
+    pub apiserver_port: Option<u16>,
+    /// How long to wait for each component to become ready.
+    pub start_timeout: Duration,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            node_monitor_grace_period: Duration::from_secs(8),
+            default_unreachable_toleration: Duration::from_secs(300),
+            base_dir: None,
+            apiserver_port: None,
+            start_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+enum ClusterDir {
+    Temp(tempfile::TempDir),
+    Fixed(PathBuf),
+}
+
+impl ClusterDir {
+    fn path(&self) -> &Path {
+        match self {
+            ClusterDir::Temp(t) => t.path(),
+            ClusterDir::Fixed(p) => p,
+        }
+    }
+}
+
+/// A running local control plane. Dropping it stops every component (reverse start order).
+pub struct LocalCluster {
+    // Stopped in reverse order on drop: scheduler, controller manager, API server, etcd.
+    processes: Vec<ManagedProcess>,
+    dir: Option<ClusterDir>,
+    kubeconfig: PathBuf,
+    server: String,
+    ca_pem: String,
+    client: Client,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster").field("server", &self.server).field("kubeconfig", &self.kubeconfig).finish()
+    }
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestkitError {
+    let what = what.into();
+    move |source| TestkitError::Io { what, source }
+}
+
+fn other(what: &str, e: impl std::fmt::Display) -> TestkitError {
+    TestkitError::Other { what: what.to_string(), message: e.to_string() }
+}
+
+impl LocalCluster {
+    /// Starts etcd, the API server, the controller manager and the scheduler and waits until
+    /// each is ready (each wait has a deadline and fails fast if the component exits).
+    pub async fn start(opts: ClusterOptions) -> Result<LocalCluster, TestkitError> {
+        let bin = k8s_bin_dir();
+        let etcd_bin = etcd_binary();
+        require_program("etcd", &etcd_bin)?;
+        for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+            require_program(c, &bin.join(c))?;
+        }
+        let dir = match &opts.base_dir {
+            Some(p) => {
+                std::fs::create_dir_all(p).map_err(io_err(format!("creating {}", p.display())))?;
+                ClusterDir::Fixed(p.clone())
+            }
+            None => ClusterDir::Temp(
+                tempfile::Builder::new().prefix("hostcycle-cluster-").tempdir().map_err(io_err("creating cluster temp dir"))?,
+            ),
+        };
+        let root = dir.path().to_path_buf();
+        let logs = root.join("logs");
+        let pki_dir = root.join("pki");
+        std::fs::create_dir_all(&pki_dir).map_err(io_err("creating pki dir"))?;
+
+        // PKI: one CA, one serving cert for all components, a service-account signing key.
+        let ca = TestCa::new("hostcycle-local-ca")?;
+        let ca_pem = ca.cert_pem();
+        let ca_file = pki_dir.join("ca.crt");
+        pki::write(&ca_file, &ca_pem)?;
+        let serving = ca.write_server_cert(
+            &pki_dir,
+            "serving",
+            &["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.0.0.1"],
+        )?;
+        let (sa_key, sa_pub) = pki::key_pair_pem()?;
+        let sa_key_file = pki_dir.join("sa.key");
+        let sa_pub_file = pki_dir.join("sa.pub");
+        pki::write(&sa_key_file, &sa_key)?;
+        pki::write(&sa_pub_file, &sa_pub)?;
+        let token = random_token();
+        let token_file = pki_dir.join("tokens.csv");
+        pki::write(&token_file, &format!("{token},admin,admin,\"system:masters\"\n"))?;
+
+        let etcd_port = free_port()?;
+        let etcd_peer_port = free_port()?;
+        let api_port = match opts.apiserver_port {
+            Some(p) => {
+                crate::process::ensure_port_free("kube-apiserver", p)?;
+                p
+            }
+            None => free_port()?,
+        };
+        let server = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = root.join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &server, &ca_pem, &token)?;
+
+        let mut cluster_processes = Vec::new();
+        let deadline = opts.start_timeout;
+
+        // etcd keeps its data in tmpfs when available: fsync there is free, which keeps
+        // large-fleet tests fast without an unsafe etcd flag.
+        let etcd_data = shm_or(&root).join(format!("hostcycle-etcd-{}", std::process::id()))
+            .join(format!("{api_port}"));
+        let _ = std::fs::remove_dir_all(&etcd_data);
+        let mut etcd = std::process::Command::new(&etcd_bin);
+        etcd.args(["--name", "default", "--data-dir"]).arg(&etcd_data).args([
+            "--listen-client-urls", &format!("http://127.0.0.1:{etcd_port}"),
+            "--advertise-client-urls", &format!("http://127.0.0.1:{etcd_port}"),
+            "--listen-peer-urls", &format!("http://127.0.0.1:{etcd_peer_port}"),
+            "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{etcd_peer_port}"),
+            "--initial-cluster", &format!("default=http://127.0.0.1:{etcd_peer_port}"),
+            "--logger", "zap", "--log-outputs", "stderr",
+        ]);
+        let mut etcd = ManagedProcess::spawn("etcd", etcd, &logs)?;
+        let started = Instant::now();
+        wait_tcp(&mut etcd, etcd_port, deadline).await?;
+        tracing::info!(elapsed = ?started.elapsed(), port = etcd_port, "etcd ready");
+        cluster_processes.push(etcd);
+
+        let mut apiserver = std::process::Command::new(bin.join("kube-apiserver"));
+        apiserver.args([
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            "--insecure-port=0".into(),
+            format!("--tls-cert-file={}", serving.cert.display()),
+            format!("--tls-private-key-file={}", serving.key.display()),
+            format!("--client-ca-file={}", ca_file.display()),
+            format!("--token-auth-file={}", token_file.display()),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-key-file={}", sa_pub_file.display()),
+            format!("--service-account-signing-key-file={}", sa_key_file.display()),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            // The kubernetes Service cannot point at a loopback address; we do not need it.
+            "--endpoint-reconciler-type=none".into(),
+            format!("--default-unreachable-toleration-seconds={}", opts.default_unreachable_toleration.as_secs()),
+            format!("--default-not-ready-toleration-seconds={}", opts.default_unreachable_toleration.as_secs()),
+            format!("--cert-dir={}", pki_dir.display()),
+            "--profiling=false".into(),
+        ]);
+        let apiserver = ManagedProcess::spawn("kube-apiserver", apiserver, &logs)?;
+        cluster_processes.push(apiserver);
+
+        let client = client_from_kubeconfig(&kubeconfig).await?;
+        let started = Instant::now();
+        {
+            let api_proc = cluster_processes.last_mut().ok_or_else(|| other("cluster", "no api server process"))?;
+            wait_process(api_proc, "kube-apiserver /readyz to report ok", deadline, || {
+                let client = client.clone();
+                async move {
+                    let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
+                    client.request_text(req).await.ok().filter(|t| t.trim() == "ok")
+                }
+            })
+            .await?;
+        }
+        tracing::info!(elapsed = ?started.elapsed(), %server, "kube-apiserver ready");
+
+        let kcm_port = free_port()?;
+        let mut kcm = std::process::Command::new(bin.join("kube-controller-manager"));
+        kcm.args(component_common_args(&kubeconfig, kcm_port, &serving)).args([
+            format!("--service-account-private-key-file={}", sa_key_file.display()),
+            format!("--root-ca-file={}", ca_file.display()),
+            "--controllers=*".into(),
+            "--use-service-account-credentials=false".into(),
+            format!("--node-monitor-grace-period={}s", opts.node_monitor_grace_period.as_secs().max(2)),
+            "--node-monitor-period=1s".into(),
+            "--allocate-node-cidrs=false".into(),
+        ]);
+        let kcm = ManagedProcess::spawn("kube-controller-manager", kcm, &logs)?;
+        cluster_processes.push(kcm);
+
+        let sched_port = free_port()?;
+        let mut sched = std::process::Command::new(bin.join("kube-scheduler"));
+        sched.args(component_common_args(&kubeconfig, sched_port, &serving));
+        let sched = ManagedProcess::spawn("kube-scheduler", sched, &logs)?;
+        cluster_processes.push(sched);
+
+        let mut cluster = LocalCluster {
+            processes: cluster_processes,
+            dir: Some(dir),
+            kubeconfig,
+            server,
+            ca_pem,
+            client,
+        };
+        let started = Instant::now();
+        let http = crate::http::client_with_ca(&cluster.ca_pem)?;
+        for (idx, port, name) in [(2usize, kcm_port, "kube-controller-manager"), (3, sched_port, "kube-scheduler")] {
+            let url = format!("https://127.0.0.1:{port}/healthz");
+            let proc = &mut cluster.processes[idx];
+            wait_process(proc, &format!("{name} /healthz to report ok"), deadline, || {
+                let http = http.clone();
+                let url = url.clone();
+                async move {
+                    let resp = http.get(&url).send().await.ok()?;
+                    resp.status().is_success().then_some(())
+                }
+            })
+            .await?;
+        }
+        // Pods cannot be created until the token controller has given the default
+        // ServiceAccount its token secret (Kubernetes < 1.24 admission requires it).
+        let sa: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), "default");
+        let kcm_proc = &mut cluster.processes[2];
+        wait_process(kcm_proc, "the default ServiceAccount and its token (kube-controller-manager)", deadline, || {
+            let sa = sa.clone();
+            async move {
+                let acct = sa.get_opt("default").await.ok()??;
+                acct.secrets.filter(|s| !s.is_empty()).map(|_| ())
+            }
+        })
+        .await?;
+        tracing::info!(elapsed = ?started.elapsed(), "controller manager and scheduler ready");
+        Ok(cluster)
+    }
+
+    /// A client authenticated as cluster admin.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    pub fn server_url(&self) -> &str {
+        &self.server
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().map(|d| d.path()).unwrap_or(Path::new("/"))
+    }
+
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir().join("logs")
+    }
+
+    /// Errors naming the first component that has exited, with its log.
+    pub fn ensure_running(&mut self) -> Result<(), TestkitError> {
+        self.processes.iter_mut().try_for_each(|p| p.ensure_running())
+    }
+
+    /// PIDs of the control-plane components, for diagnostics.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.processes.iter().map(|p| (p.name().to_string(), p.pid())).collect()
+    }
+
+    /// Applies CRDs (server-side apply) and waits until each is Established.
+    pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<(), TestkitError> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for crd in crds {
+            let name = crd.metadata.name.clone().ok_or_else(|| other("installing CRD", "CRD has no name"))?;
+            api.patch(&name, &PatchParams::apply("hostcycle-testkit").force(), &Patch::Apply(crd))
+                .await
+                .map_err(|e| other(&format!("applying CRD {name}"), e))?;
+            crate::wait_until(&format!("CRD {name} to be Established"), Duration::from_secs(30), || {
+                let api = api.clone();
+                let name = name.clone();
+                async move {
+                    let crd = api.get(&name).await.ok()?;
+                    let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+                    established.then_some(())
+                }
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        while let Some(mut p) = self.processes.pop() {
+            p.stop();
+        }
+        if std::thread::panicking() {
+            if let Some(ClusterDir::Temp(t)) = self.dir.take() {
+                let kept = t.keep();
+                eprintln!("local cluster logs kept in {}", kept.join("logs").display());
+            }
+        }
+    }
+}
+
+fn component_common_args(kubeconfig: &Path, port: u16, serving: &pki::PemFiles) -> Vec<String> {
+    vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--authentication-kubeconfig={}", kubeconfig.display()),
+        format!("--authorization-kubeconfig={}", kubeconfig.display()),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--port=0".into(),
+        "--leader-elect=false".into(),
+        format!("--tls-cert-file={}", serving.cert.display()),
+        format!("--tls-private-key-file={}", serving.key.display()),
+    ]
+}
+
+fn shm_or(fallback: &Path) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && tempfile::tempfile_in(shm).is_ok() { shm.to_path_buf() } else { fallback.to_path_buf() }
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+}
+
+fn write_kubeconfig(path: &Path, server: &str, ca_pem: &str, token: &str) -> Result<(), TestkitError> {
+    use base64::Engine;
+    let ca_data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hostcycle\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca_data}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: hostcycle\n  context:\n    cluster: hostcycle\n    user: admin\ncurrent-context: hostcycle\n"
+    );
+    pki::write(path, &text)
+}
+
+/// A kube client for a kubeconfig file.
+pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, TestkitError> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| other(&format!("reading kubeconfig {}", path.display()), e))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| other(&format!("loading kubeconfig {}", path.display()), e))?;
+    Client::try_from(config).map_err(|e| other("building Kubernetes client", e))
+}
+
+async fn wait_tcp(proc: &mut ManagedProcess, port: u16, timeout: Duration) -> Result<(), TestkitError> {
+    let what = format!("{} to listen on 127.0.0.1:{port}", proc.name());
+    wait_process(proc, &what, timeout, || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
+    })
+    .await
+}
+
+/// Like `wait_until`, but fails at once with the component's log if it exits meanwhile.
+pub async fn wait_process<T, F, Fut>(proc: &mut ManagedProcess, what: &str, timeout: Duration, mut poll: F) -> Result<T, TestkitError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        proc.ensure_running()?;
+        if let Some(v) = poll().await {
+            return Ok(v);
+        }
+        if start.elapsed() >= timeout {
+            return Err(TestkitError::Timeout {
+                what: format!("{what} (log: {})", proc.log_path().display()),
+                after: timeout,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
