@@ -1,1 +1,68 @@
-//! hostcycle-sim
+//! The node simulator: plays the kubelet for simulated bare-metal hosts.
+//!
+//! Each host follows its BMC's power state (read through a [`PowerSource`]):
+//! - powered **on** → after a boot delay, registers (or re-registers) its Node, posts Ready,
+//!   renews its node Lease, runs the pods bound to it (Running/Ready) and finalizes pods being
+//!   deleted after their grace period;
+//! - powered **off** → stops every heartbeat and pod update, so the real node-lifecycle
+//!   controller marks the Node NotReady/Unknown.
+//!
+//! The per-host lifecycle is a pure state machine ([`lifecycle`]); [`kubelet`] does the I/O.
+
+pub mod cli;
+pub mod kubelet;
+pub mod lifecycle;
+pub mod power;
+
+use std::time::Duration;
+
+pub use kubelet::{NodeSimulator, SimHandle, SimHost};
+pub use lifecycle::{HostLifecycle, LifecycleAction};
+pub use power::{HostPower, PowerSource, RedfishPowerSource};
+
+/// Timing and shape of the simulated kubelets.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Time from power-on until the kubelet registers and reports Ready.
+    pub boot_delay: Duration,
+    /// How often the power state is read.
+    pub power_poll_interval: Duration,
+    /// How often the node Lease is renewed (the node-lifecycle controller's heartbeat).
+    pub lease_renew_interval: Duration,
+    /// How often the Node's Ready condition is re-posted when nothing changed.
+    pub status_interval: Duration,
+    /// How often pods bound to the node are reconciled.
+    pub pod_sync_interval: Duration,
+    /// How long containers take to exit after a pod is deleted (capped by its grace period).
+    pub pod_shutdown_delay: Duration,
+    pub capacity_cpu: String,
+    pub capacity_memory: String,
+    pub capacity_pods: String,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            boot_delay: Duration::from_secs(2),
+            power_poll_interval: Duration::from_millis(500),
+            lease_renew_interval: Duration::from_secs(2),
+            status_interval: Duration::from_secs(10),
+            pod_sync_interval: Duration::from_secs(1),
+            pod_shutdown_delay: Duration::from_secs(1),
+            capacity_cpu: "8".into(),
+            capacity_memory: "32Gi".into(),
+            capacity_pods: "110".into(),
+        }
+    }
+}
+
+/// What the simulator could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("reading power state of {host} from {source_desc}: {message}")]
+    Power { host: String, source_desc: String, message: String },
+    #[error("Kubernetes API call failed while {what}: {source}")]
+    Kube { what: String, #[source] source: kube::Error },
+    #[error("{0}")]
+    Config(String),
+}

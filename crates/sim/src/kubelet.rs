@@ -1,0 +1,438 @@
+//! The I/O shell of the simulator: one task per host, doing what a kubelet does against the
+//! API server while its host has power.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::Client;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::SimConfig;
+use crate::lifecycle::{HostLifecycle, LifecycleAction, step};
+use crate::power::PowerSource;
+
+const FIELD_MANAGER: &str = "hostcycle-sim";
+/// Label marking Nodes that the simulator plays.
+pub const SIMULATED_LABEL: &str = "hostcycle.io/simulated";
+
+/// One simulated host: the Node it registers and the BMC it follows.
+#[derive(Clone)]
+pub struct SimHost {
+    pub node_name: String,
+    pub control_plane: bool,
+    /// Address reported in the Node's status.
+    pub internal_ip: String,
+    pub power: Arc<dyn PowerSource>,
+}
+
+impl std::fmt::Debug for SimHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimHost")
+            .field("node_name", &self.node_name)
+            .field("control_plane", &self.control_plane)
+            .field("power", &self.power.describe())
+            .finish()
+    }
+}
+
+/// Runs every simulated host until cancelled.
+pub struct NodeSimulator {
+    client: Client,
+    config: SimConfig,
+    hosts: Vec<SimHost>,
+}
+
+/// A running simulator; dropping it stops every host task.
+#[derive(Debug)]
+pub struct SimHandle {
+    cancel: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl SimHandle {
+    /// Stops all host tasks and waits for them.
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl NodeSimulator {
+    pub fn new(client: Client, config: SimConfig, hosts: Vec<SimHost>) -> Self {
+        NodeSimulator { client, config, hosts }
+    }
+
+    /// Starts one task per host on the current runtime.
+    pub fn spawn(self) -> SimHandle {
+        let cancel = CancellationToken::new();
+        let tasks = self
+            .hosts
+            .into_iter()
+            .enumerate()
+            .map(|(index, host)| {
+                let kubelet = SimKubelet::new(self.client.clone(), self.config.clone(), host, index);
+                tokio::spawn(kubelet.run(cancel.clone()))
+            })
+            .collect();
+        SimHandle { cancel, tasks }
+    }
+
+    /// Runs until `cancel` fires.
+    pub async fn run(self, cancel: CancellationToken) {
+        let handle = self.spawn();
+        cancel.cancelled().await;
+        handle.stop().await;
+    }
+}
+
+struct SimKubelet {
+    nodes: Api<Node>,
+    pods: Api<Pod>,
+    leases: Api<Lease>,
+    config: SimConfig,
+    host: SimHost,
+    index: usize,
+    state: HostLifecycle,
+    boots: u32,
+    node_uid: Option<String>,
+    booted_at: Timestamp,
+    last_lease: Option<Instant>,
+    last_status: Option<Instant>,
+    last_pod_sync: Option<Instant>,
+    /// Pods (by UID) whose containers run in the current boot.
+    started_pods: HashMap<String, ()>,
+    next_ip: u32,
+    last_power_error: Option<String>,
+}
+
+impl SimKubelet {
+    fn new(client: Client, config: SimConfig, host: SimHost, index: usize) -> Self {
+        SimKubelet {
+            nodes: Api::all(client.clone()),
+            pods: Api::all(client.clone()),
+            leases: Api::namespaced(client, "kube-node-lease"),
+            config,
+            host,
+            index,
+            state: HostLifecycle::Off,
+            boots: 0,
+            node_uid: None,
+            booted_at: Timestamp::now(),
+            last_lease: None,
+            last_status: None,
+            last_pod_sync: None,
+            started_pods: HashMap::new(),
+            next_ip: 2,
+            last_power_error: None,
+        }
+    }
+
+    async fn run(mut self, cancel: CancellationToken) {
+        let node = self.host.node_name.clone();
+        tracing::info!(node = %node, power = %self.host.power.describe(), "simulated host started");
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(self.config.power_poll_interval) => {}
+            }
+            self.tick().await;
+        }
+        tracing::info!(node = %node, "simulated host stopped");
+    }
+
+    async fn tick(&mut self) {
+        let observed = match self.host.power.read().await {
+            Ok(p) => {
+                self.last_power_error = None;
+                p
+            }
+            Err(e) => {
+                if self.last_power_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(node = %self.host.node_name, error = %e, "cannot read power state; keeping current state");
+                    self.last_power_error = Some(e);
+                }
+                None
+            }
+        };
+        let (next, action) = step(self.state, self.boots, observed, Instant::now(), self.config.boot_delay);
+        self.state = next;
+        match action {
+            Some(LifecycleAction::Boot { boot }) => {
+                self.boots = boot;
+                self.booted_at = Timestamp::now();
+                self.started_pods.clear();
+                self.node_uid = None;
+                self.last_lease = None;
+                self.last_status = None;
+                self.last_pod_sync = None;
+                tracing::info!(node = %self.host.node_name, boot, "host booted; kubelet starting");
+            }
+            Some(LifecycleAction::Halt) => {
+                tracing::info!(node = %self.host.node_name, "host lost power; kubelet silent");
+            }
+            None => {}
+        }
+        if let HostLifecycle::Running { .. } = self.state {
+            self.kubelet_work().await;
+        }
+    }
+
+    async fn kubelet_work(&mut self) {
+        let now = Instant::now();
+        if self.node_uid.is_none() {
+            match self.register().await {
+                Ok(uid) => {
+                    tracing::info!(node = %self.host.node_name, "node registered and Ready");
+                    self.node_uid = Some(uid);
+                    self.last_status = Some(now);
+                }
+                Err(e) => {
+                    tracing::warn!(node = %self.host.node_name, error = %e, "node registration failed; retrying");
+                    return;
+                }
+            }
+        }
+        if due(self.last_lease, self.config.lease_renew_interval, now) {
+            match self.renew_lease().await {
+                Ok(()) => self.last_lease = Some(now),
+                Err(e) => tracing::warn!(node = %self.host.node_name, error = %e, "lease renewal failed"),
+            }
+        }
+        if due(self.last_status, self.config.status_interval, now) {
+            match self.post_status().await {
+                Ok(()) => self.last_status = Some(now),
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    // A real kubelet does not re-register a Node deleted under it; it does
+                    // after its next boot. Do the same.
+                    tracing::warn!(node = %self.host.node_name, "Node was deleted while the host runs; it re-registers after the next boot");
+                    self.last_status = Some(now);
+                }
+                Err(e) => tracing::warn!(node = %self.host.node_name, error = %e, "node status update failed"),
+            }
+        }
+        if due(self.last_pod_sync, self.config.pod_sync_interval, now) {
+            if let Err(e) = self.sync_pods().await {
+                tracing::warn!(node = %self.host.node_name, error = %e, "pod sync failed");
+            }
+            self.last_pod_sync = Some(now);
+        }
+    }
+
+    fn labels(&self) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            ("kubernetes.io/hostname".to_string(), self.host.node_name.clone()),
+            ("kubernetes.io/os".to_string(), "linux".to_string()),
+            ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+            (SIMULATED_LABEL.to_string(), "true".to_string()),
+        ]);
+        if self.host.control_plane {
+            labels.insert("node-role.kubernetes.io/control-plane".into(), String::new());
+        }
+        labels
+    }
+
+    /// Creates the Node (or adopts an existing one) and posts its status. Returns its UID.
+    async fn register(&mut self) -> Result<String, kube::Error> {
+        let name = self.host.node_name.clone();
+        let node = Node {
+            metadata: ObjectMeta { name: Some(name.clone()), labels: Some(self.labels()), ..Default::default() },
+            ..Default::default()
+        };
+        let created = match self.nodes.create(&PostParams::default(), &node).await {
+            Ok(n) => n,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let patch = json!({ "metadata": { "labels": self.labels() } });
+                self.nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?
+            }
+            Err(e) => return Err(e),
+        };
+        self.post_status().await?;
+        created.metadata.uid.ok_or_else(|| kube::Error::Api(kube::core::Status::failure("created Node has no uid", "Invalid").boxed()))
+    }
+
+    async fn post_status(&self) -> Result<(), kube::Error> {
+        let now = Timestamp::now().to_string();
+        let booted = self.booted_at.to_string();
+        let resources = json!({
+            "cpu": self.config.capacity_cpu,
+            "memory": self.config.capacity_memory,
+            "pods": self.config.capacity_pods,
+            "ephemeral-storage": "100Gi",
+        });
+        let condition = |type_: &str, status: &str, reason: &str, message: &str| {
+            json!({ "type": type_, "status": status, "reason": reason, "message": message,
+                    "lastHeartbeatTime": now, "lastTransitionTime": booted })
+        };
+        let status = json!({ "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "hostcycle simulated kubelet is posting ready status"),
+            ],
+            "addresses": [
+                { "type": "InternalIP", "address": self.host.internal_ip },
+                { "type": "Hostname", "address": self.host.node_name },
+            ],
+            "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },
+            "nodeInfo": {
+                "machineID": format!("sim-{}", self.host.node_name), "systemUUID": format!("sim-{}", self.host.node_name),
+                "bootID": format!("{}-{}", self.host.node_name, self.boots),
+                "kernelVersion": "6.1.0-hostcycle-sim", "osImage": "hostcycle simulated host",
+                "containerRuntimeVersion": "sim://1.0", "kubeletVersion": "v1.20.2-hostcycle-sim",
+                "kubeProxyVersion": "v1.20.2-hostcycle-sim", "operatingSystem": "linux", "architecture": "amd64",
+            },
+        }});
+        self.nodes.patch_status(&self.host.node_name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+        Ok(())
+    }
+
+    async fn renew_lease(&self) -> Result<(), kube::Error> {
+        let name = &self.host.node_name;
+        let owner = self.node_uid.as_ref().map(|uid| {
+            vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: name.clone(),
+                uid: uid.clone(),
+                ..Default::default()
+            }]
+        });
+        let lease = Lease {
+            metadata: ObjectMeta { name: Some(name.clone()), owner_references: owner, ..Default::default() },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(name.clone()),
+                lease_duration_seconds: Some(40),
+                renew_time: Some(MicroTime(Timestamp::now())),
+                ..Default::default()
+            }),
+        };
+        let mut body = serde_json::to_value(&lease).map_err(kube::Error::SerdeError)?;
+        body["apiVersion"] = json!("coordination.k8s.io/v1");
+        body["kind"] = json!("Lease");
+        self.leases.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+        Ok(())
+    }
+
+    async fn sync_pods(&mut self) -> Result<(), kube::Error> {
+        let selector = format!("spec.nodeName={}", self.host.node_name);
+        let pods = self.pods.list(&ListParams::default().fields(&selector)).await?;
+        let now = Timestamp::now();
+        for pod in pods.items {
+            let (Some(ns), Some(name), Some(uid)) =
+                (pod.metadata.namespace.clone(), pod.metadata.name.clone(), pod.metadata.uid.clone())
+            else {
+                continue;
+            };
+            let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), &ns);
+            if let Some(deleted_at) = &pod.metadata.deletion_timestamp {
+                // deletionTimestamp = request time + grace period; containers exit after
+                // min(grace, shutdown delay), then the kubelet removes the pod for good.
+                let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64;
+                let requested = deleted_at.0 - jiff::SignedDuration::from_secs(grace as i64);
+                let exit_after = Duration::from_secs(grace).min(self.config.pod_shutdown_delay);
+                let exits_at = requested + jiff::SignedDuration::try_from(exit_after).unwrap_or_default();
+                if now >= exits_at {
+                    let dp = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+                        ..Default::default()
+                    };
+                    match api.delete(&name, &dp).await {
+                        Ok(_) => tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod terminated"),
+                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                        Err(e) => return Err(e),
+                    }
+                    self.started_pods.remove(&uid);
+                }
+                continue;
+            }
+            if self.started_pods.contains_key(&uid) {
+                continue;
+            }
+            let patch = self.running_status(&pod, now);
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            self.started_pods.insert(uid, ());
+            tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod running");
+        }
+        Ok(())
+    }
+
+    /// A Running/Ready status for a pod; containers that ran before count as restarted.
+    fn running_status(&mut self, pod: &Pod, now: Timestamp) -> serde_json::Value {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let previous = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+        let pod_ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_else(|| {
+                self.next_ip = if self.next_ip >= 250 { 2 } else { self.next_ip + 1 };
+                format!("10.244.{}.{}", self.index % 250, self.next_ip)
+            });
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let containers: Vec<serde_json::Value> = spec
+            .containers
+            .iter()
+            .map(|c| {
+                let restarts = previous
+                    .iter()
+                    .find(|p| p.name == c.name)
+                    .map(|p| p.restart_count + 1)
+                    .unwrap_or(0);
+                let image = c.image.clone().unwrap_or_default();
+                json!({
+                    "name": c.name, "image": image, "imageID": format!("sim://{image}"),
+                    "containerID": format!("sim://{uid}-{}-{}", c.name, self.boots),
+                    "ready": true, "started": true, "restartCount": restarts,
+                    "state": { "running": { "startedAt": now.to_string() } },
+                })
+            })
+            .collect();
+        let init: Vec<serde_json::Value> = spec
+            .init_containers
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "", "ready": true,
+                    "restartCount": 0,
+                    "state": { "terminated": { "exitCode": 0, "reason": "Completed", "startedAt": now.to_string(), "finishedAt": now.to_string() } },
+                })
+            })
+            .collect();
+        let cond = |t: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now.to_string() });
+        let start_time = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0).unwrap_or(now);
+        json!({ "status": {
+            "phase": "Running",
+            "hostIP": self.host.internal_ip,
+            "podIP": pod_ip,
+            "podIPs": [{ "ip": pod_ip }],
+            "startTime": start_time.to_string(),
+            "conditions": [cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
+            "containerStatuses": containers,
+            "initContainerStatuses": init,
+        }})
+    }
+}
+
+fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
+    last.is_none_or(|t| now.duration_since(t) >= every)
+}
