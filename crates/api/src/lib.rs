@@ -1,1 +1,23 @@
-//! hostcycle-api
+//! hostcycle-api: the `BareMetalHost` custom resource (metal3-compatible), reboot
+//! annotations and their parser, provisioning states, and condition/event reasons.
+//!
+//! Pure data types and functions: no I/O.
+
+pub mod annotations;
+pub mod crd;
+pub mod host;
+pub mod provisioning;
+pub mod reasons;
+
+pub use annotations::{
+    DETACHED_ANNOTATION, InvalidRebootValue, PAUSED_ANNOTATION, ParsedRebootValue,
+    REBOOT_ANNOTATION, REBOOT_ANNOTATION_PREFIX, RebootAnnotationKind, RebootRequest,
+    RebootRequests, classify_reboot_annotation, is_detached, is_paused, parse_reboot_value,
+};
+pub use crd::{CrdError, crd, crd_yaml};
+pub use host::{
+    BareMetalHost, BareMetalHostSpec, BareMetalHostStatus, BmcDetails, CredentialsStatus,
+    ErrorType, HardFallback, HardFallbackSource, LastPowerAction, OperationalStatus,
+    PowerActionState, PowerActionTrigger, PowerOffMode, PowerTarget, ProvisionStatus,
+};
+pub use provisioning::{ProvisioningInputs, ProvisioningState, derive_provisioning_state};

@@ -1,0 +1,223 @@
+//! Annotation keys understood by the controller, and the reboot-request parser.
+//!
+//! Parsing never fails and never panics: an unusable value still counts as a (soft)
+//! request, and is reported through [`RebootRequest::invalid`] so the controller can emit
+//! an `InvalidRebootAnnotation` Warning event.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::host::PowerOffMode;
+
+/// Present (any value): the controller leaves the host entirely alone, status included.
+pub const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
+/// Present (any value): power is not managed; reboot annotations are left in place.
+pub const DETACHED_ANNOTATION: &str = "baremetalhost.metal3.io/detached";
+/// Suffixless reboot request: power cycle, removed by the controller once the host is off.
+pub const REBOOT_ANNOTATION: &str = "reboot.metal3.io";
+/// Prefix of keyed reboot requests `reboot.metal3.io/{key}`: hold off until the owner removes it.
+pub const REBOOT_ANNOTATION_PREFIX: &str = "reboot.metal3.io/";
+
+/// Which form of reboot annotation a key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebootAnnotationKind<'a> {
+    /// `reboot.metal3.io`
+    Suffixless,
+    /// `reboot.metal3.io/{key}`; the key may be empty or contain further slashes (neither
+    /// is a valid Kubernetes annotation key, but we never trust that).
+    Keyed(&'a str),
+}
+
+/// Classifies an annotation key; `None` when it is not a reboot annotation.
+///
+/// Matching is exact and case-sensitive: `reboot.metal3.ioX` and `xreboot.metal3.io/a` are
+/// not reboot annotations.
+pub fn classify_reboot_annotation(key: &str) -> Option<RebootAnnotationKind<'_>> {
+    if key == REBOOT_ANNOTATION {
+        Some(RebootAnnotationKind::Suffixless)
+    } else {
+        key.strip_prefix(REBOOT_ANNOTATION_PREFIX)
+            .map(RebootAnnotationKind::Keyed)
+    }
+}
+
+/// Why a reboot annotation could not be used as written. The request still counts, as soft
+/// (the mode is the only thing we read from the value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InvalidRebootValue {
+    /// The value is not JSON.
+    NotJson,
+    /// The value is JSON but not an object (e.g. a bare string or `null`).
+    NotAnObject,
+    /// `mode` is a string other than `soft` / `hard` (matching is case-sensitive).
+    UnknownMode(String),
+    /// `mode` is not a string.
+    ModeNotAString,
+    /// `reboot.metal3.io/` with nothing after the slash.
+    EmptyKey,
+}
+
+impl fmt::Display for InvalidRebootValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotJson => f.write_str("value is not JSON"),
+            Self::NotAnObject => f.write_str("value is not a JSON object"),
+            Self::UnknownMode(mode) => {
+                write!(f, "unknown mode {mode:?} (expected \"soft\" or \"hard\")")
+            }
+            Self::ModeNotAString => f.write_str("mode is not a string"),
+            Self::EmptyKey => f.write_str("annotation key has an empty suffix"),
+        }
+    }
+}
+
+/// The outcome of parsing one annotation value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedRebootValue {
+    pub mode: PowerOffMode,
+    pub invalid: Option<InvalidRebootValue>,
+}
+
+/// Parses a reboot annotation value: `{"mode":"hard"|"soft"}`, default soft.
+///
+/// Empty (or whitespace-only) is a valid soft request. Other JSON keys are ignored.
+/// Anything unusable gives soft plus the reason.
+pub fn parse_reboot_value(value: &str) -> ParsedRebootValue {
+    let soft = |invalid| ParsedRebootValue {
+        mode: PowerOffMode::Soft,
+        invalid,
+    };
+    if value.trim().is_empty() {
+        return soft(None);
+    }
+    let json: serde_json::Value = match serde_json::from_str(value) {
+        Ok(json) => json,
+        Err(_) => return soft(Some(InvalidRebootValue::NotJson)),
+    };
+    let Some(object) = json.as_object() else {
+        return soft(Some(InvalidRebootValue::NotAnObject));
+    };
+    match object.get("mode") {
+        None => soft(None),
+        Some(serde_json::Value::String(mode)) => match mode.as_str() {
+            "soft" => soft(None),
+            "hard" => ParsedRebootValue {
+                mode: PowerOffMode::Hard,
+                invalid: None,
+            },
+            other => soft(Some(InvalidRebootValue::UnknownMode(other.to_owned()))),
+        },
+        Some(_) => soft(Some(InvalidRebootValue::ModeNotAString)),
+    }
+}
+
+/// One reboot annotation found on a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebootRequest {
+    /// The full annotation key, e.g. `reboot.metal3.io/capbm-requested-power-off`.
+    pub annotation: String,
+    pub mode: PowerOffMode,
+    /// Set when the key or value was unusable as written (the request still counts, as soft).
+    pub invalid: Option<InvalidRebootValue>,
+}
+
+/// Summary of every reboot annotation on a host.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RebootRequests {
+    /// The suffixless `reboot.metal3.io` request, if present.
+    pub suffixless: Option<RebootRequest>,
+    /// Keyed requests by key (the part after `reboot.metal3.io/`), sorted.
+    pub keyed: BTreeMap<String, RebootRequest>,
+}
+
+impl RebootRequests {
+    /// Collects the reboot requests from a host's annotations. Never fails.
+    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
+        let mut requests = Self::default();
+        for (annotation, value) in annotations {
+            let Some(kind) = classify_reboot_annotation(annotation) else {
+                continue;
+            };
+            let parsed = parse_reboot_value(value);
+            let mut request = RebootRequest {
+                annotation: annotation.clone(),
+                mode: parsed.mode,
+                invalid: parsed.invalid,
+            };
+            match kind {
+                RebootAnnotationKind::Suffixless => requests.suffixless = Some(request),
+                RebootAnnotationKind::Keyed(key) => {
+                    // An empty key cannot be set through the API server; should one appear
+                    // anyway it still holds the host off (the safe reading), flagged.
+                    if key.is_empty() && request.invalid.is_none() {
+                        request.invalid = Some(InvalidRebootValue::EmptyKey);
+                    }
+                    requests.keyed.insert(key.to_owned(), request);
+                }
+            }
+        }
+        requests
+    }
+
+    /// No reboot annotation at all.
+    pub fn is_empty(&self) -> bool {
+        self.suffixless.is_none() && self.keyed.is_empty()
+    }
+
+    pub fn has_suffixless(&self) -> bool {
+        self.suffixless.is_some()
+    }
+
+    pub fn has_keyed(&self) -> bool {
+        !self.keyed.is_empty()
+    }
+
+    /// Keys of the keyed requests, sorted.
+    pub fn keyed_keys(&self) -> Vec<&str> {
+        self.keyed.keys().map(String::as_str).collect()
+    }
+
+    /// Every request, suffixless first then keyed by key.
+    pub fn iter(&self) -> impl Iterator<Item = &RebootRequest> {
+        self.suffixless.iter().chain(self.keyed.values())
+    }
+
+    /// Full annotation keys of every request, suffixless first then keyed sorted.
+    pub fn annotation_keys(&self) -> Vec<String> {
+        self.iter().map(|r| r.annotation.clone()).collect()
+    }
+
+    /// Hard if any request is hard (workload recovery beats a graceful shutdown), else soft.
+    pub fn effective_mode(&self) -> PowerOffMode {
+        if self.iter().any(|r| r.mode == PowerOffMode::Hard) {
+            PowerOffMode::Hard
+        } else {
+            PowerOffMode::Soft
+        }
+    }
+
+    /// Requests whose key or value was unusable, with the reason.
+    pub fn invalid(&self) -> Vec<(&str, &InvalidRebootValue)> {
+        self.iter()
+            .filter_map(|r| r.invalid.as_ref().map(|i| (r.annotation.as_str(), i)))
+            .collect()
+    }
+
+    /// Drops the suffixless request (after the controller removed the annotation).
+    pub fn without_suffixless(&self) -> Self {
+        Self {
+            suffixless: None,
+            keyed: self.keyed.clone(),
+        }
+    }
+}
+
+/// `baremetalhost.metal3.io/paused` is present.
+pub fn is_paused(annotations: &BTreeMap<String, String>) -> bool {
+    annotations.contains_key(PAUSED_ANNOTATION)
+}
+
+/// `baremetalhost.metal3.io/detached` is present.
+pub fn is_detached(annotations: &BTreeMap<String, String>) -> bool {
+    annotations.contains_key(DETACHED_ANNOTATION)
+}

@@ -1,0 +1,413 @@
+//! The `BareMetalHost` custom resource (`metal3.io/v1alpha1`).
+//!
+//! Schema-compatible with metal3's BareMetalHost: we model only the fields the power
+//! controller uses. Every other field (metal3's `image`, `rootDeviceHints`,
+//! `status.hardware`, ...) is accepted by the CRD (`x-kubernetes-preserve-unknown-fields`)
+//! and kept in the `extra` maps, so a read-modify-write by this operator never drops it.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::provisioning::ProvisioningState;
+
+// `extra` holds every spec field we do not model (metal3's `image`, `rootDeviceHints`,
+// `hardwareProfile`, ...). kube's structural-schema rewrite turns the flattened map into
+// `x-kubernetes-preserve-unknown-fields: true` on `spec`.
+/// Desired state of a bare-metal host. Fields not listed here (metal3's `image`,
+/// `rootDeviceHints`, ...) are accepted and preserved.
+// Several printcolumns share a `type_`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "metal3.io",
+    version = "v1alpha1",
+    kind = "BareMetalHost",
+    plural = "baremetalhosts",
+    singular = "baremetalhost",
+    namespaced,
+    shortname = "bmh",
+    status = "BareMetalHostStatus",
+    derive = "PartialEq",
+    doc = "BareMetalHost is a physical server whose power is managed through its BMC.",
+    printcolumn(
+        name = "State",
+        type_ = "string",
+        json_path = ".status.provisioning.state",
+        description = "Provisioning state"
+    ),
+    printcolumn(
+        name = "Online",
+        type_ = "boolean",
+        json_path = ".spec.online",
+        description = "Whether the host should be powered on"
+    ),
+    printcolumn(
+        name = "PoweredOn",
+        type_ = "boolean",
+        json_path = ".status.poweredOn",
+        description = "Last observed power state"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.operationalStatus",
+        description = "Operational status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BareMetalHostSpec {
+    /// Whether the host should be powered on. Reboot annotations override it temporarily.
+    pub online: bool,
+
+    /// How to reach the host's baseboard management controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmc: Option<BmcDetails>,
+
+    /// MAC address of the NIC the host boots from.
+    #[serde(
+        default,
+        rename = "bootMACAddress",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub boot_mac_address: Option<String>,
+
+    /// The object (usually a Machine) using this host. Its presence makes the host `provisioned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_ref: Option<ObjectReference>,
+
+    /// The host was provisioned by something other than metal3 (and other than us).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub externally_provisioned: bool,
+
+    /// Spec fields this operator does not model, preserved verbatim.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// BMC connection details (metal3 `spec.bmc`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BmcDetails {
+    /// BMC URL, e.g. `redfish://10.0.0.5/redfish/v1/Systems/1` or `ipmi://10.0.0.5`.
+    #[serde(default)]
+    pub address: String,
+    /// Name of the Secret (same namespace) holding `username` and `password`.
+    #[serde(default)]
+    pub credentials_name: String,
+    /// Skip TLS verification of the BMC's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_certificate_verification: Option<bool>,
+}
+
+// `extra` keeps metal3 status fields we do not use (`hardware`, `hardwareProfile`,
+// `operationHistory`, `triedCredentials`, ...).
+/// Observed state of a bare-metal host, written by the controller. Fields not listed here
+/// (metal3's `hardware`, `operationHistory`, ...) are accepted and preserved.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BareMetalHostStatus {
+    /// Power state last observed from the BMC. Absent until the first observation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub powered_on: Option<bool>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operational_status: Option<OperationalStatus>,
+
+    /// Kind of the last error; absent when `operationalStatus` is not `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<ErrorType>,
+
+    /// Human-readable detail of the last error; empty when there is none.
+    #[serde(default)]
+    pub error_message: String,
+
+    /// Consecutive errors; drives the retry backoff. Reset to 0 on recovery.
+    #[serde(default)]
+    pub error_count: u32,
+
+    /// The credentials last seen to work against the BMC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub good_credentials: Option<CredentialsStatus>,
+
+    #[serde(default)]
+    pub provisioning: ProvisionStatus,
+
+    /// Standard Kubernetes conditions: `RebootPending`, `BMCHealthy`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// The last power action this controller requested, and what became of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_power_action: Option<LastPowerAction>,
+
+    /// Status fields this operator does not model, preserved verbatim.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// metal3 `status.provisioning`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionStatus {
+    /// Provisioning state: registering, available, provisioned, externally provisioned,
+    /// deprovisioning or unmanaged (other metal3 states are preserved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ProvisioningState>,
+
+    /// Start of the last boot this controller caused: the time the power-on was requested,
+    /// recorded only once the BMC confirmed the host on. Every process that was running
+    /// before this instant has been stopped. RFC 3339 with sub-second precision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_powered_on: Option<Timestamp>,
+
+    /// The controller's clock when it first noticed the pending reboot request(s); requests
+    /// were made at or before this instant. A reboot is pending while this is later than
+    /// `lastPoweredOn`. RFC 3339 with sub-second precision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_reboot_since: Option<Timestamp>,
+
+    /// Fields such as `ID`, `image`, `rootDeviceHints`, `bootMode`, preserved verbatim.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// metal3 `status.goodCredentials`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<SecretReference>,
+    /// `resourceVersion` of the Secret that worked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_version: Option<String>,
+}
+
+/// metal3 `status.operationalStatus`. All metal3 values are accepted when reading; this
+/// controller writes `OK`, `discovered`, `error` and `detached`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+pub enum OperationalStatus {
+    /// Power management works.
+    #[serde(rename = "OK")]
+    Ok,
+    /// No BMC address configured: the host is known but cannot be managed.
+    #[serde(rename = "discovered")]
+    Discovered,
+    /// The last BMC interaction failed; see `errorType` / `errorMessage`.
+    #[serde(rename = "error")]
+    Error,
+    /// metal3: provisioning delayed. Never written by this controller.
+    #[serde(rename = "delayed")]
+    Delayed,
+    /// `baremetalhost.metal3.io/detached` is set: power is not managed.
+    #[serde(rename = "detached")]
+    Detached,
+    /// metal3: servicing in progress. Never written by this controller.
+    #[serde(rename = "servicing")]
+    Servicing,
+}
+
+impl OperationalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "OK",
+            Self::Discovered => "discovered",
+            Self::Error => "error",
+            Self::Delayed => "delayed",
+            Self::Detached => "detached",
+            Self::Servicing => "servicing",
+        }
+    }
+}
+
+/// metal3 `status.errorType`. All metal3 values are accepted when reading; this controller
+/// writes only `registration error`, `provisioned registration error` (credentials rejected)
+/// and `power management error` (BMC unreachable, power call failed or timed out).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ErrorType {
+    /// Credentials rejected on a host that is provisioned or externally provisioned.
+    #[serde(rename = "provisioned registration error")]
+    ProvisionedRegistrationError,
+    /// Credentials rejected (or missing) on a host that is not provisioned.
+    #[serde(rename = "registration error")]
+    RegistrationError,
+    /// metal3: inspection failed. Never written by this controller.
+    #[serde(rename = "inspection error")]
+    InspectionError,
+    /// metal3: preparation failed. Never written by this controller.
+    #[serde(rename = "preparation error")]
+    PreparationError,
+    /// metal3: provisioning failed. Never written by this controller.
+    #[serde(rename = "provisioning error")]
+    ProvisioningError,
+    /// BMC unreachable, a power call failed, or a requested power change was never observed.
+    #[serde(rename = "power management error")]
+    PowerManagementError,
+    /// metal3: detaching failed. Never written by this controller.
+    #[serde(rename = "detach error")]
+    DetachError,
+    /// metal3: servicing failed. Never written by this controller.
+    #[serde(rename = "servicing error")]
+    ServicingError,
+}
+
+impl ErrorType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ProvisionedRegistrationError => "provisioned registration error",
+            Self::RegistrationError => "registration error",
+            Self::InspectionError => "inspection error",
+            Self::PreparationError => "preparation error",
+            Self::ProvisioningError => "provisioning error",
+            Self::PowerManagementError => "power management error",
+            Self::DetachError => "detach error",
+            Self::ServicingError => "servicing error",
+        }
+    }
+}
+
+/// How to power a host off. Also the mode of a reboot request.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerOffMode {
+    /// ACPI shutdown first; the BMC layer falls back to hard if the host does not go off in time.
+    #[default]
+    Soft,
+    /// Immediate power cut.
+    Hard,
+}
+
+impl PowerOffMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Soft => "soft",
+            Self::Hard => "hard",
+        }
+    }
+}
+
+/// The power state a power action drives the host to.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerTarget {
+    On,
+    Off,
+}
+
+impl PowerTarget {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::On => "on",
+            Self::Off => "off",
+        }
+    }
+
+    /// `true` for [`PowerTarget::On`].
+    pub fn is_on(self) -> bool {
+        self == Self::On
+    }
+
+    pub fn from_powered_on(powered_on: bool) -> Self {
+        if powered_on { Self::On } else { Self::Off }
+    }
+}
+
+/// Why the controller requested a power action.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PowerActionTrigger {
+    /// A `reboot.metal3.io` annotation asked for a power cycle / hold.
+    RebootRequested,
+    /// `spec.online: true` (including power-on at the end of a reboot).
+    SpecOnline,
+    /// `spec.online: false`.
+    SpecOffline,
+}
+
+/// Lifecycle of a requested power action.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PowerActionState {
+    /// Sent (or about to be sent) to the BMC; the target state has not been observed yet.
+    Requested,
+    /// The BMC reported the target state.
+    Completed,
+    /// The BMC call returned an error; retried after the error backoff.
+    Failed,
+}
+
+/// The last power action requested by the controller (`status.lastPowerAction`).
+///
+/// Written *before* the BMC call (write-ahead), so after a crash the controller knows an
+/// action may be in flight and does not send it twice.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastPowerAction {
+    /// `on` or `off`.
+    pub action: PowerTarget,
+    /// For `off`: `soft` (with the BMC layer's soft→hard fallback) or `hard`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PowerOffMode>,
+    pub trigger: PowerActionTrigger,
+    pub state: PowerActionState,
+    /// First request of this action (kept across timed-out retries of the same action).
+    pub requested_at: Timestamp,
+    /// Most recent request sent to the BMC; in-flight timeouts count from here.
+    pub last_attempt_at: Timestamp,
+    /// How many times the action was sent (1 for the first request).
+    #[serde(default)]
+    pub attempts: u32,
+    /// When the BMC was first seen in the target state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Timestamp>,
+    /// Set when a soft power-off became a hard one, with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_fallback: Option<HardFallback>,
+    /// Error returned by the BMC call, for `state: Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+impl LastPowerAction {
+    /// Requested and not yet observed, regardless of any timeout.
+    pub fn is_requested(&self) -> bool {
+        self.state == PowerActionState::Requested
+    }
+}
+
+/// A soft power-off that was turned into a hard one.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardFallback {
+    /// Who switched to hard: the BMC layer (soft-off timeout) or the controller (escalation).
+    pub by: HardFallbackSource,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Timestamp>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+pub enum HardFallbackSource {
+    /// The BMC layer's soft→hard fallback fired (the host ignored the ACPI shutdown).
+    Bmc,
+    /// A hard reboot request arrived while a soft power-off was in flight.
+    Escalation,
+}
+
+impl BareMetalHost {
+    /// The annotations map, empty when there are none.
+    pub fn annotations_or_empty(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.metadata.annotations.as_ref().unwrap_or(&EMPTY)
+    }
+}

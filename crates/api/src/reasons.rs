@@ -1,0 +1,64 @@
+//! Condition types, condition reasons and Event reasons (CamelCase, as Kubernetes expects).
+
+/// Condition types set in `status.conditions`.
+pub mod condition {
+    /// True while a reboot is pending (`pendingRebootSince` later than `lastPoweredOn`).
+    pub const REBOOT_PENDING: &str = "RebootPending";
+    /// True while the BMC answers and power actions succeed.
+    pub const BMC_HEALTHY: &str = "BMCHealthy";
+
+    /// Condition status strings.
+    pub const TRUE: &str = "True";
+    pub const FALSE: &str = "False";
+    pub const UNKNOWN: &str = "Unknown";
+}
+
+/// Reasons used in `status.conditions[].reason`.
+pub mod condition_reason {
+    // RebootPending
+    /// The host is on and a power-off for the reboot has been (or is about to be) requested.
+    pub const AWAITING_POWER_OFF: &str = "AwaitingPowerOff";
+    /// The host is off and `reboot.metal3.io/{key}` annotations hold it there.
+    pub const HELD_BY_ANNOTATIONS: &str = "HeldByAnnotations";
+    /// The host is off, no annotation is left, and `spec.online` is false.
+    pub const OFFLINE: &str = "Offline";
+    /// The host is off, no annotation is left, and power-on has been requested.
+    pub const AWAITING_POWER_ON: &str = "AwaitingPowerOn";
+    /// No reboot pending.
+    pub const NO_REBOOT_PENDING: &str = "NoRebootPending";
+
+    // BMCHealthy
+    pub const BMC_RESPONDING: &str = "BMCResponding";
+    pub const CREDENTIALS_REJECTED: &str = "CredentialsRejected";
+    pub const BMC_UNREACHABLE: &str = "BMCUnreachable";
+    pub const POWER_ACTION_FAILED: &str = "PowerActionFailed";
+    pub const POWER_ACTION_TIMED_OUT: &str = "PowerActionTimedOut";
+}
+
+/// Reasons of the Kubernetes Events the controller emits.
+pub mod event_reason {
+    /// Normal: a power-off was requested (message says soft/hard and why).
+    pub const POWER_OFF: &str = "PowerOff";
+    /// Normal: a power-on was requested.
+    pub const POWER_ON: &str = "PowerOn";
+    /// Normal: a hard reboot request arrived while a soft power-off was in flight.
+    pub const POWER_OFF_ESCALATED: &str = "PowerOffEscalated";
+    /// Warning: the BMC layer's soft power-off timed out and it powered off hard.
+    pub const SOFT_POWER_OFF_FALLBACK: &str = "SoftPowerOffFallback";
+    /// Normal: a reboot annotation was noticed; `pendingRebootSince` was set.
+    pub const REBOOT_REQUESTED: &str = "RebootRequested";
+    /// Normal: the host came back on after a reboot; `lastPoweredOn` passed `pendingRebootSince`.
+    pub const REBOOT_COMPLETED: &str = "RebootCompleted";
+    /// Warning: a reboot annotation's key or value is unusable; treated as soft.
+    pub const INVALID_REBOOT_ANNOTATION: &str = "InvalidRebootAnnotation";
+    /// Warning: the BMC could not be reached, rejected the credentials, or a power call failed.
+    pub const BMC_ERROR: &str = "BMCError";
+    /// Normal: the BMC works again after errors.
+    pub const BMC_RECOVERED: &str = "BMCRecovered";
+    /// Normal: the controller removed a reboot annotation (one event per annotation).
+    pub const REBOOT_ANNOTATION_REMOVED: &str = "RebootAnnotationRemoved";
+    /// Warning: the power state was changed behind the controller's back and is being corrected.
+    pub const POWER_STATE_CORRECTED: &str = "PowerStateCorrected";
+    /// Warning: a requested power change was not observed in time; it is requested again.
+    pub const POWER_ACTION_TIMED_OUT: &str = "PowerActionTimedOut";
+}

@@ -1,0 +1,298 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use hostcycle_api::{
+    BareMetalHost, OperationalStatus, PowerOffMode, ProvisioningState, RebootRequests, crd,
+    crd_yaml,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
+use serde_json::Value;
+
+const METAL3_FIXTURE: &str = include_str!("fixtures/metal3-bmh.yaml");
+
+fn schema_root(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
+    crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .unwrap()
+        .open_api_v3_schema
+        .as_ref()
+        .unwrap()
+}
+
+fn prop<'a>(schema: &'a JSONSchemaProps, path: &[&str]) -> &'a JSONSchemaProps {
+    path.iter().fold(schema, |s, name| {
+        s.properties
+            .as_ref()
+            .and_then(|p| p.get(*name))
+            .unwrap_or_else(|| panic!("schema has no property {name}"))
+    })
+}
+
+#[test]
+fn crd_identity_and_names() {
+    let crd = crd();
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("baremetalhosts.metal3.io")
+    );
+    assert_eq!(crd.spec.group, "metal3.io");
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(crd.spec.names.kind, "BareMetalHost");
+    assert_eq!(crd.spec.names.plural, "baremetalhosts");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["bmh".to_owned()]));
+    assert_eq!(crd.spec.versions.len(), 1);
+    assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+    assert!(crd.spec.versions[0].served && crd.spec.versions[0].storage);
+}
+
+#[test]
+fn crd_has_status_subresource() {
+    let crd = crd();
+    let sub = crd.spec.versions[0].subresources.as_ref().unwrap();
+    assert!(sub.status.is_some(), "status subresource missing");
+}
+
+#[test]
+fn crd_has_print_columns() {
+    let crd = crd();
+    let columns: Vec<(String, String, String)> = crd.spec.versions[0]
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| (c.name.clone(), c.json_path.clone(), c.type_.clone()))
+        .collect();
+    let expected = [
+        ("State", ".status.provisioning.state", "string"),
+        ("Online", ".spec.online", "boolean"),
+        ("PoweredOn", ".status.poweredOn", "boolean"),
+        ("Status", ".status.operationalStatus", "string"),
+        ("Age", ".metadata.creationTimestamp", "date"),
+    ];
+    let expected: Vec<(String, String, String)> = expected
+        .iter()
+        .map(|(n, p, t)| (n.to_string(), p.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(columns, expected);
+}
+
+#[test]
+fn crd_preserves_unknown_fields_on_spec_status_and_provisioning() {
+    let crd = crd();
+    let root = schema_root(&crd);
+    for path in [
+        &["spec"][..],
+        &["status"][..],
+        &["status", "provisioning"][..],
+    ] {
+        let schema = prop(root, path);
+        assert_eq!(
+            schema.x_kubernetes_preserve_unknown_fields,
+            Some(true),
+            "{path:?} must preserve unknown fields"
+        );
+        // Structural schemas forbid additionalProperties next to properties.
+        assert!(schema.additional_properties.is_none(), "{path:?}");
+    }
+    assert_eq!(
+        prop(root, &["spec"]).required,
+        Some(vec!["online".to_owned()])
+    );
+}
+
+#[test]
+fn crd_timestamps_are_date_time_strings() {
+    let crd = crd();
+    let root = schema_root(&crd);
+    for field in ["lastPoweredOn", "pendingRebootSince"] {
+        let schema = prop(root, &["status", "provisioning", field]);
+        assert_eq!(schema.type_.as_deref(), Some("string"), "{field}");
+        assert_eq!(schema.format.as_deref(), Some("date-time"), "{field}");
+    }
+    for field in ["requestedAt", "lastAttemptAt", "completedAt"] {
+        let schema = prop(root, &["status", "lastPowerAction", field]);
+        assert_eq!(schema.format.as_deref(), Some("date-time"), "{field}");
+    }
+}
+
+#[test]
+fn crd_uses_metal3_enum_strings() {
+    let crd = crd();
+    let root = schema_root(&crd);
+    let values = |path: &[&str]| -> Vec<String> {
+        prop(root, path)
+            .enum_
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|v| v.0.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let operational = values(&["status", "operationalStatus"]);
+    for s in ["OK", "discovered", "error", "detached"] {
+        assert!(operational.contains(&s.to_owned()), "{s}");
+    }
+    let errors = values(&["status", "errorType"]);
+    for s in [
+        "registration error",
+        "provisioned registration error",
+        "power management error",
+    ] {
+        assert!(errors.contains(&s.to_owned()), "{s}");
+    }
+    // Provisioning state is a free string: metal3 objects carry states we never write.
+    assert!(
+        prop(root, &["status", "provisioning", "state"])
+            .enum_
+            .is_none()
+    );
+}
+
+#[test]
+fn conditions_are_a_map_list_keyed_by_type() {
+    let crd = crd();
+    let conditions = prop(schema_root(&crd), &["status", "conditions"]);
+    assert_eq!(conditions.x_kubernetes_list_type.as_deref(), Some("map"));
+    assert_eq!(
+        conditions.x_kubernetes_list_map_keys,
+        Some(vec!["type".to_owned()])
+    );
+}
+
+#[test]
+fn crd_yaml_round_trips_to_the_same_crd() {
+    let yaml = crd_yaml().unwrap();
+    assert!(yaml.contains("x-kubernetes-preserve-unknown-fields: true"));
+    assert!(yaml.contains("shortNames"));
+    let parsed: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
+    assert_eq!(parsed, crd());
+}
+
+/// Drops `spec.externallyProvisioned: false`, which we do not re-emit (false is the default).
+fn normalize(mut v: Value) -> Value {
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut)
+        && spec.get("externallyProvisioned") == Some(&Value::Bool(false))
+    {
+        spec.remove("externallyProvisioned");
+    }
+    v
+}
+
+#[test]
+fn metal3_manifest_deserializes_into_our_type() {
+    let host: BareMetalHost = serde_saphyr::from_str(METAL3_FIXTURE).unwrap();
+    assert!(host.spec.online);
+    let bmc = host.spec.bmc.as_ref().unwrap();
+    assert_eq!(bmc.credentials_name, "worker-0-bmc-secret");
+    assert_eq!(bmc.disable_certificate_verification, Some(true));
+    assert_eq!(
+        host.spec.boot_mac_address.as_deref(),
+        Some("00:5c:52:31:3a:9c")
+    );
+    assert_eq!(
+        host.spec.consumer_ref.as_ref().unwrap().kind.as_deref(),
+        Some("Metal3Machine")
+    );
+    assert!(!host.spec.externally_provisioned);
+    assert!(host.spec.extra.contains_key("rootDeviceHints"));
+    assert!(host.spec.extra.contains_key("image"));
+    assert!(host.spec.extra.contains_key("hardwareProfile"));
+
+    let status = host.status.as_ref().unwrap();
+    assert_eq!(status.powered_on, Some(true));
+    assert_eq!(status.operational_status, Some(OperationalStatus::Ok));
+    assert_eq!(
+        status.provisioning.state,
+        Some(ProvisioningState::Provisioned)
+    );
+    assert_eq!(
+        status.provisioning.extra.get("ID"),
+        Some(&Value::String(
+            "0b6f2e4a-4a8c-4d3f-9a55-2d1c7c1e9f01".into()
+        ))
+    );
+    assert!(status.extra.contains_key("hardware"));
+    assert!(status.extra.contains_key("operationHistory"));
+    let good = status.good_credentials.as_ref().unwrap();
+    assert_eq!(good.credentials_version.as_deref(), Some("1842"));
+    let lpo = status.provisioning.last_powered_on.unwrap();
+    let prs = status.provisioning.pending_reboot_since.unwrap();
+    assert_eq!(lpo.subsec_nanosecond(), 123_456_789);
+    assert!(prs > lpo, "same second, ordered by the fraction");
+
+    let requests = RebootRequests::from_annotations(host.annotations_or_empty());
+    assert_eq!(requests.keyed_keys(), vec!["capbm-requested-power-off"]);
+    assert_eq!(requests.effective_mode(), PowerOffMode::Hard);
+}
+
+#[test]
+fn metal3_manifest_round_trips_without_losing_fields() {
+    let original: Value = serde_saphyr::from_str(METAL3_FIXTURE).unwrap();
+    let host: BareMetalHost = serde_saphyr::from_str(METAL3_FIXTURE).unwrap();
+    let json_round_trip = serde_json::to_value(&host).unwrap();
+    assert_eq!(
+        normalize(json_round_trip.clone()),
+        normalize(original.clone())
+    );
+
+    // And through JSON text, as the API server sees it.
+    let again: BareMetalHost = serde_json::from_value(json_round_trip).unwrap();
+    assert_eq!(again, host);
+
+    // Spot checks on fields we do not model.
+    let v = serde_json::to_value(&again).unwrap();
+    assert_eq!(v["spec"]["rootDeviceHints"]["minSizeGigabytes"], 100);
+    assert_eq!(
+        v["status"]["provisioning"]["ID"],
+        original["status"]["provisioning"]["ID"]
+    );
+    assert_eq!(
+        v["status"]["hardware"]["storage"][0]["sizeBytes"],
+        480103981056_u64
+    );
+    assert_eq!(
+        v["status"]["operationHistory"]["deprovision"]["end"],
+        Value::Null
+    );
+}
+
+#[test]
+fn timestamps_keep_sub_second_precision() {
+    let host: BareMetalHost = serde_saphyr::from_str(METAL3_FIXTURE).unwrap();
+    let v = serde_json::to_value(&host).unwrap();
+    assert_eq!(
+        v["status"]["provisioning"]["lastPoweredOn"],
+        "2025-03-04T10:09:29.123456789Z"
+    );
+    assert_eq!(
+        v["status"]["provisioning"]["pendingRebootSince"],
+        "2025-03-04T10:09:29.5Z"
+    );
+}
+
+#[test]
+fn minimal_manifest_and_unknown_metal3_state() {
+    let yaml = r#"
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata: {name: bare, namespace: default}
+spec: {online: false}
+status:
+  provisioning: {state: inspecting}
+  operationalStatus: delayed
+"#;
+    let host: BareMetalHost = serde_saphyr::from_str(yaml).unwrap();
+    assert!(!host.spec.online);
+    assert!(host.spec.bmc.is_none());
+    let status = host.status.as_ref().unwrap();
+    assert_eq!(
+        status.provisioning.state,
+        Some(ProvisioningState::Other("inspecting".into()))
+    );
+    assert_eq!(status.operational_status, Some(OperationalStatus::Delayed));
+    let v = serde_json::to_value(&host).unwrap();
+    assert_eq!(v["status"]["provisioning"]["state"], "inspecting");
+    assert_eq!(v["status"]["operationalStatus"], "delayed");
+}
