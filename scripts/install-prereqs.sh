@@ -16,7 +16,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { printf '\033[1m[prereqs]\033[0m %s\n' "$*" >&2; }
 
 apt_packages=(etcd-server golang-go rsync ipmitool python3-venv python3-pip dpkg-dev openssl
-  golang-github-modern-go-reflect2-dev apache2-utils)
+  golang-github-modern-go-reflect2-dev apache2-utils kubernetes-client)
 missing=()
 for p in "${apt_packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
