@@ -31,6 +31,7 @@ pub mod condition_reason {
     pub const BMC_RESPONDING: &str = "BMCResponding";
     pub const CREDENTIALS_REJECTED: &str = "CredentialsRejected";
     pub const BMC_UNREACHABLE: &str = "BMCUnreachable";
+    pub const BMC_ERROR: &str = "BMCError";
     pub const POWER_ACTION_FAILED: &str = "PowerActionFailed";
     pub const POWER_ACTION_TIMED_OUT: &str = "PowerActionTimedOut";
 }

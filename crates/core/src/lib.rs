@@ -1,1 +1,4 @@
-//! hostcycle-core
+//! hostcycle-core: pure decision logic. No I/O: the controllers observe, call into this
+//! crate with a snapshot, and carry out the returned actions.
+
+pub mod bmh;

@@ -1,0 +1,756 @@
+//! The decision function. See `docs/reboot-api.md` for the rules in prose and as a table.
+
+use std::time::Duration;
+
+use hostcycle_api::reasons::{condition, condition_reason, event_reason};
+use hostcycle_api::{
+    BareMetalHostStatus, ErrorType, HardFallback, HardFallbackSource, LastPowerAction,
+    OperationalStatus, PowerActionState, PowerActionTrigger, PowerOffMode, PowerTarget,
+    ProvisioningInputs, ProvisioningState, REBOOT_ANNOTATION, RebootRequests,
+    derive_provisioning_state,
+};
+use jiff::{SignedDuration, Timestamp};
+
+use super::config::DecideConfig;
+use super::decision::{
+    Action, AnnotationRemovalReason, ConditionUpdate, Decision, Event, EventType, StatusUpdate,
+};
+use super::snapshot::{
+    BmcFailure, BmcFailureKind, BmcObservation, HostSnapshot, ObservedPower, PowerCallResult,
+};
+use super::status::condition_differs;
+
+/// [`decide_with_config`] with the default timings.
+pub fn decide(snapshot: &HostSnapshot, now: Timestamp) -> Decision {
+    decide_with_config(snapshot, now, &DecideConfig::default())
+}
+
+/// The next step for a host, from a snapshot of it and the controller's clock.
+///
+/// Pure and idempotent: the same snapshot gives the same decision, and a decision never
+/// repeats a power request that is still in flight.
+pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decision {
+    let mut d = Decision::default();
+    // Paused: hands off entirely, status included; the annotation's removal triggers a reconcile.
+    if s.paused {
+        return d;
+    }
+    let st = &s.status;
+    if s.detached {
+        set_operational_status(&mut d, st, OperationalStatus::Detached);
+        d.requeue_after = Some(cfg.steady_requeue);
+        return d;
+    }
+
+    let mut requests = s.reboot_requests.clone();
+    let previous_state = st.provisioning.state.as_ref();
+    let state = derive_provisioning_state(ProvisioningInputs {
+        externally_provisioned: s.externally_provisioned,
+        has_consumer: s.has_consumer,
+        bmc_configured: s.bmc_configured,
+        registered: st.good_credentials.is_some() || matches!(s.bmc, BmcObservation::Power(_)),
+        reboot_annotations_present: !requests.is_empty(),
+        previous: previous_state,
+    });
+    if previous_state != Some(&state) {
+        d.status
+            .push(StatusUpdate::SetProvisioningState(state.clone()));
+    }
+
+    // Reboot requests belong to the consumer that just left: drop them all.
+    let mut removed_annotations = false;
+    if state == ProvisioningState::Deprovisioning && !requests.is_empty() {
+        remove_annotations(
+            &mut d,
+            requests.annotation_keys(),
+            AnnotationRemovalReason::HostDeprovisioned,
+            "the host left the provisioned state",
+        );
+        requests = RebootRequests::default();
+        removed_annotations = true;
+    }
+
+    if !s.bmc_configured {
+        set_operational_status(&mut d, st, OperationalStatus::Discovered);
+        d.requeue_after = Some(cfg.steady_requeue);
+        return d;
+    }
+
+    let power = match &s.bmc {
+        BmcObservation::Power(power) => *power,
+        BmcObservation::Failed(failure) => {
+            record_bmc_failure(&mut d, st, &state, failure, cfg);
+            return d;
+        }
+        BmcObservation::NotQueried => {
+            d.requeue_after = Some(cfg.steady_requeue);
+            return d;
+        }
+    };
+
+    if let Some(credentials) = &s.credentials
+        && st.good_credentials.as_ref() != Some(credentials)
+    {
+        d.status
+            .push(StatusUpdate::SetGoodCredentials(credentials.clone()));
+    }
+    let observed = power.as_bool();
+    if let Some(on) = observed
+        && st.powered_on != Some(on)
+    {
+        d.status.push(StatusUpdate::SetPoweredOn(on));
+    }
+
+    let mut last_powered_on = st.provisioning.last_powered_on;
+    let mut pending = st.provisioning.pending_reboot_since;
+    let mut last_action = st.last_power_action.clone();
+
+    // 1. An outstanding power action whose target state is now observed has completed
+    //    (also a timed-out or failed one: the host is where we asked it to be).
+    if let (Some(action), Some(on)) = (last_action.as_mut(), observed)
+        && action.state != PowerActionState::Completed
+        && action.action.is_on() == on
+    {
+        d.status.push(StatusUpdate::CompletePowerAction { at: now });
+        action.state = PowerActionState::Completed;
+        action.completed_at = Some(now);
+        // lastPoweredOn is the *request* time of the confirmed power-on: the host was off
+        // when it was sent, so every process running before it has stopped, and a reboot
+        // requested while the power-on was under way stays pending (it is later).
+        if on && last_powered_on.is_none_or(|t| action.requested_at > t) {
+            let was_pending = reboot_is_pending(pending, last_powered_on);
+            d.status
+                .push(StatusUpdate::SetLastPoweredOn(action.requested_at));
+            last_powered_on = Some(action.requested_at);
+            if was_pending && !reboot_is_pending(pending, last_powered_on) {
+                event(
+                    &mut d,
+                    EventType::Normal,
+                    event_reason::REBOOT_COMPLETED,
+                    format!(
+                        "host powered back on (requested at {}) after the reboot pending since {}",
+                        action.requested_at,
+                        fmt_opt(pending)
+                    ),
+                );
+            }
+        }
+    }
+
+    // 2. Notice new reboot requests. Unlike the seed (host on only) this also applies to a
+    //    host that is off or transitioning: the request is recorded either way, so the
+    //    suffixless form can complete and `lastPoweredOn > pendingRebootSince` means
+    //    "the reboot asked for is done" whatever the power state was.
+    let mut reboot_pending = reboot_is_pending(pending, last_powered_on);
+    let mut warned_invalid = false;
+    if !requests.is_empty() && !reboot_pending {
+        let since = strictly_after(now, last_powered_on);
+        d.status.push(StatusUpdate::SetPendingRebootSince(since));
+        pending = Some(since);
+        reboot_pending = true;
+        event(
+            &mut d,
+            EventType::Normal,
+            event_reason::REBOOT_REQUESTED,
+            format!(
+                "reboot requested by {} ({} mode)",
+                requests.annotation_keys().join(", "),
+                requests.effective_mode().as_str()
+            ),
+        );
+        warn_invalid(&mut d, &requests, &mut warned_invalid);
+    }
+
+    let Some(on) = observed else {
+        // Transitioning or unknown: no power decision on a state we cannot see, except that
+        // a hard request overrides a soft power-off in flight at once.
+        if let Some(action) = last_action.as_ref()
+            && !requests.is_empty()
+            && should_escalate(action, requests.effective_mode())
+        {
+            escalate(&mut d, action, &requests, now);
+        }
+        set_reboot_condition(&mut d, st, reboot_pending, None, &requests, s.online);
+        d.requeue_after = Some(match power {
+            ObservedPower::Unknown => cfg.unknown_power_requeue,
+            _ => cfg.transition_requeue,
+        });
+        return d;
+    };
+
+    // 3. The host is off: the suffixless request's power cycle has done its "off".
+    if reboot_pending && !on && s.online && requests.has_suffixless() {
+        remove_annotations(
+            &mut d,
+            vec![REBOOT_ANNOTATION.to_owned()],
+            AnnotationRemovalReason::RebootPoweredOff,
+            "the host is off; it is powered back on once no reboot annotation remains",
+        );
+        requests = requests.without_suffixless();
+        removed_annotations = true;
+    }
+
+    // 4. Desired power. Any reboot annotation holds the host off; a pending reboot must
+    //    pass through "off" before the host may run again; otherwise spec.online decides.
+    let reboot_driven = reboot_pending || !requests.is_empty();
+    let want_on = s.online && requests.is_empty() && !(reboot_pending && on);
+    let (trigger, mode) = if want_on {
+        (PowerActionTrigger::SpecOnline, PowerOffMode::Soft)
+    } else if reboot_driven {
+        (
+            PowerActionTrigger::RebootRequested,
+            requests.effective_mode(),
+        )
+    } else {
+        (PowerActionTrigger::SpecOffline, PowerOffMode::Soft)
+    };
+    let target = PowerTarget::from_powered_on(want_on);
+
+    let mut timed_out_now = false;
+    let mut requeue = cfg.steady_requeue;
+    if on == want_on {
+        // Nothing to change. Keep watching closely while an action may still land.
+        if last_action
+            .as_ref()
+            .is_some_and(|a| a.state == PowerActionState::Requested && !timed_out(a, now, cfg))
+            || removed_annotations
+        {
+            requeue = cfg.transition_requeue;
+        }
+    } else if want_on && removed_annotations {
+        // Power on only from a snapshot that shows no reboot annotation at all.
+        requeue = cfg.transition_requeue;
+    } else {
+        let open_same = last_action
+            .as_ref()
+            .filter(|a| a.state != PowerActionState::Completed && a.action == target);
+        let reason = power_reason(trigger, &requests, s.online);
+        match open_same {
+            Some(action)
+                if action.state == PowerActionState::Requested && !timed_out(action, now, cfg) =>
+            {
+                if should_escalate(action, mode) {
+                    escalate(&mut d, action, &requests, now);
+                }
+                // Otherwise already asked and not yet observed: wait, do not ask again.
+                requeue = cfg.transition_requeue;
+            }
+            Some(action) if action.state == PowerActionState::Requested => {
+                // Timed out: the request may have been lost; asking again is safe (power
+                // calls are idempotent at the BMC) and the chain keeps its first request time.
+                timed_out_now = true;
+                let count = st.error_count.saturating_add(1);
+                let message = format!(
+                    "power {} requested at {} was not observed within {}s (attempt {}); requesting again",
+                    target.as_str(),
+                    action.last_attempt_at,
+                    cfg.power_action_timeout.as_secs(),
+                    action.attempts.max(1)
+                );
+                set_operational_status(&mut d, st, OperationalStatus::Error);
+                d.status.push(StatusUpdate::SetError {
+                    error_type: ErrorType::PowerManagementError,
+                    message: message.clone(),
+                    count,
+                });
+                set_condition(
+                    &mut d,
+                    st,
+                    ConditionUpdate {
+                        type_: condition::BMC_HEALTHY,
+                        status: condition::FALSE,
+                        reason: condition_reason::POWER_ACTION_TIMED_OUT,
+                        message: format!("power {} not observed in time", target.as_str()),
+                    },
+                );
+                event(
+                    &mut d,
+                    EventType::Warning,
+                    event_reason::POWER_ACTION_TIMED_OUT,
+                    message,
+                );
+                if trigger == PowerActionTrigger::RebootRequested {
+                    warn_invalid(&mut d, &requests, &mut warned_invalid);
+                }
+                request_power(
+                    &mut d,
+                    target,
+                    mode,
+                    trigger,
+                    Some(action),
+                    pending,
+                    now,
+                    &reason,
+                );
+                requeue = cfg.transition_requeue;
+            }
+            Some(action) => {
+                // The BMC call failed: retry once the error backoff has passed.
+                let wait = cfg.error_backoff(st.error_count.max(1));
+                let elapsed = now.duration_since(action.last_attempt_at);
+                match remaining(wait, elapsed) {
+                    Some(left) => requeue = left,
+                    None => {
+                        if trigger == PowerActionTrigger::RebootRequested {
+                            warn_invalid(&mut d, &requests, &mut warned_invalid);
+                        }
+                        request_power(
+                            &mut d,
+                            target,
+                            mode,
+                            trigger,
+                            Some(action),
+                            pending,
+                            now,
+                            &reason,
+                        );
+                        requeue = cfg.transition_requeue;
+                    }
+                }
+            }
+            None => {
+                // We saw the host in the desired state before and did not change it since:
+                // someone else did. Put it back, and say so.
+                let expected = PowerTarget::from_powered_on(want_on);
+                if st.powered_on.map(PowerTarget::from_powered_on) == Some(expected) {
+                    event(
+                        &mut d,
+                        EventType::Warning,
+                        event_reason::POWER_STATE_CORRECTED,
+                        format!(
+                            "host was found powered {} but should be {} ({reason}); correcting",
+                            if on { "on" } else { "off" },
+                            target.as_str()
+                        ),
+                    );
+                }
+                if trigger == PowerActionTrigger::RebootRequested {
+                    warn_invalid(&mut d, &requests, &mut warned_invalid);
+                }
+                request_power(&mut d, target, mode, trigger, None, pending, now, &reason);
+                requeue = cfg.transition_requeue;
+            }
+        }
+    }
+
+    // 5. Errors: a power-management error lasts until the power change it is about is seen
+    //    (so its count keeps backing off retries); anything else clears once the BMC answers.
+    let power_error_outstanding = timed_out_now
+        || (st.error_type == Some(ErrorType::PowerManagementError)
+            && on != want_on
+            && last_action
+                .as_ref()
+                .is_some_and(|a| a.state != PowerActionState::Completed && a.action == target));
+    if !power_error_outstanding {
+        if st.error_type.is_some() || st.error_count > 0 || !st.error_message.is_empty() {
+            d.status.push(StatusUpdate::ClearError);
+            event(
+                &mut d,
+                EventType::Normal,
+                event_reason::BMC_RECOVERED,
+                "BMC answers again; error cleared".to_owned(),
+            );
+        }
+        set_operational_status(&mut d, st, OperationalStatus::Ok);
+        set_condition(
+            &mut d,
+            st,
+            ConditionUpdate {
+                type_: condition::BMC_HEALTHY,
+                status: condition::TRUE,
+                reason: condition_reason::BMC_RESPONDING,
+                message: "BMC answers and power actions succeed".to_owned(),
+            },
+        );
+    }
+
+    let reboot_pending_after = reboot_is_pending(pending, last_powered_on);
+    set_reboot_condition(
+        &mut d,
+        st,
+        reboot_pending_after,
+        Some(on),
+        &requests,
+        s.online,
+    );
+    d.requeue_after = Some(requeue);
+    d
+}
+
+/// Follow-up of a power call: record what the BMC layer did. `status` is the status as
+/// persisted before the call (with the write-ahead `lastPowerAction`).
+pub fn after_power_call(
+    status: &BareMetalHostStatus,
+    result: &PowerCallResult,
+    now: Timestamp,
+    cfg: &DecideConfig,
+) -> Decision {
+    let mut d = Decision::default();
+    match result {
+        PowerCallResult::Accepted { hard_fallback } => {
+            if let Some(reason) = hard_fallback {
+                d.status.push(StatusUpdate::SetHardFallback(HardFallback {
+                    by: HardFallbackSource::Bmc,
+                    reason: reason.clone(),
+                    at: Some(now),
+                }));
+                event(
+                    &mut d,
+                    EventType::Warning,
+                    event_reason::SOFT_POWER_OFF_FALLBACK,
+                    format!("soft power-off fell back to hard: {reason}"),
+                );
+            }
+            d.requeue_after = Some(cfg.transition_requeue);
+        }
+        PowerCallResult::Failed(failure) => {
+            d.status.push(StatusUpdate::FailPowerAction {
+                message: failure.message.clone(),
+            });
+            let state = status
+                .provisioning
+                .state
+                .clone()
+                .unwrap_or(ProvisioningState::Available);
+            record_bmc_failure(&mut d, status, &state, failure, cfg);
+            if let Some(StatusUpdate::SetCondition(c)) = d.status.iter_mut().find(
+                |u| matches!(u, StatusUpdate::SetCondition(c) if c.type_ == condition::BMC_HEALTHY),
+            ) && failure.kind != BmcFailureKind::Credentials
+            {
+                c.reason = condition_reason::POWER_ACTION_FAILED;
+            }
+        }
+    }
+    d
+}
+
+fn record_bmc_failure(
+    d: &mut Decision,
+    st: &BareMetalHostStatus,
+    state: &ProvisioningState,
+    failure: &BmcFailure,
+    cfg: &DecideConfig,
+) {
+    let count = st.error_count.saturating_add(1);
+    let (error_type, reason) = match failure.kind {
+        BmcFailureKind::Credentials if state.is_provisioned() => (
+            ErrorType::ProvisionedRegistrationError,
+            condition_reason::CREDENTIALS_REJECTED,
+        ),
+        BmcFailureKind::Credentials => (
+            ErrorType::RegistrationError,
+            condition_reason::CREDENTIALS_REJECTED,
+        ),
+        BmcFailureKind::Unreachable => (
+            ErrorType::PowerManagementError,
+            condition_reason::BMC_UNREACHABLE,
+        ),
+        BmcFailureKind::Other => (ErrorType::PowerManagementError, condition_reason::BMC_ERROR),
+    };
+    set_operational_status(d, st, OperationalStatus::Error);
+    d.status.push(StatusUpdate::SetError {
+        error_type,
+        message: failure.message.clone(),
+        count,
+    });
+    set_condition(
+        d,
+        st,
+        ConditionUpdate {
+            type_: condition::BMC_HEALTHY,
+            status: condition::FALSE,
+            reason,
+            message: failure.message.clone(),
+        },
+    );
+    event(
+        d,
+        EventType::Warning,
+        event_reason::BMC_ERROR,
+        format!(
+            "{} (error {count}): {}",
+            error_type.as_str(),
+            failure.message
+        ),
+    );
+    // Backoff, not a hot loop: 5 s, 10 s, 20 s ... capped.
+    d.requeue_after = Some(cfg.error_backoff(count));
+}
+
+/// A reboot is pending while `pendingRebootSince` is later than `lastPoweredOn`.
+fn reboot_is_pending(pending: Option<Timestamp>, last_powered_on: Option<Timestamp>) -> bool {
+    match (pending, last_powered_on) {
+        (Some(p), Some(l)) => p > l,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// `now`, or the smallest instant after `floor` if the clock is not past it (clock steps,
+/// skew between replicas): the ordering between the two timestamps is the guarantee.
+fn strictly_after(now: Timestamp, floor: Option<Timestamp>) -> Timestamp {
+    match floor {
+        Some(floor) if now <= floor => floor
+            .checked_add(SignedDuration::from_nanos(1))
+            .unwrap_or(floor),
+        _ => now,
+    }
+}
+
+fn timed_out(action: &LastPowerAction, now: Timestamp, cfg: &DecideConfig) -> bool {
+    remaining(
+        cfg.power_action_timeout,
+        now.duration_since(action.last_attempt_at),
+    )
+    .is_none()
+}
+
+/// How much of `wait` is left after `elapsed`; `None` when it has passed.
+fn remaining(wait: Duration, elapsed: SignedDuration) -> Option<Duration> {
+    let wait = SignedDuration::try_from(wait).unwrap_or(SignedDuration::MAX);
+    let left = wait.checked_sub(elapsed).unwrap_or(SignedDuration::ZERO);
+    if left.is_positive() {
+        Duration::try_from(left).ok()
+    } else {
+        None
+    }
+}
+
+fn should_escalate(action: &LastPowerAction, mode: PowerOffMode) -> bool {
+    action.state == PowerActionState::Requested
+        && action.action == PowerTarget::Off
+        && action.mode == Some(PowerOffMode::Soft)
+        && mode == PowerOffMode::Hard
+}
+
+/// A hard request arrived while a soft power-off is in flight: go hard now.
+fn escalate(d: &mut Decision, action: &LastPowerAction, requests: &RebootRequests, now: Timestamp) {
+    let hard_by: Vec<&str> = requests
+        .iter()
+        .filter(|r| r.mode == PowerOffMode::Hard)
+        .map(|r| r.annotation.as_str())
+        .collect();
+    let reason = format!(
+        "hard reboot requested by {} while a soft power-off was in flight",
+        hard_by.join(", ")
+    );
+    d.status
+        .push(StatusUpdate::RecordPowerRequest(LastPowerAction {
+            action: PowerTarget::Off,
+            mode: Some(PowerOffMode::Hard),
+            trigger: PowerActionTrigger::RebootRequested,
+            state: PowerActionState::Requested,
+            requested_at: action.requested_at,
+            last_attempt_at: now,
+            attempts: action.attempts.saturating_add(1),
+            completed_at: None,
+            hard_fallback: Some(HardFallback {
+                by: HardFallbackSource::Escalation,
+                reason: reason.clone(),
+                at: Some(now),
+            }),
+            failure: None,
+        }));
+    d.actions.push(Action::PowerOff {
+        mode: PowerOffMode::Hard,
+    });
+    event(
+        d,
+        EventType::Normal,
+        event_reason::POWER_OFF_ESCALATED,
+        reason,
+    );
+}
+
+/// Records the request (write-ahead), then the power call and its event.
+#[allow(clippy::too_many_arguments)]
+fn request_power(
+    d: &mut Decision,
+    target: PowerTarget,
+    mode: PowerOffMode,
+    trigger: PowerActionTrigger,
+    retry_of: Option<&LastPowerAction>,
+    pending: Option<Timestamp>,
+    now: Timestamp,
+    reason: &str,
+) {
+    let mut requested_at = retry_of.map_or(now, |a| a.requested_at);
+    // A power-on must be later than the reboot it completes, or lastPoweredOn would not pass
+    // pendingRebootSince and the reboot would never finish.
+    if target == PowerTarget::On
+        && let Some(pending) = pending
+        && requested_at <= pending
+    {
+        requested_at = strictly_after(now, Some(pending));
+    }
+    let attempts = retry_of.map_or(1, |a| a.attempts.saturating_add(1));
+    d.status
+        .push(StatusUpdate::RecordPowerRequest(LastPowerAction {
+            action: target,
+            mode: (target == PowerTarget::Off).then_some(mode),
+            trigger,
+            state: PowerActionState::Requested,
+            requested_at,
+            last_attempt_at: now,
+            attempts,
+            completed_at: None,
+            hard_fallback: None,
+            failure: None,
+        }));
+    let retry = if attempts > 1 {
+        format!(" (attempt {attempts})")
+    } else {
+        String::new()
+    };
+    match target {
+        PowerTarget::Off => {
+            d.actions.push(Action::PowerOff { mode });
+            event(
+                d,
+                EventType::Normal,
+                event_reason::POWER_OFF,
+                format!("{} power-off: {reason}{retry}", mode.as_str()),
+            );
+        }
+        PowerTarget::On => {
+            d.actions.push(Action::PowerOn);
+            event(
+                d,
+                EventType::Normal,
+                event_reason::POWER_ON,
+                format!("power-on: {reason}{retry}"),
+            );
+        }
+    }
+}
+
+fn power_reason(trigger: PowerActionTrigger, requests: &RebootRequests, online: bool) -> String {
+    match trigger {
+        PowerActionTrigger::RebootRequested if requests.is_empty() => {
+            "a reboot is pending; the host must go off first".to_owned()
+        }
+        PowerActionTrigger::RebootRequested => {
+            format!(
+                "reboot requested by {}",
+                requests.annotation_keys().join(", ")
+            )
+        }
+        PowerActionTrigger::SpecOffline => "spec.online is false".to_owned(),
+        PowerActionTrigger::SpecOnline if online => {
+            "spec.online is true and no reboot annotation remains".to_owned()
+        }
+        PowerActionTrigger::SpecOnline => "spec.online is true".to_owned(),
+    }
+}
+
+fn remove_annotations(
+    d: &mut Decision,
+    keys: Vec<String>,
+    reason: AnnotationRemovalReason,
+    why: &str,
+) {
+    let messages: Vec<String> = keys
+        .iter()
+        .map(|k| format!("removed reboot annotation {k}: {why}"))
+        .collect();
+    d.actions.push(Action::RemoveAnnotations { keys, reason });
+    for message in messages {
+        event(
+            d,
+            EventType::Normal,
+            event_reason::REBOOT_ANNOTATION_REMOVED,
+            message,
+        );
+    }
+}
+
+/// One Warning per unusable annotation, once per decision, when a request is acted upon.
+fn warn_invalid(d: &mut Decision, requests: &RebootRequests, warned: &mut bool) {
+    if *warned {
+        return;
+    }
+    *warned = true;
+    for (annotation, why) in requests.invalid() {
+        event(
+            d,
+            EventType::Warning,
+            event_reason::INVALID_REBOOT_ANNOTATION,
+            format!("{annotation}: {why}; treated as a soft reboot request"),
+        );
+    }
+}
+
+fn set_reboot_condition(
+    d: &mut Decision,
+    st: &BareMetalHostStatus,
+    pending: bool,
+    observed_on: Option<bool>,
+    requests: &RebootRequests,
+    online: bool,
+) {
+    let (status, reason, message) = if !pending {
+        (
+            condition::FALSE,
+            condition_reason::NO_REBOOT_PENDING,
+            String::new(),
+        )
+    } else if observed_on != Some(false) {
+        (
+            condition::TRUE,
+            condition_reason::AWAITING_POWER_OFF,
+            "the host is being powered off for a reboot".to_owned(),
+        )
+    } else if !requests.is_empty() {
+        (
+            condition::TRUE,
+            condition_reason::HELD_BY_ANNOTATIONS,
+            format!("held off by {}", requests.annotation_keys().join(", ")),
+        )
+    } else if !online {
+        (
+            condition::TRUE,
+            condition_reason::OFFLINE,
+            "spec.online is false; the host stays off".to_owned(),
+        )
+    } else {
+        (
+            condition::TRUE,
+            condition_reason::AWAITING_POWER_ON,
+            "the host is being powered back on".to_owned(),
+        )
+    };
+    set_condition(
+        d,
+        st,
+        ConditionUpdate {
+            type_: condition::REBOOT_PENDING,
+            status,
+            reason,
+            message,
+        },
+    );
+}
+
+fn set_condition(d: &mut Decision, st: &BareMetalHostStatus, update: ConditionUpdate) {
+    if condition_differs(&st.conditions, &update) {
+        d.status.push(StatusUpdate::SetCondition(update));
+    }
+}
+
+fn set_operational_status(d: &mut Decision, st: &BareMetalHostStatus, status: OperationalStatus) {
+    if st.operational_status != Some(status) {
+        d.status.push(StatusUpdate::SetOperationalStatus(status));
+    }
+}
+
+fn event(d: &mut Decision, type_: EventType, reason: &'static str, message: String) {
+    d.actions.push(Action::EmitEvent(Event {
+        type_,
+        reason,
+        message,
+    }));
+}
+
+fn fmt_opt(t: Option<Timestamp>) -> String {
+    t.map_or_else(|| "-".to_owned(), |t| t.to_string())
+}

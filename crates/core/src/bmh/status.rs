@@ -1,0 +1,106 @@
+use hostcycle_api::{BareMetalHostStatus, PowerActionState};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::decision::{ConditionUpdate, StatusUpdate};
+
+/// Applies a decision's status updates to `status` (pure; the caller persists the result).
+///
+/// `now` stamps condition transitions; `generation` becomes their `observedGeneration`.
+pub fn apply_status_updates(
+    status: &mut BareMetalHostStatus,
+    updates: &[StatusUpdate],
+    now: Timestamp,
+    generation: Option<i64>,
+) {
+    for update in updates {
+        match update {
+            StatusUpdate::SetPoweredOn(on) => status.powered_on = Some(*on),
+            StatusUpdate::SetPendingRebootSince(t) => {
+                status.provisioning.pending_reboot_since = Some(*t);
+            }
+            StatusUpdate::SetLastPoweredOn(t) => status.provisioning.last_powered_on = Some(*t),
+            StatusUpdate::SetProvisioningState(s) => status.provisioning.state = Some(s.clone()),
+            StatusUpdate::SetOperationalStatus(s) => status.operational_status = Some(*s),
+            StatusUpdate::SetError {
+                error_type,
+                message,
+                count,
+            } => {
+                status.error_type = Some(*error_type);
+                status.error_message.clone_from(message);
+                status.error_count = *count;
+            }
+            StatusUpdate::ClearError => {
+                status.error_type = None;
+                status.error_message.clear();
+                status.error_count = 0;
+            }
+            StatusUpdate::SetGoodCredentials(c) => status.good_credentials = Some(c.clone()),
+            StatusUpdate::RecordPowerRequest(action) => {
+                status.last_power_action = Some(action.clone());
+            }
+            StatusUpdate::CompletePowerAction { at } => {
+                if let Some(action) = status.last_power_action.as_mut() {
+                    action.state = PowerActionState::Completed;
+                    action.completed_at = Some(*at);
+                    action.failure = None;
+                }
+            }
+            StatusUpdate::FailPowerAction { message } => {
+                if let Some(action) = status.last_power_action.as_mut() {
+                    action.state = PowerActionState::Failed;
+                    action.failure = Some(message.clone());
+                }
+            }
+            StatusUpdate::SetHardFallback(fallback) => {
+                if let Some(action) = status.last_power_action.as_mut() {
+                    action.hard_fallback = Some(fallback.clone());
+                }
+            }
+            StatusUpdate::SetCondition(c) => {
+                set_condition(&mut status.conditions, c, now, generation)
+            }
+        }
+    }
+}
+
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    update: &ConditionUpdate,
+    now: Timestamp,
+    generation: Option<i64>,
+) {
+    let fresh = Condition {
+        type_: update.type_.to_owned(),
+        status: update.status.to_owned(),
+        reason: update.reason.to_owned(),
+        message: update.message.clone(),
+        observed_generation: generation,
+        last_transition_time: Time(now),
+    };
+    match conditions.iter_mut().find(|c| c.type_ == update.type_) {
+        Some(existing) => {
+            let transition_time = if existing.status == update.status {
+                existing.last_transition_time.clone()
+            } else {
+                Time(now)
+            };
+            *existing = Condition {
+                last_transition_time: transition_time,
+                ..fresh
+            };
+        }
+        None => conditions.push(fresh),
+    }
+}
+
+/// The condition of this type differs from `update` in status, reason or message.
+pub(crate) fn condition_differs(conditions: &[Condition], update: &ConditionUpdate) -> bool {
+    conditions
+        .iter()
+        .find(|c| c.type_ == update.type_)
+        .is_none_or(|c| {
+            c.status != update.status || c.reason != update.reason || c.message != update.message
+        })
+}
