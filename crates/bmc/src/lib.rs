@@ -1,1 +1,240 @@
-//! hostcycle-bmc
+//! hostcycle's BMC power layer: Redfish, IPMI and command drivers behind one interface,
+//! [`PowerDriver`].
+//!
+//! The operator keeps one [`BmcConnector`] for the process (it owns the HTTP connection
+//! pools and the per-endpoint concurrency limits) and one `Arc<dyn PowerDriver>` per host:
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use hostcycle_bmc::{BmcAddress, BmcConnector, BmcCredentials, ConnectorOptions, HostConnectOptions};
+//! use hostcycle_bmc::soft_off::{power_off_with_fallback, SoftOffPolicy};
+//!
+//! let connector = BmcConnector::new(ConnectorOptions::default());
+//! let address = BmcAddress::parse("redfish://10.0.0.5/redfish/v1/Systems/1")?;
+//! let credentials = BmcCredentials::new("admin", "secret")?;
+//! let driver = connector.connect(&address, credentials, &HostConnectOptions::default())?;
+//! println!("{} is {}", driver.description(), driver.power_state().await?);
+//! let report = power_off_with_fallback(
+//!     driver.as_ref(), hostcycle_bmc::PowerOffMode::Soft, &SoftOffPolicy::default(), None).await?;
+//! println!("went off via {:?}", report.path);
+//! # Ok(()) }
+//! ```
+
+pub mod address;
+pub mod cli;
+pub mod command;
+pub mod credentials;
+pub mod driver;
+pub mod error;
+pub mod ipmi;
+pub mod redfish;
+pub mod retry;
+pub mod soft_off;
+pub mod tls;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+pub use address::{AddressError, BmcAddress, BmcHost, IpmiAddress, RedfishAddress, RedfishFlavor};
+pub use command::{CommandDriver, CommandDriverConfig};
+pub use credentials::{
+    BmcCredentials, CredentialsError, credentials_from_secret, load_credentials,
+};
+pub use driver::{
+    DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
+    PowerState,
+};
+pub use error::BmcError;
+pub use ipmi::{IpmiDriver, IpmiOptions};
+pub use redfish::{RedfishAuthMode, RedfishDriver, RedfishOptions};
+pub use retry::RetryPolicy;
+pub use soft_off::{OffPath, PowerOffReport, SoftOffPolicy, power_off_with_fallback};
+pub use tls::TlsVerification;
+
+/// Per-host settings, from the BareMetalHost's `spec.bmc`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostConnectOptions {
+    /// `disableCertificateVerification`: skip the BMC certificate check (Redfish).
+    pub disable_certificate_verification: bool,
+    /// Trust exactly these CAs (PEM) instead of the system store (Redfish).
+    pub ca_bundle_pem: Option<Vec<u8>>,
+    pub redfish_auth: RedfishAuthMode,
+}
+
+impl HostConnectOptions {
+    fn tls_verification(&self) -> TlsVerification {
+        if self.disable_certificate_verification {
+            TlsVerification::Disabled
+        } else if let Some(pem) = &self.ca_bundle_pem {
+            TlsVerification::CaBundle(pem.clone())
+        } else {
+            TlsVerification::SystemRoots
+        }
+    }
+}
+
+/// Process-wide settings of the power layer.
+#[derive(Clone, Debug)]
+pub struct ConnectorOptions {
+    /// Timeout of one HTTP request to a BMC.
+    pub request_timeout: Duration,
+    /// Timeout of establishing a TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+    /// Retries and deadline of each exchange with a BMC.
+    pub retry: RetryPolicy,
+    /// Requests in flight at once to one Redfish endpoint (BMCs are small computers).
+    pub max_requests_per_endpoint: usize,
+    /// ipmitool sessions at once to one IPMI endpoint.
+    pub max_ipmi_sessions_per_endpoint: usize,
+    /// Idle connections kept per endpoint for reuse.
+    pub idle_connections_per_endpoint: usize,
+    /// How long an idle connection is kept.
+    pub idle_timeout: Duration,
+    pub ipmi: IpmiOptions,
+}
+
+impl Default for ConnectorOptions {
+    fn default() -> Self {
+        ConnectorOptions {
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            retry: RetryPolicy::default(),
+            max_requests_per_endpoint: 4,
+            max_ipmi_sessions_per_endpoint: 1,
+            idle_connections_per_endpoint: 4,
+            idle_timeout: Duration::from_secs(60),
+            ipmi: IpmiOptions::default(),
+        }
+    }
+}
+
+/// Makes drivers. Share one per process: drivers made by the same connector share HTTP
+/// connection pools (one per TLS setting) and per-endpoint concurrency limits.
+#[derive(Debug)]
+pub struct BmcConnector {
+    options: ConnectorOptions,
+    clients: Mutex<HashMap<TlsVerification, reqwest::Client>>,
+    permits: Mutex<HashMap<String, Weak<Semaphore>>>,
+}
+
+impl BmcConnector {
+    pub fn new(options: ConnectorOptions) -> Self {
+        BmcConnector {
+            options,
+            clients: Mutex::default(),
+            permits: Mutex::default(),
+        }
+    }
+
+    pub fn options(&self) -> &ConnectorOptions {
+        &self.options
+    }
+
+    /// A driver for the host at `address`.
+    pub fn connect(
+        &self,
+        address: &BmcAddress,
+        credentials: BmcCredentials,
+        host: &HostConnectOptions,
+    ) -> Result<Arc<dyn PowerDriver>, BmcError> {
+        match address {
+            BmcAddress::Redfish(redfish) => {
+                let http = self.http_client(&host.tls_verification())?;
+                let permits = self
+                    .endpoint_permits(&redfish.endpoint(), self.options.max_requests_per_endpoint);
+                let options = RedfishOptions {
+                    auth: host.redfish_auth,
+                    request_timeout: self.options.request_timeout,
+                    retry: self.options.retry.clone(),
+                };
+                Ok(Arc::new(RedfishDriver::new(
+                    redfish.clone(),
+                    credentials,
+                    http,
+                    permits,
+                    options,
+                )))
+            }
+            BmcAddress::Ipmi(ipmi) => {
+                let permits = self.endpoint_permits(
+                    &ipmi.endpoint(),
+                    self.options.max_ipmi_sessions_per_endpoint,
+                );
+                let mut options = self.options.ipmi.clone();
+                options.retry = self.options.retry.clone();
+                Ok(Arc::new(IpmiDriver::new(
+                    ipmi.clone(),
+                    credentials,
+                    permits,
+                    options,
+                )))
+            }
+        }
+    }
+
+    /// Parses `address` and connects.
+    pub fn connect_str(
+        &self,
+        address: &str,
+        credentials: BmcCredentials,
+        host: &HostConnectOptions,
+    ) -> Result<Arc<dyn PowerDriver>, BmcError> {
+        self.connect(&BmcAddress::parse(address)?, credentials, host)
+    }
+
+    /// The shared client for a TLS setting, built on first use.
+    fn http_client(&self, verification: &TlsVerification) -> Result<reqwest::Client, BmcError> {
+        let mut clients = match self.clients.lock() {
+            Ok(clients) => clients,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(client) = clients.get(verification) {
+            return Ok(client.clone());
+        }
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls::client_config(verification)?)
+            .http1_only()
+            .timeout(self.options.request_timeout)
+            .connect_timeout(self.options.connect_timeout)
+            .pool_max_idle_per_host(self.options.idle_connections_per_endpoint)
+            .pool_idle_timeout(self.options.idle_timeout)
+            .redirect(redfish::redirect_policy())
+            // BMCs sit on management networks; a proxy from the environment must not see
+            // their credentials.
+            .no_proxy()
+            .user_agent(concat!("hostcycle-bmc/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| BmcError::Config(format!("building the HTTP client: {e}")))?;
+        clients.insert(verification.clone(), client.clone());
+        Ok(client)
+    }
+
+    fn endpoint_permits(&self, endpoint: &str, limit: usize) -> Arc<Semaphore> {
+        let mut permits = match self.permits.lock() {
+            Ok(permits) => permits,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(existing) = permits.get(endpoint).and_then(Weak::upgrade) {
+            return existing;
+        }
+        // Forget endpoints no driver uses any more.
+        permits.retain(|_, weak| weak.strong_count() > 0);
+        let semaphore = Arc::new(Semaphore::new(limit.max(1)));
+        permits.insert(endpoint.to_string(), Arc::downgrade(&semaphore));
+        semaphore
+    }
+}
+
+/// A driver from a one-off connector: for the CLI and tests. Long-running processes should
+/// keep a [`BmcConnector`] so connections are reused.
+pub fn connect(
+    address: &str,
+    credentials: BmcCredentials,
+    host: &HostConnectOptions,
+    options: ConnectorOptions,
+) -> Result<Arc<dyn PowerDriver>, BmcError> {
+    BmcConnector::new(options).connect_str(address, credentials, host)
+}

@@ -1,0 +1,292 @@
+//! The command driver, compatible with CKE's reboot settings: for clusters that reboot hosts
+//! with their own tooling.
+//!
+//! - reboot: `reboot_command… <node>`
+//! - boot check: `boot_check_command… <node> <unix-time>`; the node counts as booted after
+//!   that time only when the command exits 0 and prints `true`.
+//!
+//! Commands run without a shell, with a timeout; the child is killed on timeout or drop.
+//! The driver can reboot and tell whether a reboot finished; it cannot power on or off.
+
+use std::fmt;
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+
+use crate::driver::{
+    DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
+    PowerState,
+};
+use crate::error::BmcError;
+
+/// Longest command output kept for events and errors.
+const MAX_OUTPUT_CHARS: usize = 2000;
+
+/// The cluster's reboot tooling.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CommandDriverConfig {
+    /// argv of the reboot command; the node is appended.
+    pub reboot_command: Vec<String>,
+    /// argv of the boot check; the node and a Unix time are appended.
+    pub boot_check_command: Vec<String>,
+    /// Kill a command after this long.
+    #[serde(with = "duration_secs")]
+    pub command_timeout: Duration,
+}
+
+mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_secs)
+    }
+}
+
+/// What a command printed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// `exit status: 0`, `signal: 9 (SIGKILL)`...
+    pub status: String,
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    /// stdout and stderr together, trimmed, for events.
+    pub fn combined(&self) -> String {
+        [self.stdout.trim(), self.stderr.trim()]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Reboots one node with the cluster's commands.
+pub struct CommandDriver {
+    config: CommandDriverConfig,
+    node: String,
+    /// When this driver last started a reboot; the boot check asks about boots after it.
+    reboot_started: Mutex<Option<Timestamp>>,
+}
+
+impl fmt::Debug for CommandDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CommandDriver")
+            .field("node", &self.node)
+            .field("reboot_command", &self.config.reboot_command)
+            .field("boot_check_command", &self.config.boot_check_command)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommandDriver {
+    pub fn new(config: CommandDriverConfig, node: impl Into<String>) -> Result<Self, BmcError> {
+        let node = node.into();
+        if config.reboot_command.first().is_none_or(|p| p.is_empty()) {
+            return Err(BmcError::Config("the reboot command is empty".into()));
+        }
+        if config
+            .boot_check_command
+            .first()
+            .is_none_or(|p| p.is_empty())
+        {
+            return Err(BmcError::Config("the boot check command is empty".into()));
+        }
+        if node.trim().is_empty() {
+            return Err(BmcError::Config(
+                "the command driver needs a node name".into(),
+            ));
+        }
+        if config.command_timeout.is_zero() {
+            return Err(BmcError::Config(
+                "the command timeout must be positive".into(),
+            ));
+        }
+        Ok(CommandDriver {
+            config,
+            node,
+            reboot_started: Mutex::new(None),
+        })
+    }
+
+    /// Runs the reboot command for the node. Errors when it fails or times out.
+    pub async fn run_reboot(&self) -> Result<CommandOutput, BmcError> {
+        let started = Timestamp::now();
+        let output = run(
+            &self.config.reboot_command,
+            &[&self.node],
+            self.config.command_timeout,
+        )
+        .await?;
+        if !output.success {
+            return Err(command_failed(
+                &self.config.reboot_command,
+                &self.node,
+                &output,
+            ));
+        }
+        match self.reboot_started.lock() {
+            Ok(mut slot) => *slot = Some(started),
+            Err(poisoned) => *poisoned.into_inner() = Some(started),
+        }
+        Ok(output)
+    }
+
+    /// Whether the node has booted after `since`: exit 0 and `true` on stdout. A non-zero
+    /// exit means "not (yet)"; only failing to run the command at all is an error.
+    pub async fn booted_since(&self, since: Timestamp) -> Result<bool, BmcError> {
+        let seconds = since.as_second().to_string();
+        let output = run(
+            &self.config.boot_check_command,
+            &[&self.node, &seconds],
+            self.config.command_timeout,
+        )
+        .await?;
+        Ok(output.success && output.stdout.trim() == "true")
+    }
+
+    /// When this driver last started a reboot.
+    pub fn reboot_started(&self) -> Option<Timestamp> {
+        match self.reboot_started.lock() {
+            Ok(slot) => *slot,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+
+    fn unsupported(&self, operation: &str) -> BmcError {
+        BmcError::Unsupported {
+            driver: self.description().to_string(),
+            operation: operation.to_string(),
+            reason: "the command driver can only reboot; give the host a Redfish or IPMI BMC \
+                     address for power on/off"
+                .into(),
+        }
+    }
+}
+
+fn command_line(argv: &[String], extra: &[&str]) -> String {
+    argv.iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn command_failed(argv: &[String], node: &str, output: &CommandOutput) -> BmcError {
+    BmcError::Command {
+        command: command_line(argv, &[node]),
+        status: output.status.clone(),
+        stdout: output.stdout.trim().to_string(),
+        stderr: output.stderr.trim().to_string(),
+    }
+}
+
+fn truncate(text: &[u8]) -> String {
+    let text = String::from_utf8_lossy(text);
+    if text.chars().count() > MAX_OUTPUT_CHARS {
+        text.chars().take(MAX_OUTPUT_CHARS).collect::<String>() + "…"
+    } else {
+        text.into_owned()
+    }
+}
+
+/// Runs `argv… extra…` without a shell, capturing output, killed after `timeout`.
+async fn run(
+    argv: &[String],
+    extra: &[&str],
+    timeout: Duration,
+) -> Result<CommandOutput, BmcError> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(BmcError::Config("empty command".into()));
+    };
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| BmcError::Spawn {
+            program: program.clone(),
+            detail: e.to_string(),
+        })?;
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(output)) => Ok(CommandOutput {
+            status: output.status.to_string(),
+            success: output.status.success(),
+            stdout: truncate(&output.stdout),
+            stderr: truncate(&output.stderr),
+        }),
+        Ok(Err(e)) => Err(BmcError::Spawn {
+            program: program.clone(),
+            detail: e.to_string(),
+        }),
+        Err(_) => Err(BmcError::Timeout {
+            what: format!(
+                "command `{}` to finish (it was killed)",
+                command_line(argv, extra)
+            ),
+            after: timeout,
+        }),
+    }
+}
+
+#[async_trait]
+impl PowerDriver for CommandDriver {
+    fn description(&self) -> DriverDescription {
+        DriverDescription {
+            kind: DriverKind::Command,
+            endpoint: self.node.clone(),
+            detail: format!("reboot: {}", self.config.reboot_command.join(" ")),
+        }
+    }
+
+    /// `On` when the boot check says the node booted after the last reboot this driver
+    /// started (or, if it started none, at all); `Transitioning` while a reboot it started
+    /// has not finished; `Unknown` otherwise — the tooling cannot tell "off" from "down".
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        let since = self.reboot_started();
+        let booted = self
+            .booted_since(since.unwrap_or(Timestamp::UNIX_EPOCH))
+            .await?;
+        Ok(match (booted, since) {
+            (true, _) => PowerState::On,
+            (false, Some(_)) => PowerState::Transitioning,
+            (false, None) => PowerState::Unknown,
+        })
+    }
+
+    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
+        Err(self.unsupported("power on"))
+    }
+
+    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        Err(self.unsupported(&format!("{mode} power off")))
+    }
+
+    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        let output = self.run_reboot().await?;
+        let combined = output.combined();
+        Ok(PowerOutcome {
+            request: PowerRequest::Reboot(mode),
+            action: Some(format!(
+                "reboot command `{}`",
+                command_line(&self.config.reboot_command, &[&self.node])
+            )),
+            hard_fallback: None,
+            output: (!combined.is_empty()).then_some(combined),
+        })
+    }
+}

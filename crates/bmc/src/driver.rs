@@ -1,0 +1,184 @@
+//! The one interface every BMC driver implements.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::error::BmcError;
+
+/// A host's power state as the BMC reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerState {
+    On,
+    Off,
+    /// Powering on or off (Redfish `PoweringOn`/`PoweringOff`, or a reboot in progress).
+    Transitioning,
+    /// The BMC did not say, or said something this layer does not understand.
+    Unknown,
+}
+
+impl fmt::Display for PowerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+            PowerState::Transitioning => "transitioning",
+            PowerState::Unknown => "unknown",
+        })
+    }
+}
+
+/// How to power off: `Soft` asks the OS to shut down (ACPI), `Hard` cuts power.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerOffMode {
+    #[default]
+    Soft,
+    Hard,
+}
+
+impl fmt::Display for PowerOffMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PowerOffMode::Soft => "soft",
+            PowerOffMode::Hard => "hard",
+        })
+    }
+}
+
+/// What was asked of the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "operation", content = "mode")]
+pub enum PowerRequest {
+    On,
+    Off(PowerOffMode),
+    Reboot(PowerOffMode),
+}
+
+impl fmt::Display for PowerRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PowerRequest::On => f.write_str("power on"),
+            PowerRequest::Off(mode) => write!(f, "{mode} power off"),
+            PowerRequest::Reboot(mode) => write!(f, "{mode} reboot"),
+        }
+    }
+}
+
+/// What a driver did for a power request, for status, events and logs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PowerOutcome {
+    pub request: PowerRequest,
+    /// What was sent to the BMC: `ResetType=GracefulShutdown`, `chassis power soft`,
+    /// `reboot command`... `None` when nothing was sent because the host already was in the
+    /// requested state.
+    pub action: Option<String>,
+    /// Set when a soft request was carried out hard, with the reason (soft not offered by the
+    /// BMC, or rejected by it).
+    pub hard_fallback: Option<String>,
+    /// Output of an external command, trimmed, for events.
+    pub output: Option<String>,
+}
+
+impl PowerOutcome {
+    pub fn sent(request: PowerRequest, action: impl Into<String>) -> Self {
+        PowerOutcome {
+            request,
+            action: Some(action.into()),
+            hard_fallback: None,
+            output: None,
+        }
+    }
+
+    pub fn already_done(request: PowerRequest) -> Self {
+        PowerOutcome {
+            request,
+            action: None,
+            hard_fallback: None,
+            output: None,
+        }
+    }
+
+    pub fn fell_back_to_hard(&self) -> bool {
+        self.hard_fallback.is_some()
+    }
+}
+
+impl fmt::Display for PowerOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.action {
+            None => write!(f, "{}: nothing to do, already in that state", self.request)?,
+            Some(action) => write!(f, "{}: sent {action}", self.request)?,
+        }
+        if let Some(reason) = &self.hard_fallback {
+            write!(f, " (hard instead of soft: {reason})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Which kind of driver talks to a host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverKind {
+    Redfish,
+    Ipmi,
+    Command,
+}
+
+impl fmt::Display for DriverKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DriverKind::Redfish => "redfish",
+            DriverKind::Ipmi => "ipmi",
+            DriverKind::Command => "command",
+        })
+    }
+}
+
+/// A driver's self-description for status and logs. Never contains credentials.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DriverDescription {
+    pub kind: DriverKind,
+    /// Where it connects: `https://10.0.0.5:443`, `ipmi://10.0.0.6:623`, or the node name.
+    pub endpoint: String,
+    /// Driver-specific detail: System path, cipher suite, command...
+    pub detail: String,
+}
+
+impl fmt::Display for DriverDescription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind, self.endpoint)?;
+        if !self.detail.is_empty() {
+            write!(f, " ({})", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// Power control of one host. Every method has a deadline (set by the driver's options) and
+/// retries transient failures; permanent failures return at once.
+///
+/// Drivers are cheap to share: the operator keeps one `Arc<dyn PowerDriver>` per host.
+#[async_trait]
+pub trait PowerDriver: Send + Sync + fmt::Debug {
+    /// What this driver talks to, for status and logs.
+    fn description(&self) -> DriverDescription;
+
+    /// Reads the power state.
+    async fn power_state(&self) -> Result<PowerState, BmcError>;
+
+    /// Powers the host on. Doing nothing when it is already on is success.
+    async fn power_on(&self) -> Result<PowerOutcome, BmcError>;
+
+    /// Powers the host off. A soft request that the BMC does not offer or rejects is carried
+    /// out hard at once, and the outcome says so. Waiting for the host to actually go off, and
+    /// the soft→hard fallback after a timeout, are in [`crate::soft_off`].
+    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+
+    /// Restarts the host (Redfish `GracefulRestart`/`ForceRestart`, IPMI `chassis power
+    /// reset`, or the command driver's reboot command).
+    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+}

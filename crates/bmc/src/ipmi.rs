@@ -1,0 +1,369 @@
+//! The IPMI driver: runs `ipmitool -I lanplus`. The password goes through the environment
+//! (`-E`), never on the command line; every run has a timeout and the child is killed when
+//! the call is dropped or times out.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Semaphore;
+
+use crate::address::IpmiAddress;
+use crate::credentials::BmcCredentials;
+use crate::driver::{
+    DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
+    PowerState,
+};
+use crate::error::BmcError;
+use crate::retry::{RetryPolicy, with_retries};
+
+/// Longest ipmitool stderr kept in an error.
+const MAX_STDERR_CHARS: usize = 400;
+
+/// ipmitool settings.
+#[derive(Clone, Debug)]
+pub struct IpmiOptions {
+    /// The ipmitool program; looked up in `PATH` when it has no slash.
+    pub ipmitool: PathBuf,
+    /// RMCP+ cipher suite (`-C`). 3 (HMAC-SHA1, AES-128) is the widely supported default.
+    pub cipher_suite: u8,
+    /// Kill ipmitool after this long.
+    pub command_timeout: Duration,
+    /// ipmitool's own per-packet timeout in seconds (`-N`) and its retries (`-R`).
+    pub packet_timeout_secs: u32,
+    pub packet_retries: u32,
+    pub retry: RetryPolicy,
+}
+
+impl Default for IpmiOptions {
+    fn default() -> Self {
+        IpmiOptions {
+            ipmitool: PathBuf::from("ipmitool"),
+            cipher_suite: 3,
+            command_timeout: Duration::from_secs(30),
+            packet_timeout_secs: 2,
+            packet_retries: 3,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// One host's power through ipmitool.
+pub struct IpmiDriver {
+    address: IpmiAddress,
+    endpoint: String,
+    credentials: BmcCredentials,
+    options: IpmiOptions,
+    permits: Arc<Semaphore>,
+}
+
+impl fmt::Debug for IpmiDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IpmiDriver")
+            .field("endpoint", &self.endpoint)
+            .field("cipher_suite", &self.options.cipher_suite)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
+}
+
+/// stderr lines ipmitool prints with `-v` that say nothing about a failure.
+const STDERR_NOISE: &[&str] = &[
+    "Loading IANA PEN Registry",
+    "Running Get VSO Capabilities",
+    "Invalid completion code received: Invalid command",
+    "Discovered IPMB address",
+];
+
+impl IpmiDriver {
+    pub fn new(
+        address: IpmiAddress,
+        credentials: BmcCredentials,
+        permits: Arc<Semaphore>,
+        options: IpmiOptions,
+    ) -> Self {
+        let endpoint = address.endpoint();
+        IpmiDriver {
+            address,
+            endpoint,
+            credentials,
+            options,
+            permits,
+        }
+    }
+
+    /// Runs `ipmitool … chassis <args>` once and returns stdout.
+    async fn run_once(&self, args: &[&str], repeatable: bool) -> Result<String, BmcError> {
+        let operation = format!("chassis {}", args.join(" "));
+        let mut command = tokio::process::Command::new(&self.options.ipmitool);
+        command
+            .args([
+                "-I",
+                "lanplus",
+                "-C",
+                &self.options.cipher_suite.to_string(),
+            ])
+            .args([
+                "-H",
+                &self.address.host.bare(),
+                "-p",
+                &self.address.port.to_string(),
+            ])
+            .args(["-U", self.credentials.username(), "-E"])
+            .args(["-N", &self.options.packet_timeout_secs.to_string()])
+            .args(["-R", &self.options.packet_retries.to_string()])
+            // -v makes ipmitool say why a session failed (e.g. "RAKP 2 HMAC is invalid").
+            .arg("-v")
+            .arg("chassis")
+            .args(args)
+            // ipmitool reads IPMITOOL_PASSWORD first, older versions only IPMI_PASSWORD.
+            .env("IPMITOOL_PASSWORD", self.credentials.password())
+            .env("IPMI_PASSWORD", self.credentials.password())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| BmcError::Connection {
+                endpoint: self.endpoint.clone(),
+                detail: "the driver was shut down".into(),
+            })?;
+        let child = command.spawn().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                BmcError::IpmitoolMissing {
+                    path: self.options.ipmitool.display().to_string(),
+                }
+            } else {
+                BmcError::Spawn {
+                    program: self.options.ipmitool.display().to_string(),
+                    detail: e.to_string(),
+                }
+            }
+        })?;
+        // Dropping the future on timeout drops the child, which kills it (kill_on_drop).
+        let output = match tokio::time::timeout(
+            self.options.command_timeout,
+            child.wait_with_output(),
+        )
+        .await
+        {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => {
+                return Err(BmcError::Spawn {
+                    program: self.options.ipmitool.display().to_string(),
+                    detail: e.to_string(),
+                });
+            }
+            Err(_) => {
+                let what = format!("ipmitool {operation} against {}", self.endpoint);
+                let after = self.options.command_timeout;
+                return Err(if repeatable {
+                    BmcError::Timeout { what, after }
+                } else {
+                    BmcError::OutcomeUnknown { what, after }
+                });
+            }
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() {
+            return Ok(stdout);
+        }
+        let stderr = meaningful_stderr(&String::from_utf8_lossy(&output.stderr));
+        Err(self.classify_failure(&operation, output.status.to_string(), stderr))
+    }
+
+    fn classify_failure(&self, operation: &str, status: String, stderr: String) -> BmcError {
+        const AUTH_FAILURES: &[&str] = &[
+            "RAKP 2 HMAC is invalid",
+            "unauthorized name",
+            "Invalid user name",
+            "RAKP 2 message indicates an error",
+            "invalid password",
+        ];
+        const CIPHER_FAILURES: &[&str] = &[
+            "is not what we requested",
+            "cipher suite",
+            "Invalid cipher suite",
+        ];
+        if AUTH_FAILURES.iter().any(|needle| stderr.contains(needle)) {
+            return BmcError::AuthenticationFailed {
+                endpoint: self.endpoint.clone(),
+                detail: format!("ipmitool: {stderr}"),
+            };
+        }
+        if CIPHER_FAILURES.iter().any(|needle| stderr.contains(needle)) {
+            return BmcError::Unsupported {
+                driver: self.description().to_string(),
+                operation: format!(
+                    "open a session with cipher suite {}",
+                    self.options.cipher_suite
+                ),
+                reason: format!("ipmitool: {stderr}; choose a cipher suite the BMC offers"),
+            };
+        }
+        // A BMC that refuses a command answered, so repeating will not help.
+        let rejected = stderr.contains("Unable to set Chassis Power Control");
+        BmcError::Ipmitool {
+            endpoint: self.endpoint.clone(),
+            operation: operation.to_string(),
+            status,
+            stderr,
+            transient: !rejected,
+        }
+    }
+
+    async fn run(&self, args: &[&str], repeatable: bool) -> Result<String, BmcError> {
+        let operation = format!(
+            "ipmitool chassis {} against {}",
+            args.join(" "),
+            self.endpoint
+        );
+        with_retries(&self.options.retry, &operation, || {
+            self.run_once(args, repeatable)
+        })
+        .await
+    }
+
+    async fn chassis_power(&self, verb: &str, repeatable: bool) -> Result<(), BmcError> {
+        self.run(&["power", verb], repeatable).await.map(drop)
+    }
+}
+
+fn meaningful_stderr(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(|l| l.trim_start_matches('>').trim())
+        .filter(|l| !l.is_empty() && !STDERR_NOISE.iter().any(|noise| l.starts_with(noise)))
+        .collect();
+    let mut text = lines.join("; ");
+    if text.is_empty() {
+        text = "(no error output)".into();
+    }
+    if text.chars().count() > MAX_STDERR_CHARS {
+        text = text.chars().take(MAX_STDERR_CHARS).collect::<String>() + "…";
+    }
+    text
+}
+
+/// `Chassis Power is on|off` → the state.
+pub fn parse_chassis_power(stdout: &str) -> Option<PowerState> {
+    stdout.lines().find_map(|line| match line.trim() {
+        "Chassis Power is on" => Some(PowerState::On),
+        "Chassis Power is off" => Some(PowerState::Off),
+        _ => None,
+    })
+}
+
+#[async_trait]
+impl PowerDriver for IpmiDriver {
+    fn description(&self) -> DriverDescription {
+        DriverDescription {
+            kind: DriverKind::Ipmi,
+            endpoint: self.endpoint.clone(),
+            detail: format!("lanplus, cipher suite {}", self.options.cipher_suite),
+        }
+    }
+
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        let stdout = self.run(&["power", "status"], true).await?;
+        parse_chassis_power(&stdout).ok_or_else(|| BmcError::IpmitoolOutput {
+            endpoint: self.endpoint.clone(),
+            operation: "chassis power status".into(),
+            output: stdout.trim().chars().take(MAX_STDERR_CHARS).collect(),
+        })
+    }
+
+    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
+        let request = PowerRequest::On;
+        if self.power_state().await? == PowerState::On {
+            return Ok(PowerOutcome::already_done(request));
+        }
+        self.chassis_power("on", true).await?;
+        Ok(PowerOutcome::sent(request, "chassis power on"))
+    }
+
+    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        let request = PowerRequest::Off(mode);
+        if self.power_state().await? == PowerState::Off {
+            return Ok(PowerOutcome::already_done(request));
+        }
+        let mut hard_fallback = None;
+        if mode == PowerOffMode::Soft {
+            match self.chassis_power("soft", true).await {
+                Ok(()) => return Ok(PowerOutcome::sent(request, "chassis power soft")),
+                Err(BmcError::Ipmitool {
+                    transient: false,
+                    stderr,
+                    ..
+                }) => {
+                    let reason = format!("the BMC rejected chassis power soft: {stderr}");
+                    tracing::info!(endpoint = %self.endpoint, %reason, "soft request carried out hard");
+                    hard_fallback = Some(reason);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.chassis_power("off", true).await?;
+        Ok(PowerOutcome {
+            request,
+            action: Some("chassis power off".into()),
+            hard_fallback,
+            output: None,
+        })
+    }
+
+    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        let request = PowerRequest::Reboot(mode);
+        if self.power_state().await? == PowerState::Off {
+            self.chassis_power("on", true).await?;
+            return Ok(PowerOutcome::sent(
+                request,
+                "chassis power on (host was off)",
+            ));
+        }
+        self.chassis_power("reset", false).await?;
+        Ok(PowerOutcome {
+            request,
+            action: Some("chassis power reset".into()),
+            hard_fallback: (mode == PowerOffMode::Soft)
+                .then(|| "IPMI has no graceful restart".to_string()),
+            output: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_chassis_power_output() {
+        assert_eq!(
+            parse_chassis_power("Chassis Power is on\n"),
+            Some(PowerState::On)
+        );
+        assert_eq!(
+            parse_chassis_power("Chassis Power is off"),
+            Some(PowerState::Off)
+        );
+        assert_eq!(parse_chassis_power("Chassis Power Control: Up/On"), None);
+        assert_eq!(parse_chassis_power(""), None);
+    }
+
+    #[test]
+    fn stderr_noise_is_dropped() {
+        let stderr = "Loading IANA PEN Registry...\n> RAKP 2 HMAC is invalid\n\
+                      Error: Unable to establish IPMI v2 / RMCP+ session\n";
+        assert_eq!(
+            meaningful_stderr(stderr),
+            "RAKP 2 HMAC is invalid; Error: Unable to establish IPMI v2 / RMCP+ session"
+        );
+        assert_eq!(meaningful_stderr(""), "(no error output)");
+    }
+}
