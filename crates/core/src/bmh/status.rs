@@ -71,6 +71,8 @@ fn set_condition(
     now: Timestamp,
     generation: Option<i64>,
 ) {
+    // metav1.Time has second precision on the wire; truncate so the status round-trips.
+    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
     let fresh = Condition {
         type_: update.type_.to_owned(),
         status: update.status.to_owned(),
