@@ -79,7 +79,7 @@ pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) 
     let power = match &s.bmc {
         BmcObservation::Power(power) => *power,
         BmcObservation::Failed(failure) => {
-            record_bmc_failure(&mut d, st, &state, failure, cfg);
+            record_bmc_failure(&mut d, st, &state, failure, cfg, false);
             return d;
         }
         BmcObservation::NotQueried => {
@@ -412,13 +412,7 @@ pub fn after_power_call(
                 .state
                 .clone()
                 .unwrap_or(ProvisioningState::Available);
-            record_bmc_failure(&mut d, status, &state, failure, cfg);
-            if let Some(StatusUpdate::SetCondition(c)) = d.status.iter_mut().find(
-                |u| matches!(u, StatusUpdate::SetCondition(c) if c.type_ == condition::BMC_HEALTHY),
-            ) && failure.kind != BmcFailureKind::Credentials
-            {
-                c.reason = condition_reason::POWER_ACTION_FAILED;
-            }
+            record_bmc_failure(&mut d, status, &state, failure, cfg, true);
         }
     }
     d
@@ -430,6 +424,7 @@ fn record_bmc_failure(
     state: &ProvisioningState,
     failure: &BmcFailure,
     cfg: &DecideConfig,
+    during_power_call: bool,
 ) {
     let count = st.error_count.saturating_add(1);
     let (error_type, reason) = match failure.kind {
@@ -446,6 +441,11 @@ fn record_bmc_failure(
             condition_reason::BMC_UNREACHABLE,
         ),
         BmcFailureKind::Other => (ErrorType::PowerManagementError, condition_reason::BMC_ERROR),
+    };
+    let reason = if during_power_call && failure.kind != BmcFailureKind::Credentials {
+        condition_reason::POWER_ACTION_FAILED
+    } else {
+        reason
     };
     set_operational_status(d, st, OperationalStatus::Error);
     d.status.push(StatusUpdate::SetError {
