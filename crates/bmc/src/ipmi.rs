@@ -20,6 +20,8 @@ use crate::driver::{
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, with_retries};
 
+/// IPMI v2.0 passwords are at most 20 bytes (ipmitool refuses longer ones).
+const MAX_PASSWORD_BYTES: usize = 20;
 /// Longest ipmitool stderr kept in an error.
 const MAX_STDERR_CHARS: usize = 400;
 
@@ -79,20 +81,22 @@ const STDERR_NOISE: &[&str] = &[
 ];
 
 impl IpmiDriver {
+    /// Fails when the credentials cannot work over IPMI (passwords are at most 20 bytes).
     pub fn new(
         address: IpmiAddress,
         credentials: BmcCredentials,
         permits: Arc<Semaphore>,
         options: IpmiOptions,
-    ) -> Self {
+    ) -> Result<Self, BmcError> {
         let endpoint = address.endpoint();
-        IpmiDriver {
-            address,
-            endpoint,
-            credentials,
-            options,
-            permits,
+        let length = credentials.password().len();
+        if length > MAX_PASSWORD_BYTES {
+            return Err(BmcError::Config(format!(
+                "the password for {endpoint} is {length} bytes long, but IPMI allows at most \
+                 {MAX_PASSWORD_BYTES}; use a shorter BMC password or a Redfish address"
+            )));
         }
+        Ok(IpmiDriver { address, endpoint, credentials, options, permits })
     }
 
     /// Runs `ipmitool … chassis <args>` once and returns stdout.

@@ -165,12 +165,8 @@ impl BmcConnector {
                 );
                 let mut options = self.options.ipmi.clone();
                 options.retry = self.options.retry.clone();
-                Ok(Arc::new(IpmiDriver::new(
-                    ipmi.clone(),
-                    credentials,
-                    permits,
-                    options,
-                )))
+                let driver = IpmiDriver::new(ipmi.clone(), credentials, permits, options)?;
+                Ok(Arc::new(driver))
             }
         }
     }

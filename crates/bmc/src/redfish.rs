@@ -440,7 +440,7 @@ impl RedfishDriver {
             return match tls {
                 rustls::Error::InvalidCertificate(cert) => BmcError::Certificate {
                     endpoint: self.endpoint.clone(),
-                    detail: format!("{cert:?}"),
+                    detail: crate::tls::describe_certificate_error(cert),
                 },
                 other => BmcError::Connection {
                     endpoint: self.endpoint.clone(),

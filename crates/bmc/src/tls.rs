@@ -114,6 +114,23 @@ impl ServerCertVerifier for AcceptAnyCertificate {
     }
 }
 
+/// A readable reason for a rejected certificate, with rustls' name for it.
+pub(crate) fn describe_certificate_error(error: &rustls::CertificateError) -> String {
+    use rustls::CertificateError as E;
+    let reason = match error {
+        E::UnknownIssuer => "it is not signed by a trusted CA",
+        E::NotValidForName | E::NotValidForNameContext { .. } => {
+            "it is not valid for the host name or IP in the address"
+        }
+        E::Expired | E::ExpiredContext { .. } => "it has expired",
+        E::NotValidYet | E::NotValidYetContext { .. } => "it is not valid yet (check the clocks)",
+        E::Revoked => "it has been revoked",
+        E::BadSignature => "its signature is invalid",
+        _ => "it is invalid",
+    };
+    format!("{reason} ({error:?})")
+}
+
 /// Finds a rustls error in an error's source chain (reqwest → hyper → io::Error → rustls).
 pub(crate) fn find_tls_error<'a>(
     error: &'a (dyn std::error::Error + 'static),
@@ -123,14 +140,11 @@ pub(crate) fn find_tls_error<'a>(
         if let Some(tls) = err.downcast_ref::<rustls::Error>() {
             return Some(tls);
         }
-        // io::Error::source() skips the wrapped error itself, so look inside explicitly.
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && let Some(inner) = io.get_ref()
-            && let Some(tls) = inner.downcast_ref::<rustls::Error>()
-        {
-            return Some(tls);
-        }
-        current = err.source();
+        // io::Error::source() skips the error it wraps (and io errors nest), so step into it.
+        current = match err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
     }
     None
 }
