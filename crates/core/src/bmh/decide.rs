@@ -224,7 +224,7 @@ pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) 
         let open_same = last_action
             .as_ref()
             .filter(|a| a.state != PowerActionState::Completed && a.action == target);
-        let reason = power_reason(trigger, &requests, s.online);
+        let reason = power_reason(trigger, &requests);
         match open_same {
             Some(action)
                 if action.state == PowerActionState::Requested && !timed_out(action, now, cfg) =>
@@ -311,8 +311,7 @@ pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) 
             None => {
                 // We saw the host in the desired state before and did not change it since:
                 // someone else did. Put it back, and say so.
-                let expected = PowerTarget::from_powered_on(want_on);
-                if st.powered_on.map(PowerTarget::from_powered_on) == Some(expected) {
+                if st.powered_on.map(PowerTarget::from_powered_on) == Some(target) {
                     event(
                         &mut d,
                         EventType::Warning,
@@ -336,11 +335,14 @@ pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) 
     // 5. Errors: a power-management error lasts until the power change it is about is seen
     //    (so its count keeps backing off retries); anything else clears once the BMC answers.
     let power_error_outstanding = timed_out_now
-        || (st.error_type == Some(ErrorType::PowerManagementError)
+        || (st.error_type.is_some()
             && on != want_on
-            && last_action
-                .as_ref()
-                .is_some_and(|a| a.state != PowerActionState::Completed && a.action == target));
+            && last_action.as_ref().is_some_and(|a| {
+                a.action == target
+                    && (a.state == PowerActionState::Failed
+                        || (a.state == PowerActionState::Requested
+                            && st.error_type == Some(ErrorType::PowerManagementError)))
+            }));
     if !power_error_outstanding {
         if st.error_type.is_some() || st.error_count > 0 || !st.error_message.is_empty() {
             d.status.push(StatusUpdate::ClearError);
@@ -624,7 +626,7 @@ fn request_power(
     }
 }
 
-fn power_reason(trigger: PowerActionTrigger, requests: &RebootRequests, online: bool) -> String {
+fn power_reason(trigger: PowerActionTrigger, requests: &RebootRequests) -> String {
     match trigger {
         PowerActionTrigger::RebootRequested if requests.is_empty() => {
             "a reboot is pending; the host must go off first".to_owned()
@@ -636,10 +638,9 @@ fn power_reason(trigger: PowerActionTrigger, requests: &RebootRequests, online: 
             )
         }
         PowerActionTrigger::SpecOffline => "spec.online is false".to_owned(),
-        PowerActionTrigger::SpecOnline if online => {
+        PowerActionTrigger::SpecOnline => {
             "spec.online is true and no reboot annotation remains".to_owned()
         }
-        PowerActionTrigger::SpecOnline => "spec.online is true".to_owned(),
     }
 }
 
