@@ -402,6 +402,8 @@ pub enum HardFallbackSource {
     Bmc,
     /// A hard reboot request arrived while a soft power-off was in flight.
     Escalation,
+    /// The host was still on when the soft power-off timeout ran out.
+    SoftTimeout,
 }
 
 impl BareMetalHost {

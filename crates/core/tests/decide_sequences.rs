@@ -385,7 +385,7 @@ fn restart_mid_reboot_does_not_repeat_the_power_off() {
 #[test]
 fn lost_request_is_retried_after_the_timeout() {
     let cfg = DecideConfig::default();
-    let mut h = host_on().annotate(KEY_A, "");
+    let mut h = host_on().annotate(KEY_A, r#"{"mode":"hard"}"#);
     h.step(t(0)); // recorded; pretend the call never happened
     let timeout_ms = cfg.power_action_timeout.as_millis() as i64;
     assert_eq!(h.step(t(timeout_ms - 1)).power_action(), None);
@@ -393,7 +393,7 @@ fn lost_request_is_retried_after_the_timeout() {
     assert_eq!(
         effects(&d),
         vec![Action::PowerOff {
-            mode: PowerOffMode::Soft
+            mode: PowerOffMode::Hard
         }]
     );
     assert!(d.event_reasons().contains(&ev::POWER_ACTION_TIMED_OUT));
@@ -647,4 +647,43 @@ fn status_written_by_decide_round_trips_through_json() {
     let mut again = h.clone();
     again.snapshot.status = back;
     assert_eq!(decide(&again.snapshot, t(500)), decide(&h.snapshot, t(500)));
+}
+
+/// Soft first; a host that ignores the ACPI shutdown for the whole soft timeout is powered
+/// off hard, once, and the path taken is recorded. Works across an operator restart because
+/// the soft request's time is in status.
+#[test]
+fn soft_power_off_falls_back_to_hard_after_the_soft_timeout() {
+    let cfg = DecideConfig::default();
+    let soft_ms = cfg.soft_power_off_timeout.as_millis() as i64;
+    let mut h = host_on().annotate(KEY_A, "");
+    assert_eq!(
+        effects(&h.step(t(0))),
+        vec![Action::PowerOff {
+            mode: PowerOffMode::Soft
+        }]
+    );
+    // The host ignores it; nothing is sent again before the soft timeout.
+    for ms in [1_000, 60_000, soft_ms - 1] {
+        assert_eq!(h.step(t(ms)).power_action(), None, "at {ms} ms");
+    }
+    let d = h.step(t(soft_ms));
+    assert_eq!(
+        effects(&d),
+        vec![Action::PowerOff {
+            mode: PowerOffMode::Hard
+        }]
+    );
+    assert!(d.event_reasons().contains(&ev::SOFT_POWER_OFF_FALLBACK));
+    let record = h.last_action().unwrap();
+    assert_eq!(record.mode, Some(PowerOffMode::Hard));
+    assert_eq!(
+        record.hard_fallback.as_ref().map(|f| f.by),
+        Some(hostcycle_api::HardFallbackSource::SoftTimeout)
+    );
+    // The hard request is in flight: not sent again.
+    assert_eq!(h.step(t(soft_ms + 1_000)).power_action(), None);
+    h = h.bmc(ObservedPower::Off);
+    assert_eq!(h.step(t(soft_ms + 2_000)).power_action(), None);
+    assert_eq!(h.last_action().unwrap().state, PowerActionState::Completed);
 }

@@ -253,11 +253,37 @@ fn cases() -> Vec<Case> {
             ..Default::default()
         },
         Case {
-            name: "off in flight timed out → requested again, reported",
+            name: "soft off in flight just under the soft timeout → still wait",
             host: host_on()
                 .annotate(KEY_A, "")
-                .with_status(soft_off_in_flight(-200_000)),
-            power: off(PowerOffMode::Soft),
+                .with_status(soft_off_in_flight(-179_999)),
+            no_events: &[ev::POWER_OFF, ev::SOFT_POWER_OFF_FALLBACK],
+            requeue: FAST,
+            ..Default::default()
+        },
+        Case {
+            name: "soft off, host still on after the soft timeout → hard, fallback reported",
+            host: host_on()
+                .annotate(KEY_A, "")
+                .with_status(soft_off_in_flight(-180_000)),
+            power: off(PowerOffMode::Hard),
+            events: &[ev::SOFT_POWER_OFF_FALLBACK],
+            no_events: &[ev::POWER_ACTION_TIMED_OUT],
+            requeue: FAST,
+            ..Default::default()
+        },
+        Case {
+            name: "hard off in flight timed out → requested again, reported",
+            host: host_on().annotate(KEY_A, HARD).with_status(|st| {
+                st.provisioning.pending_reboot_since = Some(t(-300_000));
+                st.last_power_action = Some(requested(
+                    PowerTarget::Off,
+                    Some(PowerOffMode::Hard),
+                    PowerActionTrigger::RebootRequested,
+                    t(-300_000),
+                ));
+            }),
+            power: off(PowerOffMode::Hard),
             events: &[ev::POWER_ACTION_TIMED_OUT, ev::POWER_OFF],
             requeue: FAST,
             ..Default::default()

@@ -9,8 +9,11 @@ pub struct DecideConfig {
     pub steady_requeue: Duration,
     /// Re-check interval while the BMC reports an unknown power state.
     pub unknown_power_requeue: Duration,
-    /// A requested power change not observed within this long may be requested again.
-    /// Must exceed the BMC layer's soft-off timeout plus the slowest power-on.
+    /// A soft power-off still not observed after this long is carried out hard
+    /// (the host ignored the ACPI shutdown).
+    pub soft_power_off_timeout: Duration,
+    /// A requested power change (power-on or hard power-off) not observed within this long may
+    /// be requested again. Should exceed `soft_power_off_timeout`.
     pub power_action_timeout: Duration,
     /// First retry delay after an error; doubles with every consecutive error.
     pub error_backoff_base: Duration,
@@ -24,7 +27,8 @@ impl Default for DecideConfig {
             transition_requeue: Duration::from_secs(1),
             steady_requeue: Duration::from_secs(60),
             unknown_power_requeue: Duration::from_secs(10),
-            power_action_timeout: Duration::from_secs(180),
+            soft_power_off_timeout: Duration::from_secs(180),
+            power_action_timeout: Duration::from_secs(300),
             error_backoff_base: Duration::from_secs(5),
             error_backoff_max: Duration::from_secs(300),
         }

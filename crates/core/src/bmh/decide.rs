@@ -226,6 +226,11 @@ pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) 
             .filter(|a| a.state != PowerActionState::Completed && a.action == target);
         let reason = power_reason(trigger, &requests);
         match open_same {
+            Some(action) if soft_off_timed_out(action, now, cfg) => {
+                // Soft first; still on after the soft timeout: cut power.
+                soft_timeout_fallback(&mut d, action, now, cfg);
+                requeue = cfg.transition_requeue;
+            }
             Some(action)
                 if action.state == PowerActionState::Requested && !timed_out(action, now, cfg) =>
             {
@@ -516,6 +521,57 @@ fn remaining(wait: Duration, elapsed: SignedDuration) -> Option<Duration> {
     } else {
         None
     }
+}
+
+/// A soft power-off in flight for longer than the soft timeout.
+fn soft_off_timed_out(action: &LastPowerAction, now: Timestamp, cfg: &DecideConfig) -> bool {
+    action.state == PowerActionState::Requested
+        && action.action == PowerTarget::Off
+        && action.mode == Some(PowerOffMode::Soft)
+        && remaining(
+            cfg.soft_power_off_timeout,
+            now.duration_since(action.last_attempt_at),
+        )
+        .is_none()
+}
+
+/// The host ignored a soft power-off for the whole soft timeout: go hard, and record why.
+fn soft_timeout_fallback(
+    d: &mut Decision,
+    action: &LastPowerAction,
+    now: Timestamp,
+    cfg: &DecideConfig,
+) {
+    let reason = format!(
+        "host still on {}s after a soft power-off",
+        cfg.soft_power_off_timeout.as_secs()
+    );
+    d.status
+        .push(StatusUpdate::RecordPowerRequest(LastPowerAction {
+            action: PowerTarget::Off,
+            mode: Some(PowerOffMode::Hard),
+            trigger: action.trigger,
+            state: PowerActionState::Requested,
+            requested_at: action.requested_at,
+            last_attempt_at: now,
+            attempts: action.attempts.saturating_add(1),
+            completed_at: None,
+            hard_fallback: Some(HardFallback {
+                by: HardFallbackSource::SoftTimeout,
+                reason: reason.clone(),
+                at: Some(now),
+            }),
+            failure: None,
+        }));
+    d.actions.push(Action::PowerOff {
+        mode: PowerOffMode::Hard,
+    });
+    event(
+        d,
+        EventType::Warning,
+        event_reason::SOFT_POWER_OFF_FALLBACK,
+        format!("{reason}; powering off hard"),
+    );
 }
 
 fn should_escalate(action: &LastPowerAction, mode: PowerOffMode) -> bool {
