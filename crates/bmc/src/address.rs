@@ -347,6 +347,7 @@ fn parse_bare_ipmi(raw: &str, text: &str) -> Result<BmcAddress, AddressError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn redfish(raw: &str) -> RedfishAddress {

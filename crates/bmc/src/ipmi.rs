@@ -96,7 +96,13 @@ impl IpmiDriver {
                  {MAX_PASSWORD_BYTES}; use a shorter BMC password or a Redfish address"
             )));
         }
-        Ok(IpmiDriver { address, endpoint, credentials, options, permits })
+        Ok(IpmiDriver {
+            address,
+            endpoint,
+            credentials,
+            options,
+            permits,
+        })
     }
 
     /// Runs `ipmitool … chassis <args>` once and returns stdout.
@@ -344,6 +350,7 @@ impl PowerDriver for IpmiDriver {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -870,6 +870,7 @@ fn find_in_chain<'a, T: std::error::Error + 'static>(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

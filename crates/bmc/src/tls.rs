@@ -141,7 +141,10 @@ pub(crate) fn find_tls_error<'a>(
             return Some(tls);
         }
         // io::Error::source() skips the error it wraps (and io errors nest), so step into it.
-        current = match err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        current = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
             Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
             None => err.source(),
         };
@@ -151,6 +154,7 @@ pub(crate) fn find_tls_error<'a>(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

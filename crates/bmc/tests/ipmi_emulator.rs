@@ -18,7 +18,9 @@ async fn bmc(power: FakePower) -> FakeIpmiBmc {
     init_tracing();
     hostcycle_testkit::require_program("ipmitool", Path::new("/usr/bin/ipmitool"))
         .unwrap_or_else(|e| panic!("{e}"));
-    FakeIpmiBmc::start(USER, PASSWORD, power).await.unwrap_or_else(|e| panic!("{e}"))
+    FakeIpmiBmc::start(USER, PASSWORD, power)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn driver(bmc: &FakeIpmiBmc) -> std::sync::Arc<dyn hostcycle_bmc::PowerDriver> {
@@ -32,7 +34,10 @@ async fn reads_power_state() {
     assert_eq!(driver(&off).power_state().await.unwrap(), PowerState::Off);
     assert_eq!(driver(&on).power_state().await.unwrap(), PowerState::On);
     let description = driver(&on).description().to_string();
-    assert_eq!(description, format!("ipmi {} (lanplus, cipher suite 3)", on.address()));
+    assert_eq!(
+        description,
+        format!("ipmi {} (lanplus, cipher suite 3)", on.address())
+    );
 }
 
 #[tokio::test]
@@ -55,7 +60,11 @@ async fn powers_on_and_off_soft_and_hard() {
     let outcome = driver.power_off(PowerOffMode::Hard).await.unwrap();
     assert_eq!(outcome.action.as_deref(), Some("chassis power off"));
     assert_eq!(bmc.power_state().unwrap(), FakePower::Off);
-    assert_eq!(driver.power_off(PowerOffMode::Hard).await.unwrap().action, None, "already off");
+    assert_eq!(
+        driver.power_off(PowerOffMode::Hard).await.unwrap().action,
+        None,
+        "already off"
+    );
 }
 
 #[tokio::test]
@@ -64,11 +73,17 @@ async fn reboot_resets_a_running_host_and_starts_a_stopped_one() {
     let driver = driver(&bmc);
     let outcome = driver.reboot(PowerOffMode::Soft).await.unwrap();
     assert_eq!(outcome.action.as_deref(), Some("chassis power reset"));
-    assert_eq!(outcome.hard_fallback.as_deref(), Some("IPMI has no graceful restart"));
+    assert_eq!(
+        outcome.hard_fallback.as_deref(),
+        Some("IPMI has no graceful restart")
+    );
 
     driver.power_off(PowerOffMode::Hard).await.unwrap();
     let outcome = driver.reboot(PowerOffMode::Hard).await.unwrap();
-    assert_eq!(outcome.action.as_deref(), Some("chassis power on (host was off)"));
+    assert_eq!(
+        outcome.action.as_deref(),
+        Some("chassis power on (host was off)")
+    );
     assert_eq!(bmc.power_state().unwrap(), FakePower::On);
 }
 
@@ -84,12 +99,19 @@ async fn wrong_password_is_a_clear_authentication_error_and_not_retried() {
         .unwrap();
     let start = Instant::now();
     let err = driver.power_state().await.unwrap_err();
-    assert!(matches!(err, BmcError::AuthenticationFailed { .. }), "{err:?}");
+    assert!(
+        matches!(err, BmcError::AuthenticationFailed { .. }),
+        "{err:?}"
+    );
     let message = err.to_string();
     assert!(message.contains("rejected the credentials"), "{message}");
     assert!(message.contains("RAKP 2 HMAC is invalid"), "{message}");
     assert!(!message.contains("not-the-password"), "{message}");
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
     assert_eq!(bmc.power_state().unwrap(), FakePower::On);
 }
 
@@ -113,15 +135,25 @@ fn passwords_longer_than_ipmi_allows_are_rejected_up_front() {
 async fn a_missing_ipmitool_is_reported_with_the_fix() {
     let bmc = bmc(FakePower::On).await;
     let options = ConnectorOptions {
-        ipmi: IpmiOptions { ipmitool: "/nonexistent/ipmitool".into(), ..IpmiOptions::default() },
+        ipmi: IpmiOptions {
+            ipmitool: "/nonexistent/ipmitool".into(),
+            ..IpmiOptions::default()
+        },
         ..options()
     };
     let driver = BmcConnector::new(options)
-        .connect_str(&bmc.address(), credentials(), &HostConnectOptions::default())
+        .connect_str(
+            &bmc.address(),
+            credentials(),
+            &HostConnectOptions::default(),
+        )
         .unwrap();
     let err = driver.power_state().await.unwrap_err();
     assert!(matches!(err, BmcError::IpmitoolMissing { .. }), "{err:?}");
-    assert!(err.to_string().contains("install the `ipmitool` package"), "{err}");
+    assert!(
+        err.to_string().contains("install the `ipmitool` package"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -136,17 +168,30 @@ async fn an_unreachable_bmc_times_out_with_a_clear_error() {
             command_timeout: Duration::from_secs(10),
             ..IpmiOptions::default()
         },
-        retry: hostcycle_bmc::RetryPolicy { max_attempts: 2, ..options().retry },
+        retry: hostcycle_bmc::RetryPolicy {
+            max_attempts: 2,
+            ..options().retry
+        },
         ..options()
     };
     let driver = BmcConnector::new(options)
-        .connect_str(&format!("ipmi://127.0.0.1:{port}"), credentials(), &HostConnectOptions::default())
+        .connect_str(
+            &format!("ipmi://127.0.0.1:{port}"),
+            credentials(),
+            &HostConnectOptions::default(),
+        )
         .unwrap();
     let err = driver.power_state().await.unwrap_err();
     let message = err.to_string();
     assert!(err.is_transient(), "{err:?}");
-    assert!(message.contains("still failing after 2 attempts"), "{message}");
-    assert!(message.contains(&format!("ipmi://127.0.0.1:{port}")), "{message}");
+    assert!(
+        message.contains("still failing after 2 attempts"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("ipmi://127.0.0.1:{port}")),
+        "{message}"
+    );
     assert_no_secret(&format!("{err} {err:?}"));
 }
 
@@ -166,11 +211,19 @@ async fn the_password_goes_through_the_environment_not_the_command_line() {
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let options = ConnectorOptions {
-        ipmi: IpmiOptions { ipmitool: script, cipher_suite: 17, ..IpmiOptions::default() },
+        ipmi: IpmiOptions {
+            ipmitool: script,
+            cipher_suite: 17,
+            ..IpmiOptions::default()
+        },
         ..options()
     };
     let driver = BmcConnector::new(options)
-        .connect_str("ipmi://[fd00::7]:6230", credentials(), &HostConnectOptions::default())
+        .connect_str(
+            "ipmi://[fd00::7]:6230",
+            credentials(),
+            &HostConnectOptions::default(),
+        )
         .unwrap();
     assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
     let argv = std::fs::read_to_string(dir.path().join("argv")).unwrap();
@@ -183,6 +236,9 @@ async fn the_password_goes_through_the_environment_not_the_command_line() {
             "2", "-R", "3", "-v", "chassis", "power", "status"
         ]
     );
-    assert_eq!(std::fs::read_to_string(dir.path().join("env")).unwrap(), PASSWORD);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("env")).unwrap(),
+        PASSWORD
+    );
     assert_no_secret(&format!("{driver:?}"));
 }

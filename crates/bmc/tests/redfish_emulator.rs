@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use hostcycle_bmc::soft_off::{OffPath, SoftOffPolicy, power_off_with_fallback};
 use hostcycle_bmc::{BmcError, HostConnectOptions, PowerOffMode, PowerState};
-use hostcycle_testkit::bmc_emulators::{FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions};
+use hostcycle_testkit::bmc_emulators::{
+    FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
+};
 use hostcycle_testkit::pki::TestCa;
 
 /// A TLS + basic-auth emulator with the given systems.
@@ -44,8 +46,14 @@ async fn reads_power_state_over_tls_with_basic_auth() {
     assert_eq!(off.power_state().await.unwrap(), PowerState::Off);
     assert_eq!(on.power_state().await.unwrap(), PowerState::On);
     let description = off.description().to_string();
-    assert!(description.starts_with("redfish https://127.0.0.1:"), "{description}");
-    assert!(description.contains(&emulator.systems()[0].uuid), "{description}");
+    assert!(
+        description.starts_with("redfish https://127.0.0.1:"),
+        "{description}"
+    );
+    assert!(
+        description.contains(&emulator.systems()[0].uuid),
+        "{description}"
+    );
 }
 
 #[tokio::test]
@@ -66,7 +74,10 @@ async fn soft_power_off_uses_graceful_shutdown() {
     let (emulator, host) = one_host(FakePower::On).await;
     let driver = connect(&emulator.system_address(0).unwrap(), &host);
     let outcome = driver.power_off(PowerOffMode::Soft).await.unwrap();
-    assert_eq!(outcome.action.as_deref(), Some("ResetType=GracefulShutdown"));
+    assert_eq!(
+        outcome.action.as_deref(),
+        Some("ResetType=GracefulShutdown")
+    );
     assert_eq!(outcome.hard_fallback, None);
     wait_for(driver.as_ref(), PowerState::Off).await;
     assert_eq!(emulator.power_state(0).await.unwrap(), "Off");
@@ -79,7 +90,10 @@ async fn hard_power_off_uses_force_off() {
     let outcome = driver.power_off(PowerOffMode::Hard).await.unwrap();
     assert_eq!(outcome.action.as_deref(), Some("ResetType=ForceOff"));
     wait_for(driver.as_ref(), PowerState::Off).await;
-    assert_eq!(driver.power_off(PowerOffMode::Hard).await.unwrap().action, None);
+    assert_eq!(
+        driver.power_off(PowerOffMode::Hard).await.unwrap().action,
+        None
+    );
 }
 
 #[tokio::test]
@@ -122,13 +136,19 @@ async fn wrong_password_is_a_clear_authentication_error_and_not_retried() {
         .unwrap();
     let start = Instant::now();
     let err = driver.power_state().await.unwrap_err();
-    assert!(matches!(err, BmcError::AuthenticationFailed { .. }), "{err:?}");
+    assert!(
+        matches!(err, BmcError::AuthenticationFailed { .. }),
+        "{err:?}"
+    );
     let message = err.to_string();
     assert!(message.contains("rejected the credentials"), "{message}");
     assert!(message.contains("HTTP 401"), "{message}");
     assert!(message.contains("credentials Secret"), "{message}");
     assert!(!message.contains("wrong-password"), "{message}");
-    assert!(start.elapsed() < Duration::from_secs(5), "401 must not be retried");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "401 must not be retried"
+    );
 }
 
 #[tokio::test]
@@ -140,9 +160,15 @@ async fn wrong_ca_is_a_clear_certificate_error() {
     let err = driver.power_state().await.unwrap_err();
     assert!(matches!(err, BmcError::Certificate { .. }), "{err:?}");
     let message = err.to_string();
-    assert!(message.contains("TLS certificate of BMC https://127.0.0.1:"), "{message}");
+    assert!(
+        message.contains("TLS certificate of BMC https://127.0.0.1:"),
+        "{message}"
+    );
     assert!(message.contains("UnknownIssuer"), "{message}");
-    assert!(message.contains("disableCertificateVerification"), "{message}");
+    assert!(
+        message.contains("disableCertificateVerification"),
+        "{message}"
+    );
     assert_no_secret(&format!("{err} {err:?}"));
 
     // The system trust store does not know the test CA either.
@@ -154,7 +180,10 @@ async fn wrong_ca_is_a_clear_certificate_error() {
 #[tokio::test]
 async fn disabled_verification_accepts_the_certificate() {
     let (emulator, _) = one_host(FakePower::On).await;
-    let host = HostConnectOptions { disable_certificate_verification: true, ..Default::default() };
+    let host = HostConnectOptions {
+        disable_certificate_verification: true,
+        ..Default::default()
+    };
     let driver = connect(&emulator.system_address(0).unwrap(), &host);
     assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
 }
@@ -162,17 +191,27 @@ async fn disabled_verification_accepts_the_certificate() {
 #[tokio::test]
 async fn unknown_system_is_a_not_found_error() {
     let (emulator, host) = one_host(FakePower::Off).await;
-    let address = format!("redfish://127.0.0.1:{}/redfish/v1/Systems/no-such-system", emulator.port());
+    let address = format!(
+        "redfish://127.0.0.1:{}/redfish/v1/Systems/no-such-system",
+        emulator.port()
+    );
     let err = connect(&address, &host).power_state().await.unwrap_err();
     assert!(matches!(err, BmcError::SystemNotFound { .. }), "{err:?}");
-    assert!(err.to_string().contains("/redfish/v1/Systems/no-such-system (HTTP 404)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("/redfish/v1/Systems/no-such-system (HTTP 404)"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn finds_the_only_system_and_refuses_to_guess_among_several() {
     let (single, host) = one_host(FakePower::On).await;
     let address = format!("redfish://127.0.0.1:{}", single.port());
-    assert_eq!(connect(&address, &host).power_state().await.unwrap(), PowerState::On);
+    assert_eq!(
+        connect(&address, &host).power_state().await.unwrap(),
+        PowerState::On
+    );
 
     let several = emulator(vec![
         FakeSystem::new("a", FakePower::On),
@@ -180,24 +219,41 @@ async fn finds_the_only_system_and_refuses_to_guess_among_several() {
     ])
     .await;
     let address = format!("redfish://127.0.0.1:{}/", several.port());
-    let err = connect(&address, &with_ca(several.ca_pem().unwrap())).power_state().await.unwrap_err();
-    assert!(matches!(err, BmcError::SystemAmbiguous { count: 2, .. }), "{err:?}");
+    let err = connect(&address, &with_ca(several.ca_pem().unwrap()))
+        .power_state()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BmcError::SystemAmbiguous { count: 2, .. }),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
 async fn follows_same_host_redirects_from_system_names() {
     // sushy answers /Systems/<name> with a 307 to /Systems/<uuid>.
     let (emulator, host) = one_host(FakePower::On).await;
-    let address = format!("redfish://127.0.0.1:{}/redfish/v1/Systems/host-0", emulator.port());
-    assert_eq!(connect(&address, &host).power_state().await.unwrap(), PowerState::On);
+    let address = format!(
+        "redfish://127.0.0.1:{}/redfish/v1/Systems/host-0",
+        emulator.port()
+    );
+    assert_eq!(
+        connect(&address, &host).power_state().await.unwrap(),
+        PowerState::On
+    );
 }
 
 #[tokio::test]
 async fn plain_http_without_auth() {
     init_tracing();
-    let emulator = RedfishEmulator::start(RedfishEmulatorOptions::default()).await.unwrap();
+    let emulator = RedfishEmulator::start(RedfishEmulatorOptions::default())
+        .await
+        .unwrap();
     let address = emulator.system_address(0).unwrap();
-    assert!(address.starts_with("redfish+http://127.0.0.1:"), "{address}");
+    assert!(
+        address.starts_with("redfish+http://127.0.0.1:"),
+        "{address}"
+    );
     let driver = connect(&address, &HostConnectOptions::default());
     assert_eq!(driver.power_state().await.unwrap(), PowerState::Off);
 }

@@ -37,17 +37,27 @@ pub fn options() -> ConnectorOptions {
 }
 
 pub fn connect(address: &str, host: &HostConnectOptions) -> Arc<dyn PowerDriver> {
-    BmcConnector::new(options()).connect_str(address, credentials(), host).unwrap()
+    BmcConnector::new(options())
+        .connect_str(address, credentials(), host)
+        .unwrap()
 }
 
 pub fn with_ca(ca_pem: &str) -> HostConnectOptions {
-    HostConnectOptions { ca_bundle_pem: Some(ca_pem.as_bytes().to_vec()), ..Default::default() }
+    HostConnectOptions {
+        ca_bundle_pem: Some(ca_pem.as_bytes().to_vec()),
+        ..Default::default()
+    }
 }
 
 pub async fn wait_for(driver: &dyn PowerDriver, expected: PowerState) {
-    wait_for_power_state(driver, expected, POWER_CHANGE_TIMEOUT, Duration::from_millis(500))
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}", driver.description()));
+    wait_for_power_state(
+        driver,
+        expected,
+        POWER_CHANGE_TIMEOUT,
+        Duration::from_millis(500),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}: {e}", driver.description()));
 }
 
 /// Fails if `text` contains the password.
