@@ -40,7 +40,10 @@ impl FakeIpmiBmc {
         let dir = tempfile::Builder::new()
             .prefix("fake-ipmi-")
             .tempdir()
-            .map_err(|source| TestkitError::Io { what: "creating a temp dir".into(), source })?;
+            .map_err(|source| TestkitError::Io {
+                what: "creating a temp dir".into(),
+                source,
+            })?;
         let script = dir.path().join("fake_ipmi_bmc.py");
         std::fs::write(&script, SCRIPT).map_err(|source| TestkitError::Io {
             what: format!("writing {}", script.display()),
@@ -60,7 +63,12 @@ impl FakeIpmiBmc {
             .env("FAKE_BMC_PASSWORD", password);
         let mut process = ManagedProcess::spawn("fake-ipmi-bmc", command, dir.path())?;
         wait_listening(&mut process, DEFAULT_START_TIMEOUT).await?;
-        Ok(FakeIpmiBmc { process, dir, port, state_file })
+        Ok(FakeIpmiBmc {
+            process,
+            dir,
+            port,
+            state_file,
+        })
     }
 
     /// `ipmi://127.0.0.1:PORT`
@@ -87,8 +95,11 @@ impl FakeIpmiBmc {
     /// The host's power state as the fake BMC holds it (read from its state file, not IPMI).
     pub fn power_state(&self) -> Result<FakePower, TestkitError> {
         let what = format!("reading {}", self.state_file.display());
-        let text = std::fs::read_to_string(&self.state_file)
-            .map_err(|source| TestkitError::Io { what: what.clone(), source })?;
+        let text =
+            std::fs::read_to_string(&self.state_file).map_err(|source| TestkitError::Io {
+                what: what.clone(),
+                source,
+            })?;
         FakePower::parse(&text).ok_or_else(|| other(what, format!("unexpected state {text:?}")))
     }
 
@@ -99,7 +110,10 @@ impl FakeIpmiBmc {
 }
 
 /// Waits for the script's "listening" line (printed after the UDP socket is bound).
-async fn wait_listening(process: &mut ManagedProcess, timeout: Duration) -> Result<(), TestkitError> {
+async fn wait_listening(
+    process: &mut ManagedProcess,
+    timeout: Duration,
+) -> Result<(), TestkitError> {
     let start = Instant::now();
     loop {
         process.ensure_running()?;

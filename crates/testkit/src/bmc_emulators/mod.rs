@@ -56,7 +56,10 @@ impl FakePower {
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn other(what: impl Into<String>, message: impl ToString) -> TestkitError {
-    TestkitError::Other { what: what.into(), message: message.to_string() }
+    TestkitError::Other {
+        what: what.into(),
+        message: message.to_string(),
+    }
 }
 
 /// A string as a Python literal (JSON strings are valid Python strings).

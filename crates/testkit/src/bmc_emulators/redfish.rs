@@ -35,7 +35,11 @@ impl FakeSystem {
             &hex[17..20],
             &hex[20..32]
         );
-        FakeSystem { uuid, name: name.into(), power_state }
+        FakeSystem {
+            uuid,
+            name: name.into(),
+            power_state,
+        }
     }
 }
 
@@ -93,13 +97,22 @@ impl RedfishEmulator {
         let program = venv_bin("sushy-emulator");
         require_program("sushy-emulator (Redfish emulator)", &program)?;
         if options.systems.is_empty() {
-            return Err(other("starting sushy-emulator", "at least one system is needed"));
+            return Err(other(
+                "starting sushy-emulator",
+                "at least one system is needed",
+            ));
         }
         let dir = tempfile::Builder::new()
             .prefix("sushy-")
             .tempdir()
-            .map_err(|source| TestkitError::Io { what: "creating a temp dir".into(), source })?;
-        let ca_pem = options.tls.then(|| write_tls_files(dir.path())).transpose()?;
+            .map_err(|source| TestkitError::Io {
+                what: "creating a temp dir".into(),
+                source,
+            })?;
+        let ca_pem = options
+            .tls
+            .then(|| write_tls_files(dir.path()))
+            .transpose()?;
         if let Some((user, password)) = &options.basic_auth {
             write_htpasswd(&dir.path().join("htpasswd"), user, password)?;
         }
@@ -115,7 +128,10 @@ impl RedfishEmulator {
             let config = dir.path().join("emulator.conf");
             write_config(&config, dir.path(), port, &options)?;
             let mut command = Command::new(&program);
-            command.arg("--config").arg(&config).env("PYTHONUNBUFFERED", "1");
+            command
+                .arg("--config")
+                .arg(&config)
+                .env("PYTHONUNBUFFERED", "1");
             let mut process = ManagedProcess::spawn("sushy-emulator", command, dir.path())?;
             let endpoint = endpoint(port, options.tls);
             match wait_ready(&mut process, &http, &endpoint, options.start_timeout).await {
@@ -179,7 +195,10 @@ impl RedfishEmulator {
     /// The path of system `index`: `/redfish/v1/Systems/<uuid>`.
     pub fn system_path(&self, index: usize) -> Result<String, TestkitError> {
         let system = self.systems.get(index).ok_or_else(|| {
-            other("looking up an emulated system", format!("no system #{index} (there are {})", self.systems.len()))
+            other(
+                "looking up an emulated system",
+                format!("no system #{index} (there are {})", self.systems.len()),
+            )
         })?;
         Ok(format!("/redfish/v1/Systems/{}", system.uuid))
     }
@@ -188,14 +207,22 @@ impl RedfishEmulator {
     /// TLS, `redfish+http://127.0.0.1:PORT/...` without.
     pub fn system_address(&self, index: usize) -> Result<String, TestkitError> {
         let scheme = if self.tls { "redfish" } else { "redfish+http" };
-        Ok(format!("{scheme}://127.0.0.1:{}{}", self.port, self.system_path(index)?))
+        Ok(format!(
+            "{scheme}://127.0.0.1:{}{}",
+            self.port,
+            self.system_path(index)?
+        ))
     }
 
     /// Reads system `index`'s `PowerState` straight from the emulator (`On`, `Off`...).
     pub async fn power_state(&self, index: usize) -> Result<String, TestkitError> {
         let url = format!("{}{}", self.endpoint(), self.system_path(index)?);
         let what = format!("GET {url}");
-        let response = self.authorized(self.http.get(&url)).send().await.map_err(|e| other(&what, e))?;
+        let response = self
+            .authorized(self.http.get(&url))
+            .send()
+            .await
+            .map_err(|e| other(&what, e))?;
         let status = response.status();
         let body: serde_json::Value = response.json().await.map_err(|e| other(&what, e))?;
         if !status.is_success() {
@@ -299,8 +326,10 @@ async fn wait_ready(
 }
 
 fn write_file(path: &Path, contents: &str) -> Result<(), TestkitError> {
-    std::fs::write(path, contents)
-        .map_err(|source| TestkitError::Io { what: format!("writing {}", path.display()), source })
+    std::fs::write(path, contents).map_err(|source| TestkitError::Io {
+        what: format!("writing {}", path.display()),
+        source,
+    })
 }
 
 fn write_tls_files(dir: &Path) -> Result<String, TestkitError> {
@@ -369,7 +398,10 @@ fn write_config(
         systems = systems.join("\n"),
     );
     if options.basic_auth.is_some() {
-        config += &format!("SUSHY_EMULATOR_AUTH_FILE = {}\n", path_str(dir.join("htpasswd")));
+        config += &format!(
+            "SUSHY_EMULATOR_AUTH_FILE = {}\n",
+            path_str(dir.join("htpasswd"))
+        );
     }
     if options.tls {
         config += &format!(
@@ -387,7 +419,9 @@ fn http_client(ca_pem: Option<&str>) -> Result<reqwest::Client, TestkitError> {
     if let Some(pem) = ca_pem {
         for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
             let cert = cert.map_err(|e| other("parsing the emulator CA", e))?;
-            roots.add(cert).map_err(|e| other("adding the emulator CA", e))?;
+            roots
+                .add(cert)
+                .map_err(|e| other("adding the emulator CA", e))?;
         }
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
