@@ -1,1 +1,202 @@
-//! hostcycle-operator
+//! The hostcycle operator: kube-rs controllers, metrics, health endpoint, leader election.
+//!
+//! Only the holder of the leader Lease runs controllers. Losing the Lease stops them and
+//! ends `run` with an error, so the process restarts clean (crash-only: all state is in
+//! Kubernetes objects).
+
+pub mod bmh;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+pub use bmh::BmhControllerConfig;
+pub use leader::LeaderElection;
+
+/// Everything the operator process needs.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    pub metrics_addr: SocketAddr,
+    /// `None` runs without leader election (a single replica, tests).
+    pub leader_election: Option<LeaderElection>,
+    pub identity: String,
+    pub bmh: BmhControllerConfig,
+}
+
+/// Runs the operator until `shutdown` fires (or leadership is lost).
+pub async fn run(client: Client, config: OperatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut registry = metrics::new_registry();
+    let metrics = metrics::Metrics::register(&mut registry);
+    let ready = Arc::new(AtomicBool::new(false));
+    let (addr, http_task) = http::serve(config.metrics_addr, Arc::new(registry), ready.clone(), shutdown.clone())
+        .await
+        .with_context(|| format!("binding the metrics endpoint on {}", config.metrics_addr))?;
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+
+    let work = CancellationToken::new();
+    let mut lost_leadership = None;
+    if let Some(election) = &config.leader_election {
+        tracing::info!(lease = %format!("{}/{}", election.namespace, election.lease_name), identity = %election.identity, "waiting for leadership");
+        let mut running = election.start(client.clone()).await.context("starting leader election")?;
+        tokio::select! {
+            _ = shutdown.cancelled() => { http_task.abort(); return Ok(()); }
+            won = leader::wait_for_leadership(&mut running.is_leader) => {
+                if !won { anyhow::bail!("leader election ended before this replica became leader"); }
+            }
+        }
+        tracing::info!("became leader");
+        metrics.leader.set(1);
+        let work = work.clone();
+        lost_leadership = Some(tokio::spawn(async move {
+            loop {
+                if running.is_leader.changed().await.is_err() || !*running.is_leader.borrow() {
+                    work.cancel();
+                    return;
+                }
+            }
+        }));
+    } else {
+        metrics.leader.set(1);
+    }
+    ready.store(true, Ordering::Relaxed);
+
+    let stop = work.clone();
+    let outer = shutdown.clone();
+    tokio::spawn(async move {
+        outer.cancelled().await;
+        stop.cancel();
+    });
+    bmh::run(client, config.bmh.clone(), metrics.clone(), &config.identity, work.clone()).await;
+    ready.store(false, Ordering::Relaxed);
+    metrics.leader.set(0);
+    http_task.abort();
+    if let Some(task) = lost_leadership {
+        task.abort();
+    }
+    if !shutdown.is_cancelled() {
+        anyhow::bail!("lost the leader Lease; exiting so a fresh process can campaign again");
+    }
+    Ok(())
+}
+
+/// `hostcycle operator` flags.
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// Kubeconfig to use (default: $KUBECONFIG, then in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only watch BareMetalHosts in this namespace (default: all).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Campaign for a leader Lease before running controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    #[arg(long, default_value = "hostcycle-operator")]
+    pub lease_name: String,
+    /// This replica's identity (default: $POD_NAME, else the host name and PID).
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// Power-state re-check interval when nothing is changing.
+    #[arg(long, default_value = "60s")]
+    pub steady_poll: jiff::SignedDuration,
+    /// Power-state re-check interval while a change is pending.
+    #[arg(long, default_value = "1s")]
+    pub transition_poll: jiff::SignedDuration,
+    /// How long the OS gets after a soft power-off before power is cut.
+    #[arg(long, default_value = "180s")]
+    pub soft_power_off_timeout: jiff::SignedDuration,
+    /// Hosts reconciled at once.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: u16,
+}
+
+fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
+    Duration::try_from(d).with_context(|| format!("--{flag} must not be negative"))
+}
+
+impl OperatorArgs {
+    pub fn into_config(self) -> anyhow::Result<OperatorConfig> {
+        let identity = self
+            .identity
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                format!("{}-{}", host.trim(), std::process::id())
+            });
+        let mut decide = hostcycle_core::bmh::DecideConfig {
+            steady_requeue: duration(self.steady_poll, "steady-poll")?,
+            transition_requeue: duration(self.transition_poll, "transition-poll")?,
+            soft_power_off_timeout: duration(self.soft_power_off_timeout, "soft-power-off-timeout")?,
+            ..Default::default()
+        };
+        decide.power_action_timeout = decide.power_action_timeout.max(decide.soft_power_off_timeout + Duration::from_secs(60));
+        let leader_election = self.leader_elect.then(|| LeaderElection {
+            namespace: self
+                .lease_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".into()),
+            lease_name: self.lease_name.clone(),
+            identity: identity.clone(),
+            lease_duration: Duration::from_secs(15),
+        });
+        Ok(OperatorConfig {
+            metrics_addr: self.metrics_addr,
+            leader_election,
+            identity,
+            bmh: BmhControllerConfig {
+                namespace: self.namespace,
+                decide,
+                concurrency: self.concurrency,
+                ..Default::default()
+            },
+        })
+    }
+}
+
+/// `hostcycle operator`: runs until SIGTERM/Ctrl-C.
+pub async fn run_cli(args: OperatorArgs) -> anyhow::Result<()> {
+    let client = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            Client::try_from(cfg)?
+        }
+        None => Client::try_default().await.context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
+    };
+    let config = args.into_config()?;
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        trigger.cancel();
+    });
+    run(client, config, shutdown).await
+}

@@ -1,0 +1,256 @@
+//! `hostcycle lab`: a local lab on one machine — a real control plane, a Redfish emulator with
+//! six hosts (three control-plane, three workers), their BareMetalHosts, simulated nodes, a sample
+//! Deployment with a PodDisruptionBudget, and the operator. Runs until Ctrl-C, then tears down.
+//! `hostcycle lab env` prints shell exports for a running lab (like `kind get kubeconfig`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use hostcycle_api::BareMetalHost;
+use hostcycle_sim::{NodeSimulator, SimConfig, SimHost, power::RedfishPowerSource};
+use hostcycle_testkit::bmc_emulators::{FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions};
+use hostcycle_testkit::{ClusterOptions, LocalCluster, cache_dir};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::Client;
+use serde_json::json;
+
+pub const LAB_NAMESPACE: &str = "default";
+pub const LAB_CREDENTIALS_SECRET: &str = "lab-bmc-credentials";
+const LAB_BMC_USER: &str = "admin";
+const LAB_BMC_PASSWORD: &str = "lab-password";
+
+/// Hosts of the lab: (name, is control plane).
+pub const LAB_HOSTS: [(&str, bool); 6] = [
+    ("cp-0", true),
+    ("cp-1", true),
+    ("cp-2", true),
+    ("worker-0", false),
+    ("worker-1", false),
+    ("worker-2", false),
+];
+
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    command: Option<LabCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+enum LabCommand {
+    /// Run the lab until Ctrl-C (the default).
+    Run,
+    /// Print shell exports (KUBECONFIG, Redfish endpoint) for the running lab.
+    Env,
+}
+
+fn lab_dir() -> PathBuf {
+    std::env::var_os("HOSTCYCLE_LAB_DIR").map(PathBuf::from).unwrap_or_else(|| cache_dir().join("lab"))
+}
+
+pub async fn run(args: LabArgs) -> anyhow::Result<()> {
+    match args.command.unwrap_or(LabCommand::Run) {
+        LabCommand::Run => run_lab().await,
+        LabCommand::Env => print_env(),
+    }
+}
+
+/// The PID of a lab that is still running, if any.
+fn running_lab_pid() -> Option<i32> {
+    let text = std::fs::read_to_string(lab_dir().join("lab.pid")).ok()?;
+    let pid: i32 = text.trim().parse().ok()?;
+    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+    alive.then_some(pid)
+}
+
+fn print_env() -> anyhow::Result<()> {
+    let dir = lab_dir();
+    if running_lab_pid().is_none() {
+        bail!("no lab is running (looked for {}); start one with `make lab`", dir.join("lab.pid").display());
+    }
+    let env = std::fs::read_to_string(dir.join("lab.env")).with_context(|| format!("reading {}", dir.join("lab.env").display()))?;
+    print!("{env}");
+    Ok(())
+}
+
+/// Removes the lab's PID file when the lab ends, however it ends.
+struct PidFile(PathBuf);
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+async fn run_lab() -> anyhow::Result<()> {
+    if let Some(pid) = running_lab_pid() {
+        bail!("a lab is already running (pid {pid}); stop it with Ctrl-C in its terminal, or `kill {pid}`");
+    }
+    let dir = lab_dir();
+    let cluster_dir = dir.join("cluster");
+    let _ = std::fs::remove_dir_all(&cluster_dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let pid_path = dir.join("lab.pid");
+    std::fs::write(&pid_path, std::process::id().to_string()).with_context(|| format!("writing {}", pid_path.display()))?;
+    let _pid_file = PidFile(pid_path);
+    let started = Instant::now();
+
+    println!("Starting the control plane (etcd, kube-apiserver, controller manager, scheduler)...");
+    let cluster = LocalCluster::start(ClusterOptions {
+        base_dir: Some(cluster_dir),
+        node_monitor_grace_period: Duration::from_secs(20),
+        ..ClusterOptions::default()
+    })
+    .await
+    .context("starting the local control plane")?;
+    cluster.install_crds(&[hostcycle_api::crd()]).await.context("installing CRDs")?;
+    let client = cluster.client();
+
+    println!("Starting the Redfish emulator with {} hosts...", LAB_HOSTS.len());
+    let systems = LAB_HOSTS
+        .iter()
+        .map(|(name, _)| FakeSystem::new(*name, FakePower::On))
+        .collect::<Vec<_>>();
+    let redfish = RedfishEmulator::start(RedfishEmulatorOptions {
+        systems: systems.clone(),
+        basic_auth: Some((LAB_BMC_USER.into(), LAB_BMC_PASSWORD.into())),
+        tls: false,
+        ..RedfishEmulatorOptions::default()
+    })
+    .await
+    .context("starting the Redfish emulator")?;
+
+    create_bare_metal_hosts(&client, &redfish).await?;
+
+    println!("Starting simulated nodes...");
+    let http = hostcycle_sim::power::http_client(None).map_err(anyhow::Error::msg)?;
+    let hosts = LAB_HOSTS
+        .iter()
+        .zip(&systems)
+        .enumerate()
+        .map(|(i, ((name, cp), sys))| SimHost {
+            node_name: (*name).to_string(),
+            control_plane: *cp,
+            internal_ip: format!("192.0.2.{}", 10 + i),
+            power: Arc::new(RedfishPowerSource::new(
+                http.clone(),
+                format!("{}/redfish/v1/Systems/{}", redfish.endpoint(), sys.uuid),
+                Some((LAB_BMC_USER.into(), LAB_BMC_PASSWORD.into())),
+            )),
+        })
+        .collect();
+    let sim = NodeSimulator::new(client.clone(), SimConfig::default(), hosts).spawn();
+    wait_nodes_ready(&client, LAB_HOSTS.len(), Duration::from_secs(60)).await?;
+    create_sample_workload(&client).await?;
+
+    let env = format!(
+        "export KUBECONFIG={}\nexport HOSTCYCLE_REDFISH={}\nexport HOSTCYCLE_REDFISH_USERNAME={LAB_BMC_USER}\nexport HOSTCYCLE_REDFISH_PASSWORD_FILE={}\n",
+        cluster.kubeconfig_path().display(),
+        redfish.endpoint(),
+        write_password_file(&dir)?.display(),
+    );
+    std::fs::write(dir.join("lab.env"), &env).context("writing lab.env")?;
+
+    println!("\nThe hostcycle lab is up ({:.1?}).", started.elapsed());
+    println!("From another terminal:\n");
+    println!("  eval \"$(cargo run -q -p hostcycle -- lab env)\"");
+    println!("  kubectl get nodes,bmh,pods -o wide");
+    println!("  cargo run -q -p hostcycle -- sim --help");
+    println!("\nRedfish emulator: {}  (user {LAB_BMC_USER}, password in $HOSTCYCLE_REDFISH_PASSWORD_FILE)", redfish.endpoint());
+    println!("Component logs:   {}", cluster.log_dir().display());
+    println!("\nPress Ctrl-C to stop the lab and tear everything down.");
+
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    println!("\nStopping the lab...");
+    sim.stop().await;
+    drop(redfish);
+    drop(cluster);
+    println!("Lab stopped; nothing is left running.");
+    Ok(())
+}
+
+fn write_password_file(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let path = dir.join("bmc-password");
+    std::fs::write(&path, LAB_BMC_PASSWORD).context("writing the lab BMC password file")?;
+    Ok(path)
+}
+
+async fn create_bare_metal_hosts(client: &Client, redfish: &RedfishEmulator) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), LAB_NAMESPACE);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": LAB_CREDENTIALS_SECRET },
+        "stringData": { "username": LAB_BMC_USER, "password": LAB_BMC_PASSWORD },
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await.context("creating the BMC credentials Secret")?;
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), LAB_NAMESPACE);
+    for (index, (name, _)) in LAB_HOSTS.iter().enumerate() {
+        let address = redfish.system_address(index)?;
+        let bmh: BareMetalHost = serde_json::from_value(json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": { "name": name },
+            "spec": {
+                "online": true,
+                "externallyProvisioned": true,
+                "bmc": { "address": address, "credentialsName": LAB_CREDENTIALS_SECRET },
+            },
+        }))?;
+        hosts.create(&PostParams::default(), &bmh).await.with_context(|| format!("creating BareMetalHost {name}"))?;
+    }
+    Ok(())
+}
+
+async fn wait_nodes_ready(client: &Client, count: usize, timeout: Duration) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    hostcycle_testkit::wait_until(&format!("{count} simulated nodes to be Ready"), timeout, || {
+        let nodes = nodes.clone();
+        async move {
+            let list = nodes.list(&ListParams::default()).await.ok()?;
+            (list.items.iter().filter(|n| is_node_ready(n)).count() >= count).then_some(())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+pub fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A Deployment of 3 replicas guarded by a PodDisruptionBudget (minAvailable 2); the PDB's API
+/// version is chosen by discovery (policy/v1beta1 on 1.20, policy/v1 on current Kubernetes).
+async fn create_sample_workload(client: &Client) -> anyhow::Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), LAB_NAMESPACE);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "demo" },
+        "spec": {
+            "replicas": 3,
+            "selector": { "matchLabels": { "app": "demo" } },
+            "template": {
+                "metadata": { "labels": { "app": "demo" } },
+                "spec": { "containers": [{ "name": "app", "image": "registry.k8s.io/pause:3.2" }] },
+            },
+        },
+    }))?;
+    deployments.create(&PostParams::default(), &deployment).await.context("creating Deployment demo")?;
+    let policy = kube::discovery::group(client, "policy").await.context("discovering the policy API group")?;
+    let (resource, _) = policy
+        .recommended_kind("PodDisruptionBudget")
+        .context("the API server serves no PodDisruptionBudget kind")?;
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), LAB_NAMESPACE, &resource);
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": resource.api_version,
+        "kind": "PodDisruptionBudget",
+        "metadata": { "name": "demo" },
+        "spec": { "minAvailable": 2, "selector": { "matchLabels": { "app": "demo" } } },
+    }))?;
+    pdbs.create(&PostParams::default(), &pdb).await.context("creating PodDisruptionBudget demo")?;
+    Ok(())
+}

@@ -1,0 +1,373 @@
+//! The BareMetalHost power controller: the only writer of host power.
+//!
+//! observe (BMC power state, credentials) → decide (`hostcycle_core::bmh`, pure) →
+//! record status (write-ahead, with a resourceVersion precondition) → act (annotations,
+//! power calls, Events) → record the power call's result.
+//!
+//! Crash-only: a power request is written to `status.lastPowerAction` before it is sent, so a
+//! restart at any point resumes from the object without sending it twice.
+
+pub mod observe;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use hostcycle_api::{BareMetalHost, BareMetalHostStatus, PowerOffMode, is_detached, is_paused};
+use hostcycle_bmc::{BmcConnector, BmcError, ConnectorOptions, PowerDriver, PowerOutcome};
+use hostcycle_core::bmh::{
+    Action, BmcObservation, DecideConfig, Decision, EventType, HostSnapshot, PowerCallResult,
+    StatusUpdate, after_power_call, apply_status_updates, decide_with_config,
+};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{BmcErrorLabels, BmcRequestLabels, ControllerLabels, Metrics, PowerActionLabels, StatusLabels};
+use observe::{DriverCache, HostBmc, failure_from, read_power};
+
+const CONTROLLER: &str = "baremetalhost";
+const FIELD_MANAGER: &str = "hostcycle-operator";
+
+/// Settings of the BareMetalHost controller.
+#[derive(Debug, Clone)]
+pub struct BmhControllerConfig {
+    /// Namespace to watch; all namespaces when `None`.
+    pub namespace: Option<String>,
+    pub decide: DecideConfig,
+    pub bmc: ConnectorOptions,
+    /// Hosts reconciled at once.
+    pub concurrency: u16,
+}
+
+impl Default for BmhControllerConfig {
+    fn default() -> Self {
+        BmhControllerConfig { namespace: None, decide: DecideConfig::default(), bmc: ConnectorOptions::default(), concurrency: 64 }
+    }
+}
+
+/// Shared state of every reconcile.
+pub struct Context {
+    client: Client,
+    drivers: DriverCache,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    config: BmhControllerConfig,
+}
+
+/// What went wrong in one reconcile; the controller retries after a short delay.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("BareMetalHost has no namespace")]
+    NoNamespace,
+    #[error("writing status of BareMetalHost {host}: {source}")]
+    WriteStatus { host: String, #[source] source: kube::Error },
+    #[error("removing annotations {keys:?} from BareMetalHost {host}: {source}")]
+    RemoveAnnotations { host: String, keys: Vec<String>, #[source] source: kube::Error },
+    #[error("BareMetalHost {host} changed while being reconciled; reconciling again")]
+    Conflict { host: String },
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Runs the controller until `shutdown` fires.
+pub async fn run(client: Client, config: BmhControllerConfig, metrics: Arc<Metrics>, identity: &str, shutdown: CancellationToken) {
+    let hosts: Api<BareMetalHost> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let secrets: Api<Secret> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let reporter = Reporter { controller: "hostcycle-operator".into(), instance: Some(identity.to_string()) };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        drivers: DriverCache::new(BmcConnector::new(config.bmc.clone())),
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics: metrics.clone(),
+        config: config.clone(),
+    });
+    let controller = Controller::new(hosts, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(config.concurrency));
+    let store = controller.store();
+    // A fixed credentials Secret must bring its hosts back at once, not after the backoff.
+    let secret_store = store.clone();
+    let controller = controller.watches(secrets, watcher::Config::default(), move |secret: Secret| {
+        let ns = secret.namespace();
+        let name = secret.name_any();
+        secret_store
+            .state()
+            .into_iter()
+            .filter(|h| {
+                h.namespace() == ns && h.spec.bmc.as_ref().is_some_and(|b| b.credentials_name.trim() == name)
+            })
+            .map(|h| ObjectRef::from_obj(&*h))
+            .collect::<Vec<_>>()
+    });
+    let gauge_task = tokio::spawn(report_host_statuses(store, metrics.clone(), shutdown.clone()));
+    let stop = shutdown.clone();
+    controller
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    gauge_task.abort();
+}
+
+/// Keeps `hostcycle_hosts{operational_status}` current.
+async fn report_host_statuses(
+    store: kube::runtime::reflector::Store<BareMetalHost>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let mut counts = std::collections::BTreeMap::<String, i64>::new();
+        for s in ["OK", "discovered", "error", "detached", ""] {
+            counts.insert(s.to_string(), 0);
+        }
+        for host in store.state() {
+            let status = host.status.as_ref().and_then(|s| s.operational_status).map(|s| s.as_str()).unwrap_or("");
+            *counts.entry(status.to_string()).or_default() += 1;
+        }
+        for (status, count) in counts {
+            metrics.hosts.get_or_create(&StatusLabels { operational_status: status }).set(count);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+fn error_policy(host: Arc<BareMetalHost>, error: &ReconcileError, ctx: Arc<Context>) -> controller::Action {
+    ctx.metrics.reconcile_errors.get_or_create(&ControllerLabels { controller: CONTROLLER.into() }).inc();
+    match error {
+        ReconcileError::Conflict { .. } => controller::Action::requeue(Duration::from_millis(100)),
+        _ => {
+            tracing::warn!(host = %host.name_any(), namespace = ?host.namespace(), error = %error, "reconcile failed; retrying");
+            controller::Action::requeue(Duration::from_secs(2))
+        }
+    }
+}
+
+fn host_id(host: &BareMetalHost) -> String {
+    format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any())
+}
+
+async fn reconcile(host: Arc<BareMetalHost>, ctx: Arc<Context>) -> Result<controller::Action, ReconcileError> {
+    ctx.metrics.reconciles.get_or_create(&ControllerLabels { controller: CONTROLLER.into() }).inc();
+    let ns = host.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let api: Api<BareMetalHost> = Api::namespaced(ctx.client.clone(), &ns);
+    if host.meta().deletion_timestamp.is_some() {
+        ctx.drivers.forget(&host.uid().unwrap_or_default());
+        return Ok(controller::Action::await_change());
+    }
+    let annotations = host.annotations_or_empty();
+    // Paused: no action at all, not even a BMC query.
+    if is_paused(annotations) {
+        return Ok(controller::Action::await_change());
+    }
+
+    // Observe.
+    let has_bmc = host.spec.bmc.as_ref().is_some_and(|b| !b.address.trim().is_empty());
+    let (observation, credentials, driver) = if is_detached(annotations) || !has_bmc {
+        (BmcObservation::NotQueried, None, None)
+    } else {
+        match ctx.drivers.driver_for(&ctx.client, &host).await {
+            Ok(HostBmc { driver, credentials }) => {
+                let obs = read_power(driver.as_ref(), &ctx.metrics).await;
+                (obs, Some(credentials), Some(driver))
+            }
+            Err(failure) => (BmcObservation::Failed(failure), None, None),
+        }
+    };
+
+    // Decide.
+    let now = Timestamp::now();
+    let snapshot = HostSnapshot::from_host(&host, observation, credentials);
+    let decision = decide_with_config(&snapshot, now, &ctx.config.decide);
+    let requeue = decision.requeue_after;
+
+    // Record (write-ahead), then act.
+    let mut current = (*host).clone();
+    if !decision.status.is_empty() {
+        current = write_status(&api, &current, &decision.status, now, &ctx.metrics).await?;
+    }
+    let mut follow_up_requeue = None;
+    for action in &decision.actions {
+        match action {
+            Action::RemoveAnnotations { keys, .. } => {
+                current = remove_annotations(&api, &current, keys).await?;
+            }
+            Action::EmitEvent(event) => publish(&ctx, &current, event.type_, event.reason, &event.message).await,
+            Action::PowerOff { mode } => {
+                let Some(driver) = &driver else { continue };
+                let result = power_call(driver.as_ref(), PowerCall::Off(*mode), &ctx.metrics).await;
+                let (next, requeue) = record_power_result(&ctx, &api, &current, &result).await?;
+                current = next;
+                follow_up_requeue = requeue;
+            }
+            Action::PowerOn => {
+                let Some(driver) = &driver else { continue };
+                let result = power_call(driver.as_ref(), PowerCall::On, &ctx.metrics).await;
+                let (next, requeue) = record_power_result(&ctx, &api, &current, &result).await?;
+                current = next;
+                follow_up_requeue = requeue;
+            }
+        }
+    }
+    let requeue = match (requeue, follow_up_requeue) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(match requeue {
+        Some(after) => controller::Action::requeue(after),
+        None => controller::Action::await_change(),
+    })
+}
+
+/// Applies status updates and writes the status with the object's resourceVersion as a
+/// precondition; a conflict aborts the reconcile (nothing was acted on yet).
+async fn write_status(
+    api: &Api<BareMetalHost>,
+    host: &BareMetalHost,
+    updates: &[StatusUpdate],
+    now: Timestamp,
+    metrics: &Metrics,
+) -> Result<BareMetalHost, ReconcileError> {
+    let mut status: BareMetalHostStatus = host.status.clone().unwrap_or_default();
+    apply_status_updates(&mut status, updates, now, host.metadata.generation);
+    for update in updates {
+        if let StatusUpdate::SetLastPoweredOn(at) = update
+            && let Some(pending) = status.provisioning.pending_reboot_since
+            && *at > pending
+        {
+            metrics.reboot_duration.observe(now.duration_since(pending).as_secs_f64().max(0.0));
+        }
+    }
+    let mut next = host.clone();
+    next.status = Some(status);
+    let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+    match api.replace_status(&host.name_any(), &pp, &next).await {
+        Ok(written) => Ok(written),
+        Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict { host: host_id(host) }),
+        Err(source) => Err(ReconcileError::WriteStatus { host: host_id(host), source }),
+    }
+}
+
+/// Removes annotations, failing on a concurrent change (resourceVersion precondition).
+async fn remove_annotations(api: &Api<BareMetalHost>, host: &BareMetalHost, keys: &[String]) -> Result<BareMetalHost, ReconcileError> {
+    let removals: serde_json::Map<String, serde_json::Value> = keys.iter().map(|k| (k.clone(), serde_json::Value::Null)).collect();
+    let patch = json!({ "metadata": { "resourceVersion": host.resource_version(), "annotations": removals } });
+    match api.patch(&host.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(updated) => Ok(updated),
+        Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict { host: host_id(host) }),
+        Err(source) => Err(ReconcileError::RemoveAnnotations { host: host_id(host), keys: keys.to_vec(), source }),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PowerCall {
+    On,
+    Off(PowerOffMode),
+}
+
+/// Sends one power request, timing it and counting the result.
+async fn power_call(driver: &dyn PowerDriver, call: PowerCall, metrics: &Metrics) -> Result<PowerOutcome, BmcError> {
+    let started = Instant::now();
+    let (result, action, mode, operation) = match call {
+        PowerCall::On => (driver.power_on().await, "on", "none", "power_on"),
+        PowerCall::Off(mode) => {
+            let bmc_mode = match mode {
+                PowerOffMode::Soft => hostcycle_bmc::PowerOffMode::Soft,
+                PowerOffMode::Hard => hostcycle_bmc::PowerOffMode::Hard,
+            };
+            (driver.power_off(bmc_mode).await, "off", mode.as_str(), "power_off")
+        }
+    };
+    let kind = driver.description().kind.to_string();
+    metrics
+        .bmc_request_duration
+        .get_or_create(&BmcRequestLabels { driver: kind.clone(), operation: operation.into() })
+        .observe(started.elapsed().as_secs_f64());
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    metrics
+        .power_actions
+        .get_or_create(&PowerActionLabels { action: action.into(), mode: mode.into(), result: outcome.into() })
+        .inc();
+    if let Err(e) = &result {
+        metrics
+            .bmc_errors
+            .get_or_create(&BmcErrorLabels { driver: kind, operation: operation.into(), kind: e.reason().into() })
+            .inc();
+    }
+    result
+}
+
+/// Records what a power call did (fallback to hard, failure) with `after_power_call`.
+async fn record_power_result(
+    ctx: &Context,
+    api: &Api<BareMetalHost>,
+    host: &BareMetalHost,
+    result: &Result<PowerOutcome, BmcError>,
+) -> Result<(BareMetalHost, Option<Duration>), ReconcileError> {
+    let call = match result {
+        Ok(outcome) => {
+            tracing::info!(host = %host_id(host), outcome = %outcome, "power request sent");
+            PowerCallResult::Accepted { hard_fallback: outcome.hard_fallback.clone() }
+        }
+        // The request may or may not have reached the BMC; the in-flight timeout decides
+        // whether to send it again, so it is never sent twice in a hurry.
+        Err(BmcError::OutcomeUnknown { .. }) => PowerCallResult::Accepted { hard_fallback: None },
+        Err(e) => {
+            tracing::warn!(host = %host_id(host), error = %e, "power request failed");
+            PowerCallResult::Failed(failure_from(e))
+        }
+    };
+    let now = Timestamp::now();
+    let status = host.status.clone().unwrap_or_default();
+    let follow: Decision = after_power_call(&status, &call, now, &ctx.config.decide);
+    let mut current = host.clone();
+    if !follow.status.is_empty() {
+        current = write_status(api, host, &follow.status, now, &ctx.metrics).await?;
+    }
+    for event in follow.events() {
+        publish(ctx, &current, event.type_, event.reason, &event.message).await;
+    }
+    Ok((current, follow.requeue_after))
+}
+
+/// Publishes an Event on the host; failures are logged, never fatal.
+async fn publish(ctx: &Context, host: &BareMetalHost, type_: EventType, reason: &str, message: &str) {
+    let event = KubeEvent {
+        type_: match type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        },
+        reason: reason.to_string(),
+        note: Some(message.to_string()),
+        action: "PowerManagement".into(),
+        secondary: None,
+    };
+    match type_ {
+        EventType::Normal => tracing::info!(host = %host_id(host), reason, message, "event"),
+        EventType::Warning => tracing::warn!(host = %host_id(host), reason, message, "event"),
+    }
+    if let Err(e) = ctx.recorder.publish(&event, &host.object_ref(&())).await {
+        tracing::warn!(host = %host_id(host), reason, error = %e, "could not publish event");
+    }
+}

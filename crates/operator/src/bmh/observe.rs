@@ -1,0 +1,152 @@
+//! Observe: what the BMC says about a host, through a cached driver per host.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hostcycle_api::{BareMetalHost, CredentialsStatus};
+use hostcycle_bmc::{
+    BmcConnector, BmcCredentials, BmcError, CredentialsError, HostConnectOptions, PowerDriver,
+    PowerState, credentials_from_secret,
+};
+use hostcycle_core::bmh::{BmcFailure, BmcFailureKind, BmcObservation, ObservedPower};
+use k8s_openapi::api::core::v1::{Secret, SecretReference};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+
+use crate::metrics::{BmcErrorLabels, BmcRequestLabels, Metrics};
+
+/// What the driver cache keys a driver on: a change to any of these makes a new driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DriverKey {
+    address: String,
+    disable_certificate_verification: bool,
+    secret_resource_version: Option<String>,
+}
+
+/// One driver per host, rebuilt when its address, TLS setting or credentials Secret changes.
+pub struct DriverCache {
+    connector: BmcConnector,
+    drivers: Mutex<HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>>,
+}
+
+/// A host's driver and the credentials it uses, or why there is none.
+pub struct HostBmc {
+    pub driver: Arc<dyn PowerDriver>,
+    pub credentials: CredentialsStatus,
+}
+
+impl DriverCache {
+    pub fn new(connector: BmcConnector) -> Self {
+        DriverCache { connector, drivers: Mutex::default() }
+    }
+
+    /// Forgets a deleted host's driver.
+    pub fn forget(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>> {
+        match self.drivers.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The driver for `host`, loading its credentials Secret.
+    pub async fn driver_for(&self, client: &Client, host: &BareMetalHost) -> Result<HostBmc, BmcFailure> {
+        let ns = host.namespace().unwrap_or_default();
+        let bmc = host.spec.bmc.as_ref().ok_or_else(|| BmcFailure {
+            kind: BmcFailureKind::Other,
+            message: "spec.bmc is not set".into(),
+        })?;
+        let secret_name = bmc.credentials_name.trim();
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let secret = match secrets.get_opt(secret_name).await {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                return Err(credentials_failure(CredentialsError::SecretNotFound {
+                    namespace: ns.clone(),
+                    name: secret_name.to_string(),
+                }));
+            }
+            Err(e) => {
+                return Err(BmcFailure {
+                    kind: BmcFailureKind::Other,
+                    message: format!("reading BMC credentials Secret {ns}/{secret_name}: {e}"),
+                });
+            }
+        };
+        let key = DriverKey {
+            address: bmc.address.clone(),
+            disable_certificate_verification: bmc.disable_certificate_verification.unwrap_or(false),
+            secret_resource_version: secret.metadata.resource_version.clone(),
+        };
+        let credentials = CredentialsStatus {
+            credentials: Some(SecretReference { name: Some(secret_name.to_string()), namespace: Some(ns.clone()) }),
+            credentials_version: secret.metadata.resource_version.clone(),
+        };
+        let uid = host.uid().unwrap_or_default();
+        if let Some((cached_key, driver)) = self.lock().get(&uid)
+            && *cached_key == key
+        {
+            return Ok(HostBmc { driver: driver.clone(), credentials });
+        }
+        let creds: BmcCredentials = credentials_from_secret(&secret).map_err(credentials_failure)?;
+        let options = HostConnectOptions {
+            disable_certificate_verification: key.disable_certificate_verification,
+            ..HostConnectOptions::default()
+        };
+        let driver = self
+            .connector
+            .connect_str(&bmc.address, creds, &options)
+            .map_err(|e| BmcFailure { kind: BmcFailureKind::Other, message: e.to_string() })?;
+        self.lock().insert(uid, (key, driver.clone()));
+        Ok(HostBmc { driver, credentials })
+    }
+}
+
+fn credentials_failure(e: CredentialsError) -> BmcFailure {
+    BmcFailure { kind: BmcFailureKind::Credentials, message: e.to_string() }
+}
+
+/// Classifies a BMC error for status.
+pub fn failure_from(e: &BmcError) -> BmcFailure {
+    BmcFailure { kind: failure_kind(e), message: e.to_string() }
+}
+
+fn failure_kind(e: &BmcError) -> BmcFailureKind {
+    match e {
+        BmcError::AuthenticationFailed { .. } => BmcFailureKind::Credentials,
+        BmcError::Connection { .. } | BmcError::Certificate { .. } | BmcError::Timeout { .. } => {
+            BmcFailureKind::Unreachable
+        }
+        BmcError::RetriesExhausted { last, .. } => failure_kind(last),
+        _ => BmcFailureKind::Other,
+    }
+}
+
+/// Reads the power state, timing the request for metrics.
+pub async fn read_power(driver: &dyn PowerDriver, metrics: &Metrics) -> BmcObservation {
+    let started = Instant::now();
+    let result = driver.power_state().await;
+    let kind = driver.description().kind.to_string();
+    metrics
+        .bmc_request_duration
+        .get_or_create(&BmcRequestLabels { driver: kind.clone(), operation: "read_power".into() })
+        .observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok(PowerState::On) => BmcObservation::Power(ObservedPower::On),
+        Ok(PowerState::Off) => BmcObservation::Power(ObservedPower::Off),
+        Ok(PowerState::Transitioning) => BmcObservation::Power(ObservedPower::Transitioning),
+        Ok(PowerState::Unknown) => BmcObservation::Power(ObservedPower::Unknown),
+        Err(e) => {
+            metrics
+                .bmc_errors
+                .get_or_create(&BmcErrorLabels { driver: kind, operation: "read_power".into(), kind: e.reason().into() })
+                .inc();
+            BmcObservation::Failed(failure_from(&e))
+        }
+    }
+}
