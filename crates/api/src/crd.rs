@@ -1,6 +1,8 @@
 //! The CustomResourceDefinition generated from the Rust types.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use kube::CustomResourceExt;
 
 use crate::host::BareMetalHost;
@@ -16,11 +18,82 @@ pub enum CrdError {
 ///
 /// `spec`, `status` and `status.provisioning` carry `x-kubernetes-preserve-unknown-fields`
 /// (kube rewrites our flattened `extra` maps into it), so metal3 manifests apply unchanged.
+///
+/// The schema carries no `default`s: our types default missing fields when they read an
+/// object, and Kubernetes 1.20 rejects `default: ""` on string properties (it reads the
+/// empty string back as null).
 pub fn crd() -> CustomResourceDefinition {
-    BareMetalHost::crd()
+    let mut crd = BareMetalHost::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            strip_defaults(schema);
+        }
+    }
+    crd
+}
+
+fn strip_defaults(schema: &mut JSONSchemaProps) {
+    schema.default = None;
+    let children = schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .chain(
+            schema
+                .pattern_properties
+                .iter_mut()
+                .flat_map(|p| p.values_mut()),
+        )
+        .chain(schema.definitions.iter_mut().flat_map(|d| d.values_mut()))
+        .chain(schema.all_of.iter_mut().flatten())
+        .chain(schema.any_of.iter_mut().flatten())
+        .chain(schema.one_of.iter_mut().flatten())
+        .chain(schema.not.as_deref_mut());
+    for child in children {
+        strip_defaults(child);
+    }
+    if let Some(items) = schema.items.as_mut() {
+        match items {
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(s) => strip_defaults(s),
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schemas(list) => {
+                list.iter_mut().for_each(strip_defaults)
+            }
+        }
+    }
+    if let Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrBool::Schema(s)) =
+        schema.additional_properties.as_mut()
+    {
+        strip_defaults(s);
+    }
 }
 
 /// The CRD as a YAML document, for `hostcycle crd`.
 pub fn crd_yaml() -> Result<String, CrdError> {
     Ok(serde_saphyr::to_string(&crd())?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn schema_has_no_defaults() {
+        let json = serde_json::to_value(super::crd()).unwrap();
+        fn walk(v: &serde_json::Value, path: &str) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    assert!(!map.contains_key("default"), "schema default at {path}");
+                    for (k, child) in map {
+                        walk(child, &format!("{path}.{k}"));
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|c| walk(c, path)),
+                _ => {}
+            }
+        }
+        walk(&json["spec"]["versions"], "spec.versions");
+    }
 }

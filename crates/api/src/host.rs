@@ -129,8 +129,9 @@ pub struct BareMetalHostStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<ErrorType>,
 
-    /// Human-readable detail of the last error; empty when there is none.
-    #[serde(default)]
+    /// Human-readable detail of the last error; empty (and not written) when there is none.
+    // Not written when empty: Kubernetes 1.20 decodes "" in custom resources as null.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error_message: String,
 
     /// Consecutive errors; drives the retry backoff. Reset to 0 on recovery.

@@ -177,6 +177,13 @@ fn normalize(mut v: Value) -> Value {
     {
         spec.remove("externallyProvisioned");
     }
+    // An empty errorMessage means "no error" and is not written back (Kubernetes 1.20 reads
+    // "" inside custom resources as null).
+    if let Some(status) = v.get_mut("status").and_then(Value::as_object_mut)
+        && status.get("errorMessage") == Some(&Value::String(String::new()))
+    {
+        status.remove("errorMessage");
+    }
     v
 }
 

@@ -11,12 +11,14 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use hostcycle_api::BareMetalHost;
 use hostcycle_sim::{NodeSimulator, SimConfig, SimHost, power::RedfishPowerSource};
-use hostcycle_testkit::bmc_emulators::{FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions};
+use hostcycle_testkit::bmc_emulators::{
+    FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
+};
 use hostcycle_testkit::{ClusterOptions, LocalCluster, cache_dir};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::json;
 
 pub const LAB_NAMESPACE: &str = "default";
@@ -49,7 +51,9 @@ enum LabCommand {
 }
 
 fn lab_dir() -> PathBuf {
-    std::env::var_os("HOSTCYCLE_LAB_DIR").map(PathBuf::from).unwrap_or_else(|| cache_dir().join("lab"))
+    std::env::var_os("HOSTCYCLE_LAB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("lab"))
 }
 
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -70,9 +74,13 @@ fn running_lab_pid() -> Option<i32> {
 fn print_env() -> anyhow::Result<()> {
     let dir = lab_dir();
     if running_lab_pid().is_none() {
-        bail!("no lab is running (looked for {}); start one with `make lab`", dir.join("lab.pid").display());
+        bail!(
+            "no lab is running (looked for {}); start one with `make lab`",
+            dir.join("lab.pid").display()
+        );
     }
-    let env = std::fs::read_to_string(dir.join("lab.env")).with_context(|| format!("reading {}", dir.join("lab.env").display()))?;
+    let env = std::fs::read_to_string(dir.join("lab.env"))
+        .with_context(|| format!("reading {}", dir.join("lab.env").display()))?;
     print!("{env}");
     Ok(())
 }
@@ -88,14 +96,17 @@ impl Drop for PidFile {
 
 async fn run_lab() -> anyhow::Result<()> {
     if let Some(pid) = running_lab_pid() {
-        bail!("a lab is already running (pid {pid}); stop it with Ctrl-C in its terminal, or `kill {pid}`");
+        bail!(
+            "a lab is already running (pid {pid}); stop it with Ctrl-C in its terminal, or `kill {pid}`"
+        );
     }
     let dir = lab_dir();
     let cluster_dir = dir.join("cluster");
     let _ = std::fs::remove_dir_all(&cluster_dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let pid_path = dir.join("lab.pid");
-    std::fs::write(&pid_path, std::process::id().to_string()).with_context(|| format!("writing {}", pid_path.display()))?;
+    std::fs::write(&pid_path, std::process::id().to_string())
+        .with_context(|| format!("writing {}", pid_path.display()))?;
     let _pid_file = PidFile(pid_path);
     let started = Instant::now();
 
@@ -107,10 +118,16 @@ async fn run_lab() -> anyhow::Result<()> {
     })
     .await
     .context("starting the local control plane")?;
-    cluster.install_crds(&[hostcycle_api::crd()]).await.context("installing CRDs")?;
+    cluster
+        .install_crds(&[hostcycle_api::crd()])
+        .await
+        .context("installing CRDs")?;
     let client = cluster.client();
 
-    println!("Starting the Redfish emulator with {} hosts...", LAB_HOSTS.len());
+    println!(
+        "Starting the Redfish emulator with {} hosts...",
+        LAB_HOSTS.len()
+    );
     let systems = LAB_HOSTS
         .iter()
         .map(|(name, _)| FakeSystem::new(*name, FakePower::On))
@@ -160,11 +177,16 @@ async fn run_lab() -> anyhow::Result<()> {
     println!("  eval \"$(cargo run -q -p hostcycle -- lab env)\"");
     println!("  kubectl get nodes,bmh,pods -o wide");
     println!("  cargo run -q -p hostcycle -- sim --help");
-    println!("\nRedfish emulator: {}  (user {LAB_BMC_USER}, password in $HOSTCYCLE_REDFISH_PASSWORD_FILE)", redfish.endpoint());
+    println!(
+        "\nRedfish emulator: {}  (user {LAB_BMC_USER}, password in $HOSTCYCLE_REDFISH_PASSWORD_FILE)",
+        redfish.endpoint()
+    );
     println!("Component logs:   {}", cluster.log_dir().display());
     println!("\nPress Ctrl-C to stop the lab and tear everything down.");
 
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     println!("\nStopping the lab...");
     sim.stop().await;
     drop(redfish);
@@ -185,7 +207,10 @@ async fn create_bare_metal_hosts(client: &Client, redfish: &RedfishEmulator) -> 
         "metadata": { "name": LAB_CREDENTIALS_SECRET },
         "stringData": { "username": LAB_BMC_USER, "password": LAB_BMC_PASSWORD },
     }))?;
-    secrets.create(&PostParams::default(), &secret).await.context("creating the BMC credentials Secret")?;
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .context("creating the BMC credentials Secret")?;
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), LAB_NAMESPACE);
     for (index, (name, _)) in LAB_HOSTS.iter().enumerate() {
         let address = redfish.system_address(index)?;
@@ -199,20 +224,27 @@ async fn create_bare_metal_hosts(client: &Client, redfish: &RedfishEmulator) -> 
                 "bmc": { "address": address, "credentialsName": LAB_CREDENTIALS_SECRET },
             },
         }))?;
-        hosts.create(&PostParams::default(), &bmh).await.with_context(|| format!("creating BareMetalHost {name}"))?;
+        hosts
+            .create(&PostParams::default(), &bmh)
+            .await
+            .with_context(|| format!("creating BareMetalHost {name}"))?;
     }
     Ok(())
 }
 
 async fn wait_nodes_ready(client: &Client, count: usize, timeout: Duration) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
-    hostcycle_testkit::wait_until(&format!("{count} simulated nodes to be Ready"), timeout, || {
-        let nodes = nodes.clone();
-        async move {
-            let list = nodes.list(&ListParams::default()).await.ok()?;
-            (list.items.iter().filter(|n| is_node_ready(n)).count() >= count).then_some(())
-        }
-    })
+    hostcycle_testkit::wait_until(
+        &format!("{count} simulated nodes to be Ready"),
+        timeout,
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let list = nodes.list(&ListParams::default()).await.ok()?;
+                (list.items.iter().filter(|n| is_node_ready(n)).count() >= count).then_some(())
+            }
+        },
+    )
     .await?;
     Ok(())
 }
@@ -239,8 +271,13 @@ async fn create_sample_workload(client: &Client) -> anyhow::Result<()> {
             },
         },
     }))?;
-    deployments.create(&PostParams::default(), &deployment).await.context("creating Deployment demo")?;
-    let policy = kube::discovery::group(client, "policy").await.context("discovering the policy API group")?;
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .context("creating Deployment demo")?;
+    let policy = kube::discovery::group(client, "policy")
+        .await
+        .context("discovering the policy API group")?;
     let (resource, _) = policy
         .recommended_kind("PodDisruptionBudget")
         .context("the API server serves no PodDisruptionBudget kind")?;
@@ -251,6 +288,8 @@ async fn create_sample_workload(client: &Client) -> anyhow::Result<()> {
         "metadata": { "name": "demo" },
         "spec": { "minAvailable": 2, "selector": { "matchLabels": { "app": "demo" } } },
     }))?;
-    pdbs.create(&PostParams::default(), &pdb).await.context("creating PodDisruptionBudget demo")?;
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .context("creating PodDisruptionBudget demo")?;
     Ok(())
 }

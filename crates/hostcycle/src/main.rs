@@ -5,7 +5,11 @@ mod lab;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
-#[command(name = "hostcycle", version, about = "Safe reboots, fencing and recovery for bare-metal Kubernetes hosts")]
+#[command(
+    name = "hostcycle",
+    version,
+    about = "Safe reboots, fencing and recovery for bare-metal Kubernetes hosts"
+)]
 struct Cli {
     /// Log format: human-readable text or JSON lines.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "HOSTCYCLE_LOG_FORMAT")]
@@ -35,9 +39,12 @@ enum Command {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=warn,kube_runtime=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube_client=warn,kube_runtime=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

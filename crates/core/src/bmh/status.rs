@@ -77,7 +77,7 @@ fn set_condition(
         type_: update.type_.to_owned(),
         status: update.status.to_owned(),
         reason: update.reason.to_owned(),
-        message: update.message.clone(),
+        message: effective_message(update),
         observed_generation: generation,
         last_transition_time: Time(now),
     };
@@ -103,6 +103,18 @@ pub(crate) fn condition_differs(conditions: &[Condition], update: &ConditionUpda
         .iter()
         .find(|c| c.type_ == update.type_)
         .is_none_or(|c| {
-            c.status != update.status || c.reason != update.reason || c.message != update.message
+            c.status != update.status
+                || c.reason != update.reason
+                || c.message != effective_message(update)
         })
+}
+
+/// The message written for a condition. Never empty: the Condition schema requires a string,
+/// and Kubernetes 1.20 decodes "" inside custom resources as null.
+fn effective_message(update: &ConditionUpdate) -> String {
+    if update.message.is_empty() {
+        update.reason.to_owned()
+    } else {
+        update.message.clone()
+    }
 }

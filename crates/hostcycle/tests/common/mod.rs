@@ -1,0 +1,413 @@
+//! End-to-end harness for the BareMetalHost controller: a real control plane, the sushy-tools
+//! Redfish emulator, and the real `hostcycle operator` binary as a child process (so a test can
+//! SIGKILL it mid-reboot). A sampler records every host's power transitions as the emulator
+//! reports them, so tests can count power cycles.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hostcycle_api::BareMetalHost;
+use hostcycle_testkit::bmc_emulators::{
+    FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
+};
+use hostcycle_testkit::{ClusterOptions, LocalCluster, ManagedProcess, free_port, wait_until};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+pub const NS: &str = "default";
+pub const SECRET: &str = "bmc-credentials";
+pub const USER: &str = "admin";
+pub const PASSWORD: &str = "e2e-password";
+pub const REBOOT: &str = "reboot.metal3.io";
+pub const HARD: &str = r#"{"mode":"hard"}"#;
+/// Enough for a power change through the fake driver (1–11 s) plus polling.
+pub const POWER_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// Power states of one emulated host as sampled, with the time of each change.
+#[derive(Debug, Default, Clone)]
+pub struct PowerHistory(pub Vec<(Timestamp, String)>);
+
+impl PowerHistory {
+    /// How many times the host went from On to Off.
+    pub fn power_offs(&self) -> usize {
+        self.0
+            .windows(2)
+            .filter(|w| w[0].1 == "On" && w[1].1 == "Off")
+            .count()
+    }
+    pub fn power_ons(&self) -> usize {
+        self.0
+            .windows(2)
+            .filter(|w| w[0].1 == "Off" && w[1].1 == "On")
+            .count()
+    }
+    /// First time the host was seen Off after `t`.
+    pub fn off_after(&self, t: Timestamp) -> Option<Timestamp> {
+        self.0
+            .iter()
+            .find(|(at, s)| *at > t && s == "Off")
+            .map(|(at, _)| *at)
+    }
+}
+
+pub struct Lab {
+    pub cluster: LocalCluster,
+    pub redfish: Arc<RedfishEmulator>,
+    pub operator: Option<ManagedProcess>,
+    pub client: Client,
+    pub hosts: Api<BareMetalHost>,
+    pub names: Vec<String>,
+    pub metrics_port: u16,
+    histories: Vec<Arc<Mutex<PowerHistory>>>,
+    sampler_stop: CancellationToken,
+    operator_starts: usize,
+}
+
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("info,kube_client=off")
+        .with_test_writer()
+        .try_init();
+}
+
+impl Lab {
+    /// Starts everything with one BareMetalHost per name (online, externally provisioned,
+    /// powered on) and waits until the operator reports each one on and OK.
+    pub async fn start(names: &[&str]) -> Lab {
+        init_logging();
+        let cluster = LocalCluster::start(ClusterOptions::default())
+            .await
+            .unwrap();
+        cluster.install_crds(&[hostcycle_api::crd()]).await.unwrap();
+        let systems: Vec<FakeSystem> = names
+            .iter()
+            .map(|n| FakeSystem::new(*n, FakePower::On))
+            .collect();
+        let redfish = Arc::new(
+            RedfishEmulator::start(RedfishEmulatorOptions {
+                systems,
+                basic_auth: Some((USER.into(), PASSWORD.into())),
+                tls: false,
+                ..RedfishEmulatorOptions::default()
+            })
+            .await
+            .unwrap(),
+        );
+        let client = cluster.client();
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": { "name": SECRET },
+            "stringData": { "username": USER, "password": PASSWORD },
+        }))
+        .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), NS);
+        for (i, name) in names.iter().enumerate() {
+            let bmh: BareMetalHost = serde_json::from_value(json!({
+                "apiVersion": "metal3.io/v1alpha1",
+                "kind": "BareMetalHost",
+                "metadata": { "name": name },
+                "spec": {
+                    "online": true,
+                    "externallyProvisioned": true,
+                    "bmc": { "address": redfish.system_address(i).unwrap(), "credentialsName": SECRET },
+                },
+            }))
+            .unwrap();
+            hosts.create(&PostParams::default(), &bmh).await.unwrap();
+        }
+        let sampler_stop = CancellationToken::new();
+        let histories: Vec<Arc<Mutex<PowerHistory>>> =
+            (0..names.len()).map(|_| Arc::default()).collect();
+        for (i, history) in histories.iter().enumerate() {
+            tokio::spawn(sample_power(
+                redfish.clone(),
+                i,
+                history.clone(),
+                sampler_stop.clone(),
+            ));
+        }
+        let mut lab = Lab {
+            cluster,
+            redfish,
+            operator: None,
+            client,
+            hosts,
+            names: names.iter().map(|s| s.to_string()).collect(),
+            metrics_port: free_port().unwrap(),
+            histories,
+            sampler_stop,
+            operator_starts: 0,
+        };
+        lab.start_operator();
+        for name in names {
+            lab.wait_host(
+                name,
+                "powered on and OK after registration",
+                POWER_TIMEOUT,
+                |h| {
+                    let st = h.status.as_ref();
+                    st.and_then(|s| s.powered_on) == Some(true)
+                        && st.and_then(|s| s.operational_status).map(|s| s.as_str()) == Some("OK")
+                },
+            )
+            .await;
+        }
+        lab
+    }
+
+    /// Starts (or restarts) the operator binary.
+    pub fn start_operator(&mut self) {
+        self.operator_starts += 1;
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"));
+        cmd.args(["operator", "--kubeconfig"])
+            .arg(self.cluster.kubeconfig_path())
+            .args([
+                "--metrics-addr",
+                &format!("127.0.0.1:{}", self.metrics_port),
+                "--lease-namespace",
+                NS,
+                "--identity",
+                "e2e-operator",
+                "--steady-poll",
+                "5s",
+                "--transition-poll",
+                "500ms",
+            ])
+            .env(
+                "RUST_LOG",
+                "info,hostcycle_operator=debug,kube_client=warn,kube_runtime=warn",
+            );
+        let name = format!("hostcycle-operator-{}", self.operator_starts);
+        self.operator = Some(ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap());
+    }
+
+    /// SIGKILLs the operator (a crash: no cleanup).
+    pub fn kill_operator(&mut self) {
+        if let Some(mut p) = self.operator.take() {
+            p.kill_now();
+        }
+    }
+
+    pub fn index(&self, name: &str) -> usize {
+        self.names.iter().position(|n| n == name).unwrap()
+    }
+
+    pub fn history(&self, name: &str) -> PowerHistory {
+        self.histories[self.index(name)].lock().unwrap().clone()
+    }
+
+    pub async fn get(&self, name: &str) -> BareMetalHost {
+        self.hosts.get(name).await.unwrap()
+    }
+
+    pub async fn annotate(&self, name: &str, key: &str, value: &str) {
+        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        self.hosts
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn unannotate(&self, name: &str, key: &str) {
+        let patch = json!({ "metadata": { "annotations": { key: null } } });
+        self.hosts
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn patch_spec(&self, name: &str, spec: serde_json::Value) {
+        let patch = json!({ "spec": spec });
+        self.hosts
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn wait_host(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&BareMetalHost) -> bool,
+    ) -> BareMetalHost {
+        let pred = &pred;
+        let what = format!("BareMetalHost {name}: {what}");
+        let result = wait_until(&what, timeout, || async move {
+            let h = self.hosts.get(name).await.ok()?;
+            pred(&h).then_some(h)
+        })
+        .await;
+        match result {
+            Ok(h) => h,
+            Err(e) => {
+                let h = self.hosts.get(name).await.ok();
+                panic!(
+                    "{e}\nlast seen: {}\npower history: {:?}\noperator log: {:?}",
+                    serde_json::to_string_pretty(&h).unwrap_or_default(),
+                    self.history(name),
+                    self.operator.as_ref().map(|p| p.log_path().to_path_buf())
+                );
+            }
+        }
+    }
+
+    /// Waits until the host is on, has no reboot annotation, and lastPoweredOn is after
+    /// pendingRebootSince: the reboot is complete.
+    pub async fn wait_reboot_done(&self, name: &str) -> BareMetalHost {
+        self.wait_host(
+            name,
+            "reboot complete (on, lastPoweredOn > pendingRebootSince, no reboot annotation)",
+            Duration::from_secs(90),
+            |h| {
+                let st = h.status.as_ref();
+                let prov = st.map(|s| &s.provisioning);
+                let done = match (
+                    prov.and_then(|p| p.last_powered_on),
+                    prov.and_then(|p| p.pending_reboot_since),
+                ) {
+                    (Some(on), Some(pending)) => on > pending,
+                    _ => false,
+                };
+                done && st.and_then(|s| s.powered_on) == Some(true) && !has_reboot_annotation(h)
+            },
+        )
+        .await
+    }
+
+    /// Asserts the host stays in `expected` power for `for_how_long` (emulator truth).
+    pub async fn assert_power_stays(&self, name: &str, expected: &str, for_how_long: Duration) {
+        let deadline = tokio::time::Instant::now() + for_how_long;
+        while tokio::time::Instant::now() < deadline {
+            let state = self.redfish.power_state(self.index(name)).await.unwrap();
+            assert_eq!(
+                state,
+                expected,
+                "{name} must stay {expected}; history {:?}",
+                self.history(name)
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    pub async fn wait_emulator_power(&self, name: &str, expected: FakePower) {
+        self.redfish
+            .wait_for_power(self.index(name), expected, POWER_TIMEOUT)
+            .await
+            .unwrap();
+    }
+
+    /// (type, reason, note) of every Event about `name`, oldest first.
+    pub async fn events(&self, name: &str) -> Vec<(String, String, String)> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), NS);
+        let mut events: Vec<Event> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect();
+        events.sort_by_key(|e| {
+            e.event_time
+                .clone()
+                .map(|t| t.0)
+                .or(e.metadata.creation_timestamp.clone().map(|t| t.0))
+        });
+        events
+            .into_iter()
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+        self.events(name)
+            .await
+            .into_iter()
+            .map(|(_, r, _)| r)
+            .collect()
+    }
+
+    pub async fn metrics(&self) -> String {
+        let http = hostcycle_sim::power::http_client(None).unwrap();
+        http.get(format!("http://127.0.0.1:{}/metrics", self.metrics_port))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.sampler_stop.cancel();
+        if std::thread::panicking()
+            && let Some(p) = &self.operator
+        {
+            eprintln!("operator log: {}", p.log_path().display());
+        }
+    }
+}
+
+pub fn has_reboot_annotation(h: &BareMetalHost) -> bool {
+    h.metadata.annotations.as_ref().is_some_and(|a| {
+        a.keys()
+            .any(|k| k == REBOOT || k.starts_with("reboot.metal3.io/"))
+    })
+}
+
+pub fn annotations(h: &BareMetalHost) -> BTreeMap<String, String> {
+    h.metadata.annotations.clone().unwrap_or_default()
+}
+
+async fn sample_power(
+    redfish: Arc<RedfishEmulator>,
+    index: usize,
+    history: Arc<Mutex<PowerHistory>>,
+    stop: CancellationToken,
+) {
+    loop {
+        if let Ok(state) = redfish.power_state(index).await {
+            let mut h = history.lock().unwrap();
+            if h.0.last().map(|(_, s)| s != &state).unwrap_or(true) {
+                h.0.push((Timestamp::now(), state));
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+pub fn ts(h: &BareMetalHost) -> (Option<Timestamp>, Option<Timestamp>) {
+    let p = h.status.as_ref().map(|s| &s.provisioning);
+    (
+        p.and_then(|p| p.pending_reboot_since),
+        p.and_then(|p| p.last_powered_on),
+    )
+}
+
+pub fn kubeconfig(lab: &Lab) -> PathBuf {
+    lab.cluster.kubeconfig_path().to_path_buf()
+}
