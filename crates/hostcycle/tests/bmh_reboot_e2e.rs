@@ -19,7 +19,7 @@ async fn assert_single_clean_cycle(lab: &Lab, name: &str) {
         powered_on > pending,
         "{name}: lastPoweredOn {powered_on} must be after pendingRebootSince {pending}"
     );
-    let history = lab.history(name);
+    let history = lab.settled_history(name).await;
     assert_eq!(
         history.power_offs(),
         1,

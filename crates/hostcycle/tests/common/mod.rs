@@ -208,6 +208,18 @@ impl Lab {
         self.histories[self.index(name)].lock().unwrap().clone()
     }
 
+    /// The power history once the sampler has caught up with the emulator's current state.
+    pub async fn settled_history(&self, name: &str) -> PowerHistory {
+        let now = self.redfish.power_state(self.index(name)).await.unwrap();
+        let what = format!("power sampler of {name} to record the current state {now}");
+        wait_until(&what, Duration::from_secs(5), || async {
+            let h = self.history(name);
+            (h.0.last().map(|(_, s)| s == &now) == Some(true)).then_some(h)
+        })
+        .await
+        .unwrap()
+    }
+
     pub async fn get(&self, name: &str) -> BareMetalHost {
         self.hosts.get(name).await.unwrap()
     }
