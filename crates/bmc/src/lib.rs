@@ -104,7 +104,7 @@ impl Default for ConnectorOptions {
             retry: RetryPolicy::default(),
             max_requests_per_endpoint: 4,
             max_ipmi_sessions_per_endpoint: 1,
-            idle_connections_per_endpoint: 4,
+            idle_connections_per_endpoint: 1,
             idle_timeout: Duration::from_secs(60),
             ipmi: IpmiOptions::default(),
         }
