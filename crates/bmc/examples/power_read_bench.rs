@@ -54,6 +54,10 @@ struct Args {
     /// Runtime worker threads of the client (the process being measured).
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Idle connections kept per endpoint (default: the connector's default, or the
+    /// concurrency when there are fewer endpoints than workers).
+    #[arg(long)]
+    idle_per_endpoint: Option<usize>,
     /// Serve HTTPS instead of HTTP.
     #[arg(long)]
     tls: bool,
@@ -342,14 +346,22 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let rss_before = status_kib("VmRSS:");
     // With one endpoint for the whole fleet, the per-endpoint limits must not throttle below
     // the concurrency being measured; with one endpoint per system the defaults apply.
+    let defaults = ConnectorOptions::default();
     let per_endpoint = if args.endpoints < args.concurrency {
         args.concurrency
     } else {
-        4
+        defaults.max_requests_per_endpoint
     };
+    let idle = args
+        .idle_per_endpoint
+        .unwrap_or(if args.endpoints < args.concurrency {
+            args.concurrency
+        } else {
+            defaults.idle_connections_per_endpoint
+        });
     let connector = BmcConnector::new(ConnectorOptions {
         max_requests_per_endpoint: per_endpoint,
-        idle_connections_per_endpoint: per_endpoint,
+        idle_connections_per_endpoint: idle,
         ..ConnectorOptions::default()
     });
     let host = HostConnectOptions {
@@ -434,7 +446,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         "systems:        {} on {} endpoint(s), {transport}",
         args.systems, args.endpoints
     );
-    println!("concurrency:    {}", args.concurrency);
+    println!(
+        "concurrency:    {} (idle connections kept per endpoint: {idle})",
+        args.concurrency
+    );
     println!("duration:       {elapsed:.1} s");
     println!(
         "reads:          {reads} ({} errors)",

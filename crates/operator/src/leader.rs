@@ -20,12 +20,17 @@ pub struct LeaderElection {
 /// A running election: `is_leader` flips as the Lease is won or lost.
 pub struct Election {
     pub is_leader: watch::Receiver<bool>,
-    pub task: tokio::task::JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>,
+    pub task: tokio::task::JoinHandle<
+        Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>,
+    >,
 }
 
 impl LeaderElection {
     /// Starts campaigning in the background.
-    pub async fn start(&self, client: Client) -> Result<Election, kube_lease_manager::LeaseManagerError> {
+    pub async fn start(
+        &self,
+        client: Client,
+    ) -> Result<Election, kube_lease_manager::LeaseManagerError> {
         let manager = LeaseManagerBuilder::new(client, &self.lease_name)
             .with_namespace(&self.namespace)
             .with_identity(&self.identity)

@@ -5,6 +5,7 @@
 //! Kubernetes objects).
 
 pub mod bmh;
+pub mod events;
 pub mod http;
 pub mod leader;
 pub mod metrics;
@@ -34,20 +35,32 @@ pub struct OperatorConfig {
 }
 
 /// Runs the operator until `shutdown` fires (or leadership is lost).
-pub async fn run(client: Client, config: OperatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    client: Client,
+    config: OperatorConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let mut registry = metrics::new_registry();
     let metrics = metrics::Metrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
-    let (addr, http_task) = http::serve(config.metrics_addr, Arc::new(registry), ready.clone(), shutdown.clone())
-        .await
-        .with_context(|| format!("binding the metrics endpoint on {}", config.metrics_addr))?;
+    let (addr, http_task) = http::serve(
+        config.metrics_addr,
+        Arc::new(registry),
+        ready.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("binding the metrics endpoint on {}", config.metrics_addr))?;
     tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
 
     let work = CancellationToken::new();
     let mut lost_leadership = None;
     if let Some(election) = &config.leader_election {
         tracing::info!(lease = %format!("{}/{}", election.namespace, election.lease_name), identity = %election.identity, "waiting for leadership");
-        let mut running = election.start(client.clone()).await.context("starting leader election")?;
+        let mut running = election
+            .start(client.clone())
+            .await
+            .context("starting leader election")?;
         tokio::select! {
             _ = shutdown.cancelled() => { http_task.abort(); return Ok(()); }
             won = leader::wait_for_leadership(&mut running.is_leader) => {
@@ -76,7 +89,14 @@ pub async fn run(client: Client, config: OperatorConfig, shutdown: CancellationT
         outer.cancelled().await;
         stop.cancel();
     });
-    bmh::run(client, config.bmh.clone(), metrics.clone(), &config.identity, work.clone()).await;
+    bmh::run(
+        client,
+        config.bmh.clone(),
+        metrics.clone(),
+        &config.identity,
+        work.clone(),
+    )
+    .await;
     ready.store(false, Ordering::Relaxed);
     metrics.leader.set(0);
     http_task.abort();
@@ -142,10 +162,15 @@ impl OperatorArgs {
         let mut decide = hostcycle_core::bmh::DecideConfig {
             steady_requeue: duration(self.steady_poll, "steady-poll")?,
             transition_requeue: duration(self.transition_poll, "transition-poll")?,
-            soft_power_off_timeout: duration(self.soft_power_off_timeout, "soft-power-off-timeout")?,
+            soft_power_off_timeout: duration(
+                self.soft_power_off_timeout,
+                "soft-power-off-timeout",
+            )?,
             ..Default::default()
         };
-        decide.power_action_timeout = decide.power_action_timeout.max(decide.soft_power_off_timeout + Duration::from_secs(60));
+        decide.power_action_timeout = decide
+            .power_action_timeout
+            .max(decide.soft_power_off_timeout + Duration::from_secs(60));
         let leader_election = self.leader_elect.then(|| LeaderElection {
             namespace: self
                 .lease_namespace
@@ -174,23 +199,27 @@ impl OperatorArgs {
 pub async fn run_cli(args: OperatorArgs) -> anyhow::Result<()> {
     let client = match &args.kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
             Client::try_from(cfg)?
         }
-        None => Client::try_default().await.context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
+        None => Client::try_default()
+            .await
+            .context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
     };
     let config = args.into_config()?;
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

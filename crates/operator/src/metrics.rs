@@ -65,21 +65,55 @@ impl Metrics {
         let m = Metrics {
             power_actions: Family::default(),
             reboot_duration: Histogram::new(exponential_buckets(0.5, 2.0, 12)),
-            bmc_request_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
+            bmc_request_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            }),
             bmc_errors: Family::default(),
             hosts: Family::default(),
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             leader: Gauge::default(),
         };
-        registry.register("power_actions", "Power actions sent to BMCs, by action, mode and result", m.power_actions.clone());
-        registry.register("reboot_duration_seconds", "Time from a reboot request to power restored", m.reboot_duration.clone());
-        registry.register("bmc_request_duration_seconds", "Latency of BMC requests", m.bmc_request_duration.clone());
-        registry.register("bmc_errors", "BMC request errors by kind", m.bmc_errors.clone());
-        registry.register("hosts", "BareMetalHosts by operational status", m.hosts.clone());
-        registry.register("reconciles", "Reconciliations by controller", m.reconciles.clone());
-        registry.register("reconcile_errors", "Failed reconciliations by controller", m.reconcile_errors.clone());
-        registry.register("leader", "1 while this replica holds the leader Lease", m.leader.clone());
+        registry.register(
+            "power_actions",
+            "Power actions sent to BMCs, by action, mode and result",
+            m.power_actions.clone(),
+        );
+        registry.register(
+            "reboot_duration_seconds",
+            "Time from a reboot request to power restored",
+            m.reboot_duration.clone(),
+        );
+        registry.register(
+            "bmc_request_duration_seconds",
+            "Latency of BMC requests",
+            m.bmc_request_duration.clone(),
+        );
+        registry.register(
+            "bmc_errors",
+            "BMC request errors by kind",
+            m.bmc_errors.clone(),
+        );
+        registry.register(
+            "hosts",
+            "BareMetalHosts by operational status",
+            m.hosts.clone(),
+        );
+        registry.register(
+            "reconciles",
+            "Reconciliations by controller",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciliations by controller",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            m.leader.clone(),
+        );
         Arc::new(m)
     }
 }
@@ -99,13 +133,25 @@ mod tests {
         let mut registry = new_registry();
         let m = Metrics::register(&mut registry);
         m.power_actions
-            .get_or_create(&PowerActionLabels { action: "off".into(), mode: "soft".into(), result: "ok".into() })
+            .get_or_create(&PowerActionLabels {
+                action: "off".into(),
+                mode: "soft".into(),
+                result: "ok".into(),
+            })
             .inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-            assert!(line.starts_with("hostcycle_"), "unprefixed metric line: {line}");
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            assert!(
+                line.starts_with("hostcycle_"),
+                "unprefixed metric line: {line}"
+            );
         }
-        assert!(text.contains("hostcycle_power_actions_total{action=\"off\",mode=\"soft\",result=\"ok\"} 1"));
+        assert!(text.contains(
+            "hostcycle_power_actions_total{action=\"off\",mode=\"soft\",result=\"ok\"} 1"
+        ));
     }
 }

@@ -71,7 +71,9 @@ pub async fn list_redfish_systems(
         .context("parsing the Redfish Systems collection")?;
     let mut systems = Vec::new();
     for member in collection["Members"].as_array().into_iter().flatten() {
-        let Some(path) = member["@odata.id"].as_str() else { continue };
+        let Some(path) = member["@odata.id"].as_str() else {
+            continue;
+        };
         let sys: serde_json::Value = get(format!("{base}{path}"))
             .send()
             .await
@@ -90,20 +92,26 @@ pub async fn list_redfish_systems(
 pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let client = match &args.kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
             kube::Client::try_from(cfg)?
         }
-        None => kube::Client::try_default().await.context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
+        None => kube::Client::try_default()
+            .await
+            .context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
     };
     let ca = match &args.redfish_ca_file {
-        Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
         None => None,
     };
     let http = http_client(ca.as_deref()).map_err(anyhow::Error::msg)?;
     let auth = match (&args.redfish_username, &args.redfish_password_file) {
         (Some(u), Some(p)) => {
-            let pass = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let pass =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             Some((u.clone(), pass.trim().to_string()))
         }
         (None, None) => None,
@@ -126,7 +134,10 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
     if pairs.is_empty() {
-        bail!("no hosts: the Redfish service at {} lists no systems and no --host was given", args.redfish);
+        bail!(
+            "no hosts: the Redfish service at {} lists no systems and no --host was given",
+            args.redfish
+        );
     }
     let base = args.redfish.trim_end_matches('/');
     let hosts = pairs
@@ -148,9 +159,14 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
         lease_renew_interval: std_duration(args.lease_interval, "lease-interval")?,
         ..SimConfig::default()
     };
-    tracing::info!(hosts = hosts.len(), "node simulator running; Ctrl-C stops it");
+    tracing::info!(
+        hosts = hosts.len(),
+        "node simulator running; Ctrl-C stops it"
+    );
     let handle = NodeSimulator::new(client, config, hosts).spawn();
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     handle.stop().await;
     Ok(())
 }

@@ -9,8 +9,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -74,7 +74,11 @@ impl Drop for SimHandle {
 
 impl NodeSimulator {
     pub fn new(client: Client, config: SimConfig, hosts: Vec<SimHost>) -> Self {
-        NodeSimulator { client, config, hosts }
+        NodeSimulator {
+            client,
+            config,
+            hosts,
+        }
     }
 
     /// Starts one task per host on the current runtime.
@@ -85,7 +89,8 @@ impl NodeSimulator {
             .into_iter()
             .enumerate()
             .map(|(index, host)| {
-                let kubelet = SimKubelet::new(self.client.clone(), self.config.clone(), host, index);
+                let kubelet =
+                    SimKubelet::new(self.client.clone(), self.config.clone(), host, index);
                 tokio::spawn(kubelet.run(cancel.clone()))
             })
             .collect();
@@ -169,7 +174,13 @@ impl SimKubelet {
                 None
             }
         };
-        let (next, action) = step(self.state, self.boots, observed, Instant::now(), self.config.boot_delay);
+        let (next, action) = step(
+            self.state,
+            self.boots,
+            observed,
+            Instant::now(),
+            self.config.boot_delay,
+        );
         self.state = next;
         match action {
             Some(LifecycleAction::Boot { boot }) => {
@@ -210,7 +221,9 @@ impl SimKubelet {
         if due(self.last_lease, self.config.lease_renew_interval, now) {
             match self.renew_lease().await {
                 Ok(()) => self.last_lease = Some(now),
-                Err(e) => tracing::warn!(node = %self.host.node_name, error = %e, "lease renewal failed"),
+                Err(e) => {
+                    tracing::warn!(node = %self.host.node_name, error = %e, "lease renewal failed")
+                }
             }
         }
         if due(self.last_status, self.config.status_interval, now) {
@@ -222,7 +235,9 @@ impl SimKubelet {
                     tracing::warn!(node = %self.host.node_name, "Node was deleted while the host runs; it re-registers after the next boot");
                     self.last_status = Some(now);
                 }
-                Err(e) => tracing::warn!(node = %self.host.node_name, error = %e, "node status update failed"),
+                Err(e) => {
+                    tracing::warn!(node = %self.host.node_name, error = %e, "node status update failed")
+                }
             }
         }
         if due(self.last_pod_sync, self.config.pod_sync_interval, now) {
@@ -235,13 +250,19 @@ impl SimKubelet {
 
     fn labels(&self) -> BTreeMap<String, String> {
         let mut labels = BTreeMap::from([
-            ("kubernetes.io/hostname".to_string(), self.host.node_name.clone()),
+            (
+                "kubernetes.io/hostname".to_string(),
+                self.host.node_name.clone(),
+            ),
             ("kubernetes.io/os".to_string(), "linux".to_string()),
             ("kubernetes.io/arch".to_string(), "amd64".to_string()),
             (SIMULATED_LABEL.to_string(), "true".to_string()),
         ]);
         if self.host.control_plane {
-            labels.insert("node-role.kubernetes.io/control-plane".into(), String::new());
+            labels.insert(
+                "node-role.kubernetes.io/control-plane".into(),
+                String::new(),
+            );
         }
         labels
     }
@@ -250,19 +271,29 @@ impl SimKubelet {
     async fn register(&mut self) -> Result<String, kube::Error> {
         let name = self.host.node_name.clone();
         let node = Node {
-            metadata: ObjectMeta { name: Some(name.clone()), labels: Some(self.labels()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(self.labels()),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let created = match self.nodes.create(&PostParams::default(), &node).await {
             Ok(n) => n,
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 let patch = json!({ "metadata": { "labels": self.labels() } });
-                self.nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?
+                self.nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?
             }
             Err(e) => return Err(e),
         };
         self.post_status().await?;
-        created.metadata.uid.ok_or_else(|| kube::Error::Api(kube::core::Status::failure("created Node has no uid", "Invalid").boxed()))
+        created.metadata.uid.ok_or_else(|| {
+            kube::Error::Api(
+                kube::core::Status::failure("created Node has no uid", "Invalid").boxed(),
+            )
+        })
     }
 
     async fn post_status(&self) -> Result<(), kube::Error> {
@@ -300,7 +331,13 @@ impl SimKubelet {
                 "kubeProxyVersion": "v1.20.2-hostcycle-sim", "operatingSystem": "linux", "architecture": "amd64",
             },
         }});
-        self.nodes.patch_status(&self.host.node_name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+        self.nodes
+            .patch_status(
+                &self.host.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await?;
         Ok(())
     }
 
@@ -316,7 +353,11 @@ impl SimKubelet {
             }]
         });
         let lease = Lease {
-            metadata: ObjectMeta { name: Some(name.clone()), owner_references: owner, ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                owner_references: owner,
+                ..Default::default()
+            },
             spec: Some(LeaseSpec {
                 holder_identity: Some(name.clone()),
                 lease_duration_seconds: Some(40),
@@ -327,36 +368,57 @@ impl SimKubelet {
         let mut body = serde_json::to_value(&lease).map_err(kube::Error::SerdeError)?;
         body["apiVersion"] = json!("coordination.k8s.io/v1");
         body["kind"] = json!("Lease");
-        self.leases.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+        self.leases
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
         Ok(())
     }
 
     async fn sync_pods(&mut self) -> Result<(), kube::Error> {
         let selector = format!("spec.nodeName={}", self.host.node_name);
-        let pods = self.pods.list(&ListParams::default().fields(&selector)).await?;
+        let pods = self
+            .pods
+            .list(&ListParams::default().fields(&selector))
+            .await?;
         let now = Timestamp::now();
         for pod in pods.items {
-            let (Some(ns), Some(name), Some(uid)) =
-                (pod.metadata.namespace.clone(), pod.metadata.name.clone(), pod.metadata.uid.clone())
-            else {
+            let (Some(ns), Some(name), Some(uid)) = (
+                pod.metadata.namespace.clone(),
+                pod.metadata.name.clone(),
+                pod.metadata.uid.clone(),
+            ) else {
                 continue;
             };
             let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), &ns);
             if let Some(deleted_at) = &pod.metadata.deletion_timestamp {
                 // deletionTimestamp = request time + grace period; containers exit after
                 // min(grace, shutdown delay), then the kubelet removes the pod for good.
-                let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64;
+                let grace = pod
+                    .metadata
+                    .deletion_grace_period_seconds
+                    .unwrap_or(0)
+                    .max(0) as u64;
                 let requested = deleted_at.0 - jiff::SignedDuration::from_secs(grace as i64);
                 let exit_after = Duration::from_secs(grace).min(self.config.pod_shutdown_delay);
-                let exits_at = requested + jiff::SignedDuration::try_from(exit_after).unwrap_or_default();
+                let exits_at =
+                    requested + jiff::SignedDuration::try_from(exit_after).unwrap_or_default();
                 if now >= exits_at {
                     let dp = DeleteParams {
                         grace_period_seconds: Some(0),
-                        preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+                        preconditions: Some(Preconditions {
+                            uid: Some(uid.clone()),
+                            resource_version: None,
+                        }),
                         ..Default::default()
                     };
                     match api.delete(&name, &dp).await {
-                        Ok(_) => tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod terminated"),
+                        Ok(_) => {
+                            tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod terminated")
+                        }
                         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                         Err(e) => return Err(e),
                     }
@@ -368,7 +430,8 @@ impl SimKubelet {
                 continue;
             }
             let patch = self.running_status(&pod, now);
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
             self.started_pods.insert(uid, ());
             tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod running");
         }
@@ -378,13 +441,21 @@ impl SimKubelet {
     /// A Running/Ready status for a pod; containers that ran before count as restarted.
     fn running_status(&mut self, pod: &Pod, now: Timestamp) -> serde_json::Value {
         let spec = pod.spec.clone().unwrap_or_default();
-        let previous = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+        let previous = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default();
         let pod_ip = pod
             .status
             .as_ref()
             .and_then(|s| s.pod_ip.clone())
             .unwrap_or_else(|| {
-                self.next_ip = if self.next_ip >= 250 { 2 } else { self.next_ip + 1 };
+                self.next_ip = if self.next_ip >= 250 {
+                    2
+                } else {
+                    self.next_ip + 1
+                };
                 format!("10.244.{}.{}", self.index % 250, self.next_ip)
             });
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -418,8 +489,14 @@ impl SimKubelet {
                 })
             })
             .collect();
-        let cond = |t: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now.to_string() });
-        let start_time = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0).unwrap_or(now);
+        let cond =
+            |t: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now.to_string() });
+        let start_time = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.clone())
+            .map(|t| t.0)
+            .unwrap_or(now);
         json!({ "status": {
             "phase": "Running",
             "hostIP": self.host.internal_ip,

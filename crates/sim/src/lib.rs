@@ -60,9 +60,17 @@ impl Default for SimConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     #[error("reading power state of {host} from {source_desc}: {message}")]
-    Power { host: String, source_desc: String, message: String },
+    Power {
+        host: String,
+        source_desc: String,
+        message: String,
+    },
     #[error("Kubernetes API call failed while {what}: {source}")]
-    Kube { what: String, #[source] source: kube::Error },
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("{0}")]
     Config(String),
 }

@@ -37,7 +37,10 @@ pub fn step(
         (HostLifecycle::Off, Some(HostPower::On)) => {
             if boot_delay.is_zero() {
                 let boot = boots_so_far + 1;
-                (HostLifecycle::Running { boot }, Some(LifecycleAction::Boot { boot }))
+                (
+                    HostLifecycle::Running { boot },
+                    Some(LifecycleAction::Boot { boot }),
+                )
             } else {
                 (HostLifecycle::Booting { since: now }, None)
             }
@@ -45,13 +48,18 @@ pub fn step(
         (HostLifecycle::Booting { since }, Some(HostPower::On) | None) => {
             if now.duration_since(since) >= boot_delay {
                 let boot = boots_so_far + 1;
-                (HostLifecycle::Running { boot }, Some(LifecycleAction::Boot { boot }))
+                (
+                    HostLifecycle::Running { boot },
+                    Some(LifecycleAction::Boot { boot }),
+                )
             } else {
                 (state, None)
             }
         }
         (HostLifecycle::Booting { .. }, Some(HostPower::Off)) => (HostLifecycle::Off, None),
-        (HostLifecycle::Running { .. }, Some(HostPower::Off)) => (HostLifecycle::Off, Some(LifecycleAction::Halt)),
+        (HostLifecycle::Running { .. }, Some(HostPower::Off)) => {
+            (HostLifecycle::Off, Some(LifecycleAction::Halt))
+        }
         (s, _) => (s, None),
     }
 }
@@ -91,7 +99,13 @@ mod tests {
 
     #[test]
     fn zero_boot_delay_boots_at_once() {
-        let (s, a) = step(HostLifecycle::Off, 0, Some(HostPower::On), Instant::now(), Duration::ZERO);
+        let (s, a) = step(
+            HostLifecycle::Off,
+            0,
+            Some(HostPower::On),
+            Instant::now(),
+            Duration::ZERO,
+        );
         assert_eq!(s, HostLifecycle::Running { boot: 1 });
         assert_eq!(a, Some(LifecycleAction::Boot { boot: 1 }));
     }

@@ -30,14 +30,24 @@ pub struct RedfishPowerSource {
 
 impl std::fmt::Debug for RedfishPowerSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedfishPowerSource").field("system_url", &self.system_url).finish_non_exhaustive()
+        f.debug_struct("RedfishPowerSource")
+            .field("system_url", &self.system_url)
+            .finish_non_exhaustive()
     }
 }
 
 impl RedfishPowerSource {
     /// `system_url` is the full URL of the System, e.g. `http://127.0.0.1:8000/redfish/v1/Systems/<id>`.
-    pub fn new(http: reqwest::Client, system_url: String, basic_auth: Option<(String, String)>) -> Self {
-        RedfishPowerSource { http, system_url, basic_auth }
+    pub fn new(
+        http: reqwest::Client,
+        system_url: String,
+        basic_auth: Option<(String, String)>,
+    ) -> Self {
+        RedfishPowerSource {
+            http,
+            system_url,
+            basic_auth,
+        }
     }
 }
 
@@ -53,7 +63,10 @@ impl PowerSource for RedfishPowerSource {
         if !status.is_success() {
             return Err(format!("HTTP {status}"));
         }
-        let body: serde_json::Value = resp.json().await.map_err(|e| format!("malformed JSON: {e}"))?;
+        let body: serde_json::Value = resp
+            .json()
+            .await
+            .map_err(|e| format!("malformed JSON: {e}"))?;
         match body.get("PowerState").and_then(|v| v.as_str()) {
             Some("On") => Ok(Some(HostPower::On)),
             Some("Off") => Ok(Some(HostPower::Off)),
@@ -83,7 +96,11 @@ impl ManualPowerSource {
 #[async_trait]
 impl PowerSource for ManualPowerSource {
     async fn read(&self) -> Result<Option<HostPower>, String> {
-        Ok(Some(if self.0.load(std::sync::atomic::Ordering::SeqCst) { HostPower::On } else { HostPower::Off }))
+        Ok(Some(if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            HostPower::On
+        } else {
+            HostPower::Off
+        }))
     }
     fn describe(&self) -> String {
         "manual switch".into()
@@ -99,14 +116,18 @@ pub fn http_client(ca_pem: Option<&str>) -> Result<reqwest::Client, String> {
     if let Some(pem) = ca_pem {
         for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
             let cert = cert.map_err(|e| format!("parsing CA PEM: {e}"))?;
-            roots.add(cert).map_err(|e| format!("adding CA certificate: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("adding CA certificate: {e}"))?;
         }
     }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("configuring TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("configuring TLS: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
     reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .timeout(Duration::from_secs(5))

@@ -11,9 +11,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+use crate::TestkitError;
 use crate::pki::{self, TestCa};
 use crate::process::{ManagedProcess, cache_dir, free_port, require_program};
-use crate::TestkitError;
 
 /// Where the Debian-built v1.20.2 binaries live: `$HOSTCYCLE_K8S_BIN` or the cache.
 pub fn k8s_bin_dir() -> PathBuf {
@@ -24,7 +24,9 @@ pub fn k8s_bin_dir() -> PathBuf {
 
 /// `$HOSTCYCLE_ETCD` or Debian's etcd-server binary.
 pub fn etcd_binary() -> PathBuf {
-    std::env::var_os("HOSTCYCLE_ETCD").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"))
+    std::env::var_os("HOSTCYCLE_ETCD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"))
 }
 
 /// Knobs for a local cluster.
@@ -82,7 +84,10 @@ pub struct LocalCluster {
 
 impl std::fmt::Debug for LocalCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalCluster").field("server", &self.server).field("kubeconfig", &self.kubeconfig).finish()
+        f.debug_struct("LocalCluster")
+            .field("server", &self.server)
+            .field("kubeconfig", &self.kubeconfig)
+            .finish()
     }
 }
 
@@ -92,7 +97,10 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestkitErro
 }
 
 fn other(what: &str, e: impl std::fmt::Display) -> TestkitError {
-    TestkitError::Other { what: what.to_string(), message: e.to_string() }
+    TestkitError::Other {
+        what: what.to_string(),
+        message: e.to_string(),
+    }
 }
 
 impl LocalCluster {
@@ -102,7 +110,11 @@ impl LocalCluster {
         let bin = k8s_bin_dir();
         let etcd_bin = etcd_binary();
         require_program("etcd", &etcd_bin)?;
-        for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+        for c in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
             require_program(c, &bin.join(c))?;
         }
         let dir = match &opts.base_dir {
@@ -111,7 +123,10 @@ impl LocalCluster {
                 ClusterDir::Fixed(p.clone())
             }
             None => ClusterDir::Temp(
-                tempfile::Builder::new().prefix("hostcycle-cluster-").tempdir().map_err(io_err("creating cluster temp dir"))?,
+                tempfile::Builder::new()
+                    .prefix("hostcycle-cluster-")
+                    .tempdir()
+                    .map_err(io_err("creating cluster temp dir"))?,
             ),
         };
         let root = dir.path().to_path_buf();
@@ -127,7 +142,14 @@ impl LocalCluster {
         let serving = ca.write_server_cert(
             &pki_dir,
             "serving",
-            &["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.0.0.1"],
+            &[
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "10.0.0.1",
+            ],
         )?;
         let (sa_key, sa_pub) = pki::key_pair_pem()?;
         let sa_key_file = pki_dir.join("sa.key");
@@ -136,7 +158,10 @@ impl LocalCluster {
         pki::write(&sa_pub_file, &sa_pub)?;
         let token = random_token();
         let token_file = pki_dir.join("tokens.csv");
-        pki::write(&token_file, &format!("{token},admin,admin,\"system:masters\"\n"))?;
+        pki::write(
+            &token_file,
+            &format!("{token},admin,admin,\"system:masters\"\n"),
+        )?;
 
         let etcd_port = free_port()?;
         let etcd_peer_port = free_port()?;
@@ -156,18 +181,29 @@ impl LocalCluster {
 
         // etcd keeps its data in tmpfs when available: fsync there is free, which keeps
         // large-fleet tests fast without an unsafe etcd flag.
-        let etcd_data = shm_or(&root).join(format!("hostcycle-etcd-{}", std::process::id()))
+        let etcd_data = shm_or(&root)
+            .join(format!("hostcycle-etcd-{}", std::process::id()))
             .join(format!("{api_port}"));
         let _ = std::fs::remove_dir_all(&etcd_data);
         let mut etcd = std::process::Command::new(&etcd_bin);
-        etcd.args(["--name", "default", "--data-dir"]).arg(&etcd_data).args([
-            "--listen-client-urls", &format!("http://127.0.0.1:{etcd_port}"),
-            "--advertise-client-urls", &format!("http://127.0.0.1:{etcd_port}"),
-            "--listen-peer-urls", &format!("http://127.0.0.1:{etcd_peer_port}"),
-            "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{etcd_peer_port}"),
-            "--initial-cluster", &format!("default=http://127.0.0.1:{etcd_peer_port}"),
-            "--logger", "zap", "--log-outputs", "stderr",
-        ]);
+        etcd.args(["--name", "default", "--data-dir"])
+            .arg(&etcd_data)
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{etcd_port}"),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{etcd_port}"),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{etcd_peer_port}"),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{etcd_peer_port}"),
+                "--initial-cluster",
+                &format!("default=http://127.0.0.1:{etcd_peer_port}"),
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+            ]);
         let mut etcd = ManagedProcess::spawn("etcd", etcd, &logs)?;
         let started = Instant::now();
         wait_tcp(&mut etcd, etcd_port, deadline).await?;
@@ -187,14 +223,23 @@ impl LocalCluster {
             format!("--token-auth-file={}", token_file.display()),
             "--authorization-mode=RBAC".into(),
             format!("--service-account-key-file={}", sa_pub_file.display()),
-            format!("--service-account-signing-key-file={}", sa_key_file.display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                sa_key_file.display()
+            ),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
             // The kubernetes Service cannot point at a loopback address; we do not need it.
             "--endpoint-reconciler-type=none".into(),
-            format!("--default-unreachable-toleration-seconds={}", opts.default_unreachable_toleration.as_secs()),
-            format!("--default-not-ready-toleration-seconds={}", opts.default_unreachable_toleration.as_secs()),
+            format!(
+                "--default-unreachable-toleration-seconds={}",
+                opts.default_unreachable_toleration.as_secs()
+            ),
+            format!(
+                "--default-not-ready-toleration-seconds={}",
+                opts.default_unreachable_toleration.as_secs()
+            ),
             format!("--cert-dir={}", pki_dir.display()),
             "--profiling=false".into(),
         ]);
@@ -204,29 +249,47 @@ impl LocalCluster {
         let client = client_from_kubeconfig(&kubeconfig).await?;
         let started = Instant::now();
         {
-            let api_proc = cluster_processes.last_mut().ok_or_else(|| other("cluster", "no api server process"))?;
-            wait_process(api_proc, "kube-apiserver /readyz to report ok", deadline, || {
-                let client = client.clone();
-                async move {
-                    let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
-                    client.request_text(req).await.ok().filter(|t| t.trim() == "ok")
-                }
-            })
+            let api_proc = cluster_processes
+                .last_mut()
+                .ok_or_else(|| other("cluster", "no api server process"))?;
+            wait_process(
+                api_proc,
+                "kube-apiserver /readyz to report ok",
+                deadline,
+                || {
+                    let client = client.clone();
+                    async move {
+                        let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
+                        client
+                            .request_text(req)
+                            .await
+                            .ok()
+                            .filter(|t| t.trim() == "ok")
+                    }
+                },
+            )
             .await?;
         }
         tracing::info!(elapsed = ?started.elapsed(), %server, "kube-apiserver ready");
 
         let kcm_port = free_port()?;
         let mut kcm = std::process::Command::new(bin.join("kube-controller-manager"));
-        kcm.args(component_common_args(&kubeconfig, kcm_port, &serving)).args([
-            format!("--service-account-private-key-file={}", sa_key_file.display()),
-            format!("--root-ca-file={}", ca_file.display()),
-            "--controllers=*".into(),
-            "--use-service-account-credentials=false".into(),
-            format!("--node-monitor-grace-period={}s", opts.node_monitor_grace_period.as_secs().max(2)),
-            "--node-monitor-period=1s".into(),
-            "--allocate-node-cidrs=false".into(),
-        ]);
+        kcm.args(component_common_args(&kubeconfig, kcm_port, &serving))
+            .args([
+                format!(
+                    "--service-account-private-key-file={}",
+                    sa_key_file.display()
+                ),
+                format!("--root-ca-file={}", ca_file.display()),
+                "--controllers=*".into(),
+                "--use-service-account-credentials=false".into(),
+                format!(
+                    "--node-monitor-grace-period={}s",
+                    opts.node_monitor_grace_period.as_secs().max(2)
+                ),
+                "--node-monitor-period=1s".into(),
+                "--allocate-node-cidrs=false".into(),
+            ]);
         let kcm = ManagedProcess::spawn("kube-controller-manager", kcm, &logs)?;
         cluster_processes.push(kcm);
 
@@ -246,30 +309,43 @@ impl LocalCluster {
         };
         let started = Instant::now();
         let http = crate::http::client_with_ca(&cluster.ca_pem)?;
-        for (idx, port, name) in [(2usize, kcm_port, "kube-controller-manager"), (3, sched_port, "kube-scheduler")] {
+        for (idx, port, name) in [
+            (2usize, kcm_port, "kube-controller-manager"),
+            (3, sched_port, "kube-scheduler"),
+        ] {
             let url = format!("https://127.0.0.1:{port}/healthz");
             let proc = &mut cluster.processes[idx];
-            wait_process(proc, &format!("{name} /healthz to report ok"), deadline, || {
-                let http = http.clone();
-                let url = url.clone();
-                async move {
-                    let resp = http.get(&url).send().await.ok()?;
-                    resp.status().is_success().then_some(())
-                }
-            })
+            wait_process(
+                proc,
+                &format!("{name} /healthz to report ok"),
+                deadline,
+                || {
+                    let http = http.clone();
+                    let url = url.clone();
+                    async move {
+                        let resp = http.get(&url).send().await.ok()?;
+                        resp.status().is_success().then_some(())
+                    }
+                },
+            )
             .await?;
         }
         // Pods cannot be created until the token controller has given the default
         // ServiceAccount its token secret (Kubernetes < 1.24 admission requires it).
         let sa: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), "default");
         let kcm_proc = &mut cluster.processes[2];
-        wait_process(kcm_proc, "the default ServiceAccount and its token (kube-controller-manager)", deadline, || {
-            let sa = sa.clone();
-            async move {
-                let acct = sa.get_opt("default").await.ok()??;
-                acct.secrets.filter(|s| !s.is_empty()).map(|_| ())
-            }
-        })
+        wait_process(
+            kcm_proc,
+            "the default ServiceAccount and its token (kube-controller-manager)",
+            deadline,
+            || {
+                let sa = sa.clone();
+                async move {
+                    let acct = sa.get_opt("default").await.ok()??;
+                    acct.secrets.filter(|s| !s.is_empty()).map(|_| ())
+                }
+            },
+        )
         .await?;
         tracing::info!(elapsed = ?started.elapsed(), "controller manager and scheduler ready");
         Ok(cluster)
@@ -293,7 +369,10 @@ impl LocalCluster {
     }
 
     pub fn dir(&self) -> &Path {
-        self.dir.as_ref().map(|d| d.path()).unwrap_or(Path::new("/"))
+        self.dir
+            .as_ref()
+            .map(|d| d.path())
+            .unwrap_or(Path::new("/"))
     }
 
     pub fn log_dir(&self) -> PathBuf {
@@ -302,31 +381,55 @@ impl LocalCluster {
 
     /// Errors naming the first component that has exited, with its log.
     pub fn ensure_running(&mut self) -> Result<(), TestkitError> {
-        self.processes.iter_mut().try_for_each(|p| p.ensure_running())
+        self.processes
+            .iter_mut()
+            .try_for_each(|p| p.ensure_running())
     }
 
     /// PIDs of the control-plane components, for diagnostics.
     pub fn pids(&self) -> Vec<(String, u32)> {
-        self.processes.iter().map(|p| (p.name().to_string(), p.pid())).collect()
+        self.processes
+            .iter()
+            .map(|p| (p.name().to_string(), p.pid()))
+            .collect()
     }
 
     /// Applies CRDs (server-side apply) and waits until each is Established.
-    pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<(), TestkitError> {
+    pub async fn install_crds(
+        &self,
+        crds: &[CustomResourceDefinition],
+    ) -> Result<(), TestkitError> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for crd in crds {
-            let name = crd.metadata.name.clone().ok_or_else(|| other("installing CRD", "CRD has no name"))?;
-            api.patch(&name, &PatchParams::apply("hostcycle-testkit").force(), &Patch::Apply(crd))
-                .await
-                .map_err(|e| other(&format!("applying CRD {name}"), e))?;
-            crate::wait_until(&format!("CRD {name} to be Established"), Duration::from_secs(30), || {
-                let api = api.clone();
-                let name = name.clone();
-                async move {
-                    let crd = api.get(&name).await.ok()?;
-                    let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
-                    established.then_some(())
-                }
-            })
+            let name = crd
+                .metadata
+                .name
+                .clone()
+                .ok_or_else(|| other("installing CRD", "CRD has no name"))?;
+            api.patch(
+                &name,
+                &PatchParams::apply("hostcycle-testkit").force(),
+                &Patch::Apply(crd),
+            )
+            .await
+            .map_err(|e| other(&format!("applying CRD {name}"), e))?;
+            crate::wait_until(
+                &format!("CRD {name} to be Established"),
+                Duration::from_secs(30),
+                || {
+                    let api = api.clone();
+                    let name = name.clone();
+                    async move {
+                        let crd = api.get(&name).await.ok()?;
+                        let established = crd
+                            .status?
+                            .conditions?
+                            .iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True");
+                        established.then_some(())
+                    }
+                },
+            )
             .await?;
         }
         Ok(())
@@ -363,16 +466,27 @@ fn component_common_args(kubeconfig: &Path, port: u16, serving: &pki::PemFiles) 
 
 fn shm_or(fallback: &Path) -> PathBuf {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() && tempfile::tempfile_in(shm).is_ok() { shm.to_path_buf() } else { fallback.to_path_buf() }
+    if shm.is_dir() && tempfile::tempfile_in(shm).is_ok() {
+        shm.to_path_buf()
+    } else {
+        fallback.to_path_buf()
+    }
 }
 
 fn random_token() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
-    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+    (0..32)
+        .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+        .collect()
 }
 
-fn write_kubeconfig(path: &Path, server: &str, ca_pem: &str, token: &str) -> Result<(), TestkitError> {
+fn write_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca_pem: &str,
+    token: &str,
+) -> Result<(), TestkitError> {
     use base64::Engine;
     let ca_data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let text = format!(
@@ -383,23 +497,36 @@ fn write_kubeconfig(path: &Path, server: &str, ca_pem: &str, token: &str) -> Res
 
 /// A kube client for a kubeconfig file.
 pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, TestkitError> {
-    let kc = Kubeconfig::read_from(path).map_err(|e| other(&format!("reading kubeconfig {}", path.display()), e))?;
+    let kc = Kubeconfig::read_from(path)
+        .map_err(|e| other(&format!("reading kubeconfig {}", path.display()), e))?;
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| other(&format!("loading kubeconfig {}", path.display()), e))?;
     Client::try_from(config).map_err(|e| other("building Kubernetes client", e))
 }
 
-async fn wait_tcp(proc: &mut ManagedProcess, port: u16, timeout: Duration) -> Result<(), TestkitError> {
+async fn wait_tcp(
+    proc: &mut ManagedProcess,
+    port: u16,
+    timeout: Duration,
+) -> Result<(), TestkitError> {
     let what = format!("{} to listen on 127.0.0.1:{port}", proc.name());
     wait_process(proc, &what, timeout, || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+            .map(|_| ())
     })
     .await
 }
 
 /// Like `wait_until`, but fails at once with the component's log if it exits meanwhile.
-pub async fn wait_process<T, F, Fut>(proc: &mut ManagedProcess, what: &str, timeout: Duration, mut poll: F) -> Result<T, TestkitError>
+pub async fn wait_process<T, F, Fut>(
+    proc: &mut ManagedProcess,
+    what: &str,
+    timeout: Duration,
+    mut poll: F,
+) -> Result<T, TestkitError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,

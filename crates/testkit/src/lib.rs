@@ -21,18 +21,36 @@ use std::time::Duration;
 /// What went wrong while starting or driving a test component.
 #[derive(Debug, thiserror::Error)]
 pub enum TestkitError {
-    #[error("{component}: required program {path} is missing; run `scripts/install-prereqs.sh` (or `make test`) to install it")]
+    #[error(
+        "{component}: required program {path} is missing; run `scripts/install-prereqs.sh` (or `make test`) to install it"
+    )]
     MissingBinary { component: String, path: PathBuf },
     #[error("{component}: could not start {program}: {source}")]
-    Spawn { component: String, program: String, #[source] source: std::io::Error },
-    #[error("{component}: loopback port {port} is already in use; stop whatever holds it or pick another port")]
+    Spawn {
+        component: String,
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{component}: loopback port {port} is already in use; stop whatever holds it or pick another port"
+    )]
     PortInUse { component: String, port: u16 },
     #[error("{component} exited early ({status}); its log is {log}:\n{log_tail}", log = .log.display())]
-    ComponentExited { component: String, status: String, log: PathBuf, log_tail: String },
+    ComponentExited {
+        component: String,
+        status: String,
+        log: PathBuf,
+        log_tail: String,
+    },
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout { what: String, after: Duration },
     #[error("{what}: {source}")]
-    Io { what: String, #[source] source: std::io::Error },
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{what}: {message}")]
     Other { what: String, message: String },
 }

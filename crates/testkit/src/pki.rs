@@ -9,7 +9,10 @@ use rcgen::{
 use crate::TestkitError;
 
 fn pki_error(what: &str, e: rcgen::Error) -> TestkitError {
-    TestkitError::Other { what: what.to_string(), message: e.to_string() }
+    TestkitError::Other {
+        what: what.to_string(),
+        message: e.to_string(),
+    }
 }
 
 /// A CA that signs serving certificates for loopback components.
@@ -30,7 +33,9 @@ impl TestCa {
         let mut params = CertificateParams::new(Vec::<String>::new())
             .map_err(|e| pki_error("building CA parameters", e))?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -46,19 +51,36 @@ impl TestCa {
     }
 
     /// Issues a serving certificate for `names` (DNS names or IP literals).
-    pub fn issue_server_cert(&self, common_name: &str, names: &[&str]) -> Result<(String, String), TestkitError> {
+    pub fn issue_server_cert(
+        &self,
+        common_name: &str,
+        names: &[&str],
+    ) -> Result<(String, String), TestkitError> {
         let key = KeyPair::generate().map_err(|e| pki_error("generating server key", e))?;
-        let mut params = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .map_err(|e| pki_error("building server certificate parameters", e))?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
-        let cert = params.signed_by(&key, &self.issuer).map_err(|e| pki_error("signing server certificate", e))?;
+        let mut params =
+            CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .map_err(|e| pki_error("building server certificate parameters", e))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|e| pki_error("signing server certificate", e))?;
         Ok((cert.pem(), key.serialize_pem()))
     }
 
     /// Writes `<dir>/<stem>.crt` and `<dir>/<stem>.key` for a serving certificate.
-    pub fn write_server_cert(&self, dir: &Path, stem: &str, names: &[&str]) -> Result<PemFiles, TestkitError> {
+    pub fn write_server_cert(
+        &self,
+        dir: &Path,
+        stem: &str,
+        names: &[&str],
+    ) -> Result<PemFiles, TestkitError> {
         let (cert, key) = self.issue_server_cert(stem, names)?;
-        let files = PemFiles { cert: dir.join(format!("{stem}.crt")), key: dir.join(format!("{stem}.key")) };
+        let files = PemFiles {
+            cert: dir.join(format!("{stem}.crt")),
+            key: dir.join(format!("{stem}.key")),
+        };
         write(&files.cert, &cert)?;
         write(&files.key, &key)?;
         Ok(files)
@@ -72,6 +94,8 @@ pub fn key_pair_pem() -> Result<(String, String), TestkitError> {
 }
 
 pub(crate) fn write(path: &Path, contents: &str) -> Result<(), TestkitError> {
-    std::fs::write(path, contents)
-        .map_err(|source| TestkitError::Io { what: format!("writing {}", path.display()), source })
+    std::fs::write(path, contents).map_err(|source| TestkitError::Io {
+        what: format!("writing {}", path.display()),
+        source,
+    })
 }

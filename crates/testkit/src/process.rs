@@ -26,7 +26,11 @@ pub struct ManagedProcess {
 
 impl ManagedProcess {
     /// Starts `cmd`, sending its output to `<log_dir>/<name>.log`.
-    pub fn spawn(name: &str, mut cmd: Command, log_dir: &Path) -> Result<ManagedProcess, TestkitError> {
+    pub fn spawn(
+        name: &str,
+        mut cmd: Command,
+        log_dir: &Path,
+    ) -> Result<ManagedProcess, TestkitError> {
         std::fs::create_dir_all(log_dir).map_err(|source| TestkitError::Io {
             what: format!("creating log directory {}", log_dir.display()),
             source,
@@ -49,7 +53,12 @@ impl ManagedProcess {
         })?;
         let pid = child.id();
         tracing::debug!(component = name, pid, log = %log_path.display(), "started");
-        Ok(ManagedProcess { name: name.to_string(), child: Some(child), pid, log_path })
+        Ok(ManagedProcess {
+            name: name.to_string(),
+            child: Some(child),
+            pid,
+            log_path,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -73,7 +82,10 @@ impl ManagedProcess {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(self.exited_error(Some(status))),
             Err(source) => Err(TestkitError::Io {
-                what: format!("checking whether {} (pid {}) is running", self.name, self.pid),
+                what: format!(
+                    "checking whether {} (pid {}) is running",
+                    self.name, self.pid
+                ),
                 source,
             }),
         }
@@ -82,7 +94,9 @@ impl ManagedProcess {
     fn exited_error(&self, status: Option<ExitStatus>) -> TestkitError {
         TestkitError::ComponentExited {
             component: self.name.clone(),
-            status: status.map(|s| s.to_string()).unwrap_or_else(|| "stopped".into()),
+            status: status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "stopped".into()),
             log: self.log_path.clone(),
             log_tail: log_tail(&self.log_path, 15),
         }
@@ -90,7 +104,9 @@ impl ManagedProcess {
 
     /// Sends SIGTERM, waits up to a grace period, then SIGKILLs. Idempotent.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         if matches!(child.try_wait(), Ok(Some(_))) {
             return;
         }
@@ -136,7 +152,11 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 }
 
 /// Polls `poll` until it yields `Some`, or fails naming `what` after `timeout`.
-pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut poll: F) -> Result<T, TestkitError>
+pub async fn wait_until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut poll: F,
+) -> Result<T, TestkitError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -148,38 +168,86 @@ where
             return Ok(v);
         }
         if start.elapsed() >= timeout {
-            return Err(TestkitError::Timeout { what: what.to_string(), after: timeout });
+            return Err(TestkitError::Timeout {
+                what: what.to_string(),
+                after: timeout,
+            });
         }
         tokio::time::sleep(interval).await;
         interval = (interval * 2).min(Duration::from_millis(500));
     }
 }
 
-/// A loopback TCP port that was free a moment ago.
+/// Ports handed out by this process: two components must never be given the same one.
+static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+/// The kernel's range for outgoing connections' source ports. Listening ports are picked
+/// below it: a port picked inside it can be taken by some client's connection before the
+/// component gets to bind it.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .unwrap_or((32768, 60999))
+}
+
+/// A loopback TCP port that is free now, outside the ephemeral range, and not handed out
+/// before by this process.
 pub fn free_port() -> Result<u16, TestkitError> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|source| TestkitError::Io { what: "finding a free TCP port".into(), source })?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|source| TestkitError::Io { what: "finding a free TCP port".into(), source })
+    use rand::Rng;
+    let mut handed_out = match HANDED_OUT.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let (ephemeral_low, _) = ephemeral_range();
+    let (low, high) = if ephemeral_low > 12_000 {
+        (10_000, ephemeral_low - 1)
+    } else {
+        (ephemeral_low, 65_000)
+    };
+    let mut rng = rand::rng();
+    for _ in 0..500 {
+        let port = rng.random_range(low..=high);
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return Ok(port);
+        }
+    }
+    Err(TestkitError::Other {
+        what: "finding a free TCP port".into(),
+        message: format!("no free port in {low}-{high} after 500 tries"),
+    })
 }
 
 /// A loopback UDP port that was free a moment ago.
 pub fn free_udp_port() -> Result<u16, TestkitError> {
-    let socket = UdpSocket::bind("127.0.0.1:0")
-        .map_err(|source| TestkitError::Io { what: "finding a free UDP port".into(), source })?;
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|source| TestkitError::Io {
+        what: "finding a free UDP port".into(),
+        source,
+    })?;
     socket
         .local_addr()
         .map(|a| a.port())
-        .map_err(|source| TestkitError::Io { what: "finding a free UDP port".into(), source })
+        .map_err(|source| TestkitError::Io {
+            what: "finding a free UDP port".into(),
+            source,
+        })
 }
 
 /// Fails with a clear message when a loopback TCP port is already taken.
 pub fn ensure_port_free(component: &str, port: u16) -> Result<(), TestkitError> {
     TcpListener::bind(("127.0.0.1", port))
         .map(drop)
-        .map_err(|_| TestkitError::PortInUse { component: component.to_string(), port })
+        .map_err(|_| TestkitError::PortInUse {
+            component: component.to_string(),
+            port,
+        })
 }
 
 /// `$HOSTCYCLE_CACHE`, or `~/.cache/hostcycle`.
@@ -187,7 +255,9 @@ pub fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("HOSTCYCLE_CACHE") {
         return PathBuf::from(dir);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"));
     home.join(".cache").join("hostcycle")
 }
 
@@ -201,6 +271,9 @@ pub fn require_program(component: &str, path: &Path) -> Result<(), TestkitError>
     if path.is_file() {
         Ok(())
     } else {
-        Err(TestkitError::MissingBinary { component: component.to_string(), path: path.to_path_buf() })
+        Err(TestkitError::MissingBinary {
+            component: component.to_string(),
+            path: path.to_path_buf(),
+        })
     }
 }

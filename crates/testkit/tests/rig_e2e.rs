@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use hostcycle_sim::power::{RedfishPowerSource, http_client};
 use hostcycle_sim::{NodeSimulator, SimConfig, SimHost};
-use hostcycle_testkit::bmc_emulators::{FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions};
+use hostcycle_testkit::bmc_emulators::{
+    FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
+};
 use hostcycle_testkit::{ClusterOptions, LocalCluster, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -20,7 +22,13 @@ const USER: &str = "rig";
 const PASSWORD: &str = "rig-secret";
 
 fn node_ready(node: &Node) -> Option<bool> {
-    let cond = node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")?;
+    let cond = node
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
     Some(cond.status == "True")
 }
 
@@ -41,12 +49,19 @@ async fn redfish_power(http: &reqwest::Client, url: &str, reset: &str) {
         .send()
         .await
         .unwrap();
-    assert!(resp.status().is_success(), "Redfish {reset} failed: {}", resp.status());
+    assert!(
+        resp.status().is_success(),
+        "Redfish {reset} failed: {}",
+        resp.status()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller() {
-    let _ = tracing_subscriber::fmt().with_env_filter("info,kube_client=off").with_test_writer().try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("info,kube_client=off")
+        .with_test_writer()
+        .try_init();
     let mut phases = Phases(Instant::now());
 
     let cluster = LocalCluster::start(ClusterOptions {
@@ -71,30 +86,59 @@ async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller()
     phases.done("Redfish emulator ready");
 
     let http = http_client(None).unwrap();
-    let system_url = |i: usize| format!("{}/redfish/v1/Systems/{}", redfish.endpoint(), systems[i].uuid);
+    let system_url = |i: usize| {
+        format!(
+            "{}/redfish/v1/Systems/{}",
+            redfish.endpoint(),
+            systems[i].uuid
+        )
+    };
     let hosts = (0..3)
         .map(|i| SimHost {
             node_name: format!("rig-{i}"),
             control_plane: i == 0,
             internal_ip: format!("192.0.2.{}", 10 + i),
-            power: Arc::new(RedfishPowerSource::new(http.clone(), system_url(i), Some((USER.into(), PASSWORD.into())))),
+            power: Arc::new(RedfishPowerSource::new(
+                http.clone(),
+                system_url(i),
+                Some((USER.into(), PASSWORD.into())),
+            )),
         })
         .collect();
-    let config = SimConfig { boot_delay: Duration::from_secs(1), lease_renew_interval: Duration::from_secs(1), ..SimConfig::default() };
+    let config = SimConfig {
+        boot_delay: Duration::from_secs(1),
+        lease_renew_interval: Duration::from_secs(1),
+        ..SimConfig::default()
+    };
     let sim = NodeSimulator::new(cluster.client(), config, hosts).spawn();
 
     let nodes: Api<Node> = Api::all(cluster.client());
-    wait_until("3 simulated nodes to be Ready", Duration::from_secs(60), || {
-        let nodes = nodes.clone();
-        async move {
-            let list = nodes.list(&ListParams::default()).await.ok()?;
-            (list.items.iter().filter(|n| node_ready(n) == Some(true)).count() == 3).then_some(())
-        }
-    })
+    wait_until(
+        "3 simulated nodes to be Ready",
+        Duration::from_secs(60),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let list = nodes.list(&ListParams::default()).await.ok()?;
+                (list
+                    .items
+                    .iter()
+                    .filter(|n| node_ready(n) == Some(true))
+                    .count()
+                    == 3)
+                    .then_some(())
+            }
+        },
+    )
     .await
     .unwrap();
     let cp = nodes.get("rig-0").await.unwrap();
-    assert!(cp.metadata.labels.unwrap().contains_key("node-role.kubernetes.io/control-plane"));
+    assert!(
+        cp.metadata
+            .labels
+            .unwrap()
+            .contains_key("node-role.kubernetes.io/control-plane")
+    );
     phases.done("3 nodes Ready");
 
     let deployments: Api<Deployment> = Api::namespaced(cluster.client(), "default");
@@ -110,28 +154,53 @@ async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller()
         },
     }))
     .unwrap();
-    deployments.create(&PostParams::default(), &deployment).await.unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
-    let running = wait_until("3 web pods scheduled onto simulated nodes and Running+Ready", Duration::from_secs(60), || {
-        let pods = pods.clone();
-        async move {
-            let list = pods.list(&ListParams::default().labels("app=web")).await.ok()?;
-            let running: Vec<(String, String)> = list
-                .items
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .filter(|p| {
-                    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
-                .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.as_ref()?.node_name.clone()?)))
-                .collect();
-            (running.len() == 3).then_some(running)
-        }
-    })
+    let running = wait_until(
+        "3 web pods scheduled onto simulated nodes and Running+Ready",
+        Duration::from_secs(60),
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels("app=web"))
+                    .await
+                    .ok()?;
+                let running: Vec<(String, String)> = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .filter(|p| {
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .filter_map(|p| {
+                        Some((
+                            p.metadata.name.clone()?,
+                            p.spec.as_ref()?.node_name.clone()?,
+                        ))
+                    })
+                    .collect();
+                (running.len() == 3).then_some(running)
+            }
+        },
+    )
     .await
     .unwrap();
     for (_, node) in &running {
-        assert!(node.starts_with("rig-"), "pod placed on unexpected node {node}");
+        assert!(
+            node.starts_with("rig-"),
+            "pod placed on unexpected node {node}"
+        );
     }
     phases.done("Deployment scheduled by the real scheduler, pods Running");
 
@@ -143,15 +212,32 @@ async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller()
     })
     .await
     .unwrap();
-    let reason = nodes.get("rig-2").await.unwrap().status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
-    assert_eq!(reason.status, "Unknown", "node-lifecycle controller marks a silent node Unknown");
+    let reason = nodes
+        .get("rig-2")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        reason.status, "Unknown",
+        "node-lifecycle controller marks a silent node Unknown"
+    );
     phases.done("power off via Redfish -> Node NotReady (node lifecycle)");
 
     redfish_power(&http, &system_url(2), "On").await;
-    wait_until("Node rig-2 to be Ready again after power on", Duration::from_secs(60), || {
-        let nodes = nodes.clone();
-        async move { (node_ready(&nodes.get("rig-2").await.ok()?) == Some(true)).then_some(()) }
-    })
+    wait_until(
+        "Node rig-2 to be Ready again after power on",
+        Duration::from_secs(60),
+        || {
+            let nodes = nodes.clone();
+            async move { (node_ready(&nodes.get("rig-2").await.ok()?) == Some(true)).then_some(()) }
+        },
+    )
     .await
     .unwrap();
     phases.done("power on via Redfish -> Node Ready");

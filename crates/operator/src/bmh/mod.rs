@@ -23,14 +23,18 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{BmcErrorLabels, BmcRequestLabels, ControllerLabels, Metrics, PowerActionLabels, StatusLabels};
+use crate::events::{EventKind, EventPublisher};
+use crate::metrics::{
+    BmcErrorLabels, BmcRequestLabels, ControllerLabels, Metrics, PowerActionLabels, StatusLabels,
+};
 use observe::{DriverCache, HostBmc, failure_from, read_power};
 
 const CONTROLLER: &str = "baremetalhost";
@@ -49,7 +53,12 @@ pub struct BmhControllerConfig {
 
 impl Default for BmhControllerConfig {
     fn default() -> Self {
-        BmhControllerConfig { namespace: None, decide: DecideConfig::default(), bmc: ConnectorOptions::default(), concurrency: 64 }
+        BmhControllerConfig {
+            namespace: None,
+            decide: DecideConfig::default(),
+            bmc: ConnectorOptions::default(),
+            concurrency: 64,
+        }
     }
 }
 
@@ -57,7 +66,7 @@ impl Default for BmhControllerConfig {
 pub struct Context {
     client: Client,
     drivers: DriverCache,
-    recorder: Recorder,
+    events: EventPublisher,
     metrics: Arc<Metrics>,
     config: BmhControllerConfig,
 }
@@ -68,9 +77,18 @@ pub enum ReconcileError {
     #[error("BareMetalHost has no namespace")]
     NoNamespace,
     #[error("writing status of BareMetalHost {host}: {source}")]
-    WriteStatus { host: String, #[source] source: kube::Error },
+    WriteStatus {
+        host: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("removing annotations {keys:?} from BareMetalHost {host}: {source}")]
-    RemoveAnnotations { host: String, keys: Vec<String>, #[source] source: kube::Error },
+    RemoveAnnotations {
+        host: String,
+        keys: Vec<String>,
+        #[source]
+        source: kube::Error,
+    },
     #[error("BareMetalHost {host} changed while being reconciled; reconciling again")]
     Conflict { host: String },
 }
@@ -80,7 +98,13 @@ fn is_conflict(e: &kube::Error) -> bool {
 }
 
 /// Runs the controller until `shutdown` fires.
-pub async fn run(client: Client, config: BmhControllerConfig, metrics: Arc<Metrics>, identity: &str, shutdown: CancellationToken) {
+pub async fn run(
+    client: Client,
+    config: BmhControllerConfig,
+    metrics: Arc<Metrics>,
+    identity: &str,
+    shutdown: CancellationToken,
+) {
     let hosts: Api<BareMetalHost> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -89,32 +113,49 @@ pub async fn run(client: Client, config: BmhControllerConfig, metrics: Arc<Metri
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let reporter = Reporter { controller: "hostcycle-operator".into(), instance: Some(identity.to_string()) };
     let ctx = Arc::new(Context {
         client: client.clone(),
         drivers: DriverCache::new(BmcConnector::new(config.bmc.clone())),
-        recorder: Recorder::new(client.clone(), reporter),
+        events: EventPublisher::new(client.clone(), "hostcycle.io/operator", identity),
         metrics: metrics.clone(),
         config: config.clone(),
     });
-    let controller = Controller::new(hosts, watcher::Config::default())
+    // React to spec and annotation changes, deletions, Secrets and our own requeues — not to
+    // status-only updates (our own writes): those would bypass the error backoff.
+    let (store, writer) = reflector::store();
+    let host_events = reflector(writer, watcher(hosts, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(spec_or_annotations, PredicateConfig::default());
+    let controller = Controller::for_stream(host_events, store.clone())
         .with_config(controller::Config::default().concurrency(config.concurrency));
-    let store = controller.store();
     // A fixed credentials Secret must bring its hosts back at once, not after the backoff.
     let secret_store = store.clone();
-    let controller = controller.watches(secrets, watcher::Config::default(), move |secret: Secret| {
-        let ns = secret.namespace();
-        let name = secret.name_any();
-        secret_store
-            .state()
-            .into_iter()
-            .filter(|h| {
-                h.namespace() == ns && h.spec.bmc.as_ref().is_some_and(|b| b.credentials_name.trim() == name)
-            })
-            .map(|h| ObjectRef::from_obj(&*h))
-            .collect::<Vec<_>>()
-    });
-    let gauge_task = tokio::spawn(report_host_statuses(store, metrics.clone(), shutdown.clone()));
+    let controller = controller.watches(
+        secrets,
+        watcher::Config::default(),
+        move |secret: Secret| {
+            let ns = secret.namespace();
+            let name = secret.name_any();
+            secret_store
+                .state()
+                .into_iter()
+                .filter(|h| {
+                    h.namespace() == ns
+                        && h.spec
+                            .bmc
+                            .as_ref()
+                            .is_some_and(|b| b.credentials_name.trim() == name)
+                })
+                .map(|h| ObjectRef::from_obj(&*h))
+                .collect::<Vec<_>>()
+        },
+    );
+    let gauge_task = tokio::spawn(report_host_statuses(
+        store,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
     let stop = shutdown.clone();
     controller
         .graceful_shutdown_on(async move { stop.cancelled().await })
@@ -126,6 +167,16 @@ pub async fn run(client: Client, config: BmhControllerConfig, metrics: Arc<Metri
         })
         .await;
     gauge_task.abort();
+}
+
+/// What a reconcile reacts to: the generation (spec) and the annotations.
+fn spec_or_annotations(host: &BareMetalHost) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    host.metadata.generation.hash(&mut hasher);
+    host.metadata.annotations.hash(&mut hasher);
+    host.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Keeps `hostcycle_hosts{operational_status}` current.
@@ -140,11 +191,21 @@ async fn report_host_statuses(
             counts.insert(s.to_string(), 0);
         }
         for host in store.state() {
-            let status = host.status.as_ref().and_then(|s| s.operational_status).map(|s| s.as_str()).unwrap_or("");
+            let status = host
+                .status
+                .as_ref()
+                .and_then(|s| s.operational_status)
+                .map(|s| s.as_str())
+                .unwrap_or("");
             *counts.entry(status.to_string()).or_default() += 1;
         }
         for (status, count) in counts {
-            metrics.hosts.get_or_create(&StatusLabels { operational_status: status }).set(count);
+            metrics
+                .hosts
+                .get_or_create(&StatusLabels {
+                    operational_status: status,
+                })
+                .set(count);
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -153,8 +214,17 @@ async fn report_host_statuses(
     }
 }
 
-fn error_policy(host: Arc<BareMetalHost>, error: &ReconcileError, ctx: Arc<Context>) -> controller::Action {
-    ctx.metrics.reconcile_errors.get_or_create(&ControllerLabels { controller: CONTROLLER.into() }).inc();
+fn error_policy(
+    host: Arc<BareMetalHost>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> controller::Action {
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ControllerLabels {
+            controller: CONTROLLER.into(),
+        })
+        .inc();
     match error {
         ReconcileError::Conflict { .. } => controller::Action::requeue(Duration::from_millis(100)),
         _ => {
@@ -165,11 +235,23 @@ fn error_policy(host: Arc<BareMetalHost>, error: &ReconcileError, ctx: Arc<Conte
 }
 
 fn host_id(host: &BareMetalHost) -> String {
-    format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any())
+    format!(
+        "{}/{}",
+        host.namespace().unwrap_or_default(),
+        host.name_any()
+    )
 }
 
-async fn reconcile(host: Arc<BareMetalHost>, ctx: Arc<Context>) -> Result<controller::Action, ReconcileError> {
-    ctx.metrics.reconciles.get_or_create(&ControllerLabels { controller: CONTROLLER.into() }).inc();
+async fn reconcile(
+    host: Arc<BareMetalHost>,
+    ctx: Arc<Context>,
+) -> Result<controller::Action, ReconcileError> {
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ControllerLabels {
+            controller: CONTROLLER.into(),
+        })
+        .inc();
     let ns = host.namespace().ok_or(ReconcileError::NoNamespace)?;
     let api: Api<BareMetalHost> = Api::namespaced(ctx.client.clone(), &ns);
     if host.meta().deletion_timestamp.is_some() {
@@ -183,12 +265,19 @@ async fn reconcile(host: Arc<BareMetalHost>, ctx: Arc<Context>) -> Result<contro
     }
 
     // Observe.
-    let has_bmc = host.spec.bmc.as_ref().is_some_and(|b| !b.address.trim().is_empty());
+    let has_bmc = host
+        .spec
+        .bmc
+        .as_ref()
+        .is_some_and(|b| !b.address.trim().is_empty());
     let (observation, credentials, driver) = if is_detached(annotations) || !has_bmc {
         (BmcObservation::NotQueried, None, None)
     } else {
         match ctx.drivers.driver_for(&ctx.client, &host).await {
-            Ok(HostBmc { driver, credentials }) => {
+            Ok(HostBmc {
+                driver,
+                credentials,
+            }) => {
                 let obs = read_power(driver.as_ref(), &ctx.metrics).await;
                 (obs, Some(credentials), Some(driver))
             }
@@ -213,7 +302,9 @@ async fn reconcile(host: Arc<BareMetalHost>, ctx: Arc<Context>) -> Result<contro
             Action::RemoveAnnotations { keys, .. } => {
                 current = remove_annotations(&api, &current, keys).await?;
             }
-            Action::EmitEvent(event) => publish(&ctx, &current, event.type_, event.reason, &event.message).await,
+            Action::EmitEvent(event) => {
+                publish(&ctx, &current, event.type_, event.reason, &event.message).await
+            }
             Action::PowerOff { mode } => {
                 let Some(driver) = &driver else { continue };
                 let result = power_call(driver.as_ref(), PowerCall::Off(*mode), &ctx.metrics).await;
@@ -256,27 +347,57 @@ async fn write_status(
             && let Some(pending) = status.provisioning.pending_reboot_since
             && *at > pending
         {
-            metrics.reboot_duration.observe(now.duration_since(pending).as_secs_f64().max(0.0));
+            metrics
+                .reboot_duration
+                .observe(now.duration_since(pending).as_secs_f64().max(0.0));
         }
     }
     let mut next = host.clone();
     next.status = Some(status);
-    let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
     match api.replace_status(&host.name_any(), &pp, &next).await {
         Ok(written) => Ok(written),
-        Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict { host: host_id(host) }),
-        Err(source) => Err(ReconcileError::WriteStatus { host: host_id(host), source }),
+        Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict {
+            host: host_id(host),
+        }),
+        Err(source) => Err(ReconcileError::WriteStatus {
+            host: host_id(host),
+            source,
+        }),
     }
 }
 
 /// Removes annotations, failing on a concurrent change (resourceVersion precondition).
-async fn remove_annotations(api: &Api<BareMetalHost>, host: &BareMetalHost, keys: &[String]) -> Result<BareMetalHost, ReconcileError> {
-    let removals: serde_json::Map<String, serde_json::Value> = keys.iter().map(|k| (k.clone(), serde_json::Value::Null)).collect();
+async fn remove_annotations(
+    api: &Api<BareMetalHost>,
+    host: &BareMetalHost,
+    keys: &[String],
+) -> Result<BareMetalHost, ReconcileError> {
+    let removals: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.clone(), serde_json::Value::Null))
+        .collect();
     let patch = json!({ "metadata": { "resourceVersion": host.resource_version(), "annotations": removals } });
-    match api.patch(&host.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match api
+        .patch(
+            &host.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
         Ok(updated) => Ok(updated),
-        Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict { host: host_id(host) }),
-        Err(source) => Err(ReconcileError::RemoveAnnotations { host: host_id(host), keys: keys.to_vec(), source }),
+        Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict {
+            host: host_id(host),
+        }),
+        Err(source) => Err(ReconcileError::RemoveAnnotations {
+            host: host_id(host),
+            keys: keys.to_vec(),
+            source,
+        }),
     }
 }
 
@@ -287,7 +408,11 @@ enum PowerCall {
 }
 
 /// Sends one power request, timing it and counting the result.
-async fn power_call(driver: &dyn PowerDriver, call: PowerCall, metrics: &Metrics) -> Result<PowerOutcome, BmcError> {
+async fn power_call(
+    driver: &dyn PowerDriver,
+    call: PowerCall,
+    metrics: &Metrics,
+) -> Result<PowerOutcome, BmcError> {
     let started = Instant::now();
     let (result, action, mode, operation) = match call {
         PowerCall::On => (driver.power_on().await, "on", "none", "power_on"),
@@ -296,23 +421,39 @@ async fn power_call(driver: &dyn PowerDriver, call: PowerCall, metrics: &Metrics
                 PowerOffMode::Soft => hostcycle_bmc::PowerOffMode::Soft,
                 PowerOffMode::Hard => hostcycle_bmc::PowerOffMode::Hard,
             };
-            (driver.power_off(bmc_mode).await, "off", mode.as_str(), "power_off")
+            (
+                driver.power_off(bmc_mode).await,
+                "off",
+                mode.as_str(),
+                "power_off",
+            )
         }
     };
     let kind = driver.description().kind.to_string();
     metrics
         .bmc_request_duration
-        .get_or_create(&BmcRequestLabels { driver: kind.clone(), operation: operation.into() })
+        .get_or_create(&BmcRequestLabels {
+            driver: kind.clone(),
+            operation: operation.into(),
+        })
         .observe(started.elapsed().as_secs_f64());
     let outcome = if result.is_ok() { "ok" } else { "error" };
     metrics
         .power_actions
-        .get_or_create(&PowerActionLabels { action: action.into(), mode: mode.into(), result: outcome.into() })
+        .get_or_create(&PowerActionLabels {
+            action: action.into(),
+            mode: mode.into(),
+            result: outcome.into(),
+        })
         .inc();
     if let Err(e) = &result {
         metrics
             .bmc_errors
-            .get_or_create(&BmcErrorLabels { driver: kind, operation: operation.into(), kind: e.reason().into() })
+            .get_or_create(&BmcErrorLabels {
+                driver: kind,
+                operation: operation.into(),
+                kind: e.reason().into(),
+            })
             .inc();
     }
     result
@@ -328,11 +469,15 @@ async fn record_power_result(
     let call = match result {
         Ok(outcome) => {
             tracing::info!(host = %host_id(host), outcome = %outcome, "power request sent");
-            PowerCallResult::Accepted { hard_fallback: outcome.hard_fallback.clone() }
+            PowerCallResult::Accepted {
+                hard_fallback: outcome.hard_fallback.clone(),
+            }
         }
         // The request may or may not have reached the BMC; the in-flight timeout decides
         // whether to send it again, so it is never sent twice in a hurry.
-        Err(BmcError::OutcomeUnknown { .. }) => PowerCallResult::Accepted { hard_fallback: None },
+        Err(BmcError::OutcomeUnknown { .. }) => PowerCallResult::Accepted {
+            hard_fallback: None,
+        },
         Err(e) => {
             tracing::warn!(host = %host_id(host), error = %e, "power request failed");
             PowerCallResult::Failed(failure_from(e))
@@ -352,22 +497,32 @@ async fn record_power_result(
 }
 
 /// Publishes an Event on the host; failures are logged, never fatal.
-async fn publish(ctx: &Context, host: &BareMetalHost, type_: EventType, reason: &str, message: &str) {
-    let event = KubeEvent {
-        type_: match type_ {
-            EventType::Normal => KubeEventType::Normal,
-            EventType::Warning => KubeEventType::Warning,
-        },
-        reason: reason.to_string(),
-        note: Some(message.to_string()),
-        action: "PowerManagement".into(),
-        secondary: None,
+async fn publish(
+    ctx: &Context,
+    host: &BareMetalHost,
+    type_: EventType,
+    reason: &str,
+    message: &str,
+) {
+    let kind = match type_ {
+        EventType::Normal => EventKind::Normal,
+        EventType::Warning => EventKind::Warning,
     };
     match type_ {
         EventType::Normal => tracing::info!(host = %host_id(host), reason, message, "event"),
         EventType::Warning => tracing::warn!(host = %host_id(host), reason, message, "event"),
     }
-    if let Err(e) = ctx.recorder.publish(&event, &host.object_ref(&())).await {
+    if let Err(e) = ctx
+        .events
+        .publish(
+            &host.object_ref(&()),
+            kind,
+            reason,
+            "PowerManagement",
+            message,
+        )
+        .await
+    {
         tracing::warn!(host = %host_id(host), reason, error = %e, "could not publish event");
     }
 }

@@ -1,8 +1,8 @@
 //! Observe: what the BMC says about a host, through a cached driver per host.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use hostcycle_api::{BareMetalHost, CredentialsStatus};
@@ -39,7 +39,10 @@ pub struct HostBmc {
 
 impl DriverCache {
     pub fn new(connector: BmcConnector) -> Self {
-        DriverCache { connector, drivers: Mutex::default() }
+        DriverCache {
+            connector,
+            drivers: Mutex::default(),
+        }
     }
 
     /// Forgets a deleted host's driver.
@@ -47,7 +50,9 @@ impl DriverCache {
         self.lock().remove(uid);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>> {
         match self.drivers.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -55,7 +60,11 @@ impl DriverCache {
     }
 
     /// The driver for `host`, loading its credentials Secret.
-    pub async fn driver_for(&self, client: &Client, host: &BareMetalHost) -> Result<HostBmc, BmcFailure> {
+    pub async fn driver_for(
+        &self,
+        client: &Client,
+        host: &BareMetalHost,
+    ) -> Result<HostBmc, BmcFailure> {
         let ns = host.namespace().unwrap_or_default();
         let bmc = host.spec.bmc.as_ref().ok_or_else(|| BmcFailure {
             kind: BmcFailureKind::Other,
@@ -84,16 +93,23 @@ impl DriverCache {
             secret_resource_version: secret.metadata.resource_version.clone(),
         };
         let credentials = CredentialsStatus {
-            credentials: Some(SecretReference { name: Some(secret_name.to_string()), namespace: Some(ns.clone()) }),
+            credentials: Some(SecretReference {
+                name: Some(secret_name.to_string()),
+                namespace: Some(ns.clone()),
+            }),
             credentials_version: secret.metadata.resource_version.clone(),
         };
         let uid = host.uid().unwrap_or_default();
         if let Some((cached_key, driver)) = self.lock().get(&uid)
             && *cached_key == key
         {
-            return Ok(HostBmc { driver: driver.clone(), credentials });
+            return Ok(HostBmc {
+                driver: driver.clone(),
+                credentials,
+            });
         }
-        let creds: BmcCredentials = credentials_from_secret(&secret).map_err(credentials_failure)?;
+        let creds: BmcCredentials =
+            credentials_from_secret(&secret).map_err(credentials_failure)?;
         let options = HostConnectOptions {
             disable_certificate_verification: key.disable_certificate_verification,
             ..HostConnectOptions::default()
@@ -101,19 +117,31 @@ impl DriverCache {
         let driver = self
             .connector
             .connect_str(&bmc.address, creds, &options)
-            .map_err(|e| BmcFailure { kind: BmcFailureKind::Other, message: e.to_string() })?;
+            .map_err(|e| BmcFailure {
+                kind: BmcFailureKind::Other,
+                message: e.to_string(),
+            })?;
         self.lock().insert(uid, (key, driver.clone()));
-        Ok(HostBmc { driver, credentials })
+        Ok(HostBmc {
+            driver,
+            credentials,
+        })
     }
 }
 
 fn credentials_failure(e: CredentialsError) -> BmcFailure {
-    BmcFailure { kind: BmcFailureKind::Credentials, message: e.to_string() }
+    BmcFailure {
+        kind: BmcFailureKind::Credentials,
+        message: e.to_string(),
+    }
 }
 
 /// Classifies a BMC error for status.
 pub fn failure_from(e: &BmcError) -> BmcFailure {
-    BmcFailure { kind: failure_kind(e), message: e.to_string() }
+    BmcFailure {
+        kind: failure_kind(e),
+        message: e.to_string(),
+    }
 }
 
 fn failure_kind(e: &BmcError) -> BmcFailureKind {
@@ -134,7 +162,10 @@ pub async fn read_power(driver: &dyn PowerDriver, metrics: &Metrics) -> BmcObser
     let kind = driver.description().kind.to_string();
     metrics
         .bmc_request_duration
-        .get_or_create(&BmcRequestLabels { driver: kind.clone(), operation: "read_power".into() })
+        .get_or_create(&BmcRequestLabels {
+            driver: kind.clone(),
+            operation: "read_power".into(),
+        })
         .observe(started.elapsed().as_secs_f64());
     match result {
         Ok(PowerState::On) => BmcObservation::Power(ObservedPower::On),
@@ -144,7 +175,11 @@ pub async fn read_power(driver: &dyn PowerDriver, metrics: &Metrics) -> BmcObser
         Err(e) => {
             metrics
                 .bmc_errors
-                .get_or_create(&BmcErrorLabels { driver: kind, operation: "read_power".into(), kind: e.reason().into() })
+                .get_or_create(&BmcErrorLabels {
+                    driver: kind,
+                    operation: "read_power".into(),
+                    kind: e.reason().into(),
+                })
                 .inc();
             BmcObservation::Failed(failure_from(&e))
         }

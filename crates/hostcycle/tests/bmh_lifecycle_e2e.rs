@@ -1,0 +1,460 @@
+//! The BareMetalHost controller's lifecycle rules end to end: hosts already off, leaving the
+//! provisioned state, paused and detached hosts, power changed behind our back, an operator
+//! killed mid-reboot, broken credentials, and the seed's Node-deletion guarantee.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use hostcycle_sim::power::{RedfishPowerSource, http_client};
+use hostcycle_sim::{NodeSimulator, SimConfig, SimHost};
+use hostcycle_testkit::bmc_emulators::FakePower;
+use hostcycle_testkit::wait_until;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn powered_on(h: &hostcycle_api::BareMetalHost) -> Option<bool> {
+    h.status.as_ref().and_then(|s| s.powered_on)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn off_hosts_deprovisioning_paused_detached_and_drift() {
+    let lab = Lab::start(&[
+        "off-suffixless",
+        "off-keyed",
+        "deprovisioned",
+        "paused",
+        "detached",
+        "drift",
+    ])
+    .await;
+
+    // A suffixless request on a host that is already off: no extra power-off; the request is
+    // satisfied by that off period and the host comes back once online.
+    let off_suffixless = async {
+        let name = "off-suffixless";
+        lab.patch_spec(name, json!({ "online": false })).await;
+        lab.wait_host(name, "off (online: false)", POWER_TIMEOUT, |h| {
+            powered_on(h) == Some(false)
+        })
+        .await;
+        lab.annotate(name, REBOOT, "").await;
+        lab.assert_power_stays(name, "Off", Duration::from_secs(3))
+            .await;
+        lab.patch_spec(name, json!({ "online": true })).await;
+        let host = lab.wait_reboot_done(name).await;
+        assert!(!annotations(&host).contains_key(REBOOT));
+        let history = lab.settled_history(name).await;
+        assert_eq!(
+            (history.power_offs(), history.power_ons()),
+            (1, 1),
+            "one off (online:false), one on: {history:?}"
+        );
+    };
+    // A keyed request on an off host holds it off even when online turns true.
+    let off_keyed = async {
+        let name = "off-keyed";
+        lab.patch_spec(name, json!({ "online": false })).await;
+        lab.wait_host(name, "off (online: false)", POWER_TIMEOUT, |h| {
+            powered_on(h) == Some(false)
+        })
+        .await;
+        lab.annotate(name, "reboot.metal3.io/fence", "").await;
+        lab.patch_spec(name, json!({ "online": true })).await;
+        lab.assert_power_stays(name, "Off", Duration::from_secs(6))
+            .await;
+        lab.unannotate(name, "reboot.metal3.io/fence").await;
+        lab.wait_reboot_done(name).await;
+        let history = lab.settled_history(name).await;
+        assert_eq!(
+            (history.power_offs(), history.power_ons()),
+            (1, 1),
+            "{history:?}"
+        );
+    };
+    // Leaving the provisioned state removes every reboot annotation, with an Event each.
+    let deprovisioned = async {
+        let name = "deprovisioned";
+        lab.annotate(name, "reboot.metal3.io/a", "").await;
+        lab.annotate(name, "reboot.metal3.io/b", HARD).await;
+        lab.wait_host(name, "held off", POWER_TIMEOUT, |h| {
+            powered_on(h) == Some(false)
+        })
+        .await;
+        lab.patch_spec(name, json!({ "externallyProvisioned": false }))
+            .await;
+        let host = lab
+            .wait_host(
+                name,
+                "reboot annotations cleared after leaving provisioned",
+                POWER_TIMEOUT,
+                |h| !has_reboot_annotation(h),
+            )
+            .await;
+        let state = host
+            .status
+            .as_ref()
+            .and_then(|s| s.provisioning.state.clone())
+            .map(|s| s.to_string());
+        assert_ne!(
+            state.as_deref(),
+            Some("externally provisioned"),
+            "state must leave provisioned: {state:?}"
+        );
+        let removed: Vec<String> = lab
+            .events(name)
+            .await
+            .into_iter()
+            .filter(|(_, r, _)| r == "RebootAnnotationRemoved")
+            .map(|(_, _, n)| n)
+            .collect();
+        for key in ["reboot.metal3.io/a", "reboot.metal3.io/b"] {
+            assert!(
+                removed.iter().any(|n| n.contains(key)),
+                "an event names {key}: {removed:?}"
+            );
+        }
+        // online: true and nothing holding it: it powers back on.
+        lab.wait_host(name, "powered on again", POWER_TIMEOUT, |h| {
+            powered_on(h) == Some(true)
+        })
+        .await;
+    };
+    // Paused: no action at all; removing the pause lets the request proceed.
+    let paused = async {
+        let name = "paused";
+        lab.annotate(name, "baremetalhost.metal3.io/paused", "")
+            .await;
+        lab.annotate(name, REBOOT, HARD).await;
+        lab.assert_power_stays(name, "On", Duration::from_secs(6))
+            .await;
+        let host = lab.get(name).await;
+        assert!(
+            annotations(&host).contains_key(REBOOT),
+            "paused: annotation untouched"
+        );
+        assert_eq!(
+            ts(&host).0,
+            None,
+            "paused: status untouched (no pendingRebootSince)"
+        );
+        lab.unannotate(name, "baremetalhost.metal3.io/paused").await;
+        lab.wait_reboot_done(name).await;
+    };
+    // Detached: no power management, annotations left alone, status says detached.
+    let detached = async {
+        let name = "detached";
+        lab.annotate(name, "baremetalhost.metal3.io/detached", "")
+            .await;
+        lab.annotate(name, REBOOT, HARD).await;
+        lab.wait_host(name, "operationalStatus detached", POWER_TIMEOUT, |h| {
+            h.status
+                .as_ref()
+                .and_then(|s| s.operational_status)
+                .map(|s| s.as_str())
+                == Some("detached")
+        })
+        .await;
+        lab.assert_power_stays(name, "On", Duration::from_secs(5))
+            .await;
+        assert!(
+            annotations(&lab.get(name).await).contains_key(REBOOT),
+            "detached: annotation left alone"
+        );
+        lab.unannotate(name, "baremetalhost.metal3.io/detached")
+            .await;
+        lab.wait_reboot_done(name).await;
+    };
+    // Power changed behind our back is corrected and reported.
+    let drift = async {
+        let name = "drift";
+        lab.redfish
+            .reset(lab.index(name), "ForceOff")
+            .await
+            .unwrap();
+        lab.wait_emulator_power(name, FakePower::Off).await;
+        lab.wait_emulator_power(name, FakePower::On).await;
+        let events = lab.events(name).await;
+        assert!(
+            events
+                .iter()
+                .any(|(t, r, _)| t == "Warning" && r == "PowerStateCorrected"),
+            "PowerStateCorrected expected: {events:?}"
+        );
+        // online: false powers off (soft), and stays off.
+        lab.patch_spec(name, json!({ "online": false })).await;
+        lab.wait_emulator_power(name, FakePower::Off).await;
+        lab.assert_power_stays(name, "Off", Duration::from_secs(3))
+            .await;
+    };
+    tokio::join!(
+        off_suffixless,
+        off_keyed,
+        deprovisioned,
+        paused,
+        detached,
+        drift
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_killed_mid_reboot_finishes_it_without_a_second_power_cycle() {
+    let mut lab = Lab::start(&["crash"]).await;
+    let name = "crash";
+    lab.annotate(name, REBOOT, "").await;
+    // Crash 1: right after the power-off was sent (its Event is published after the call).
+    wait_until("PowerOff event for crash", POWER_TIMEOUT, || async {
+        lab.event_reasons(name)
+            .await
+            .contains(&"PowerOff".to_string())
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    lab.kill_operator();
+    lab.wait_emulator_power(name, FakePower::Off).await;
+    lab.start_operator();
+    // Crash 2: while the host is off, before or during power-on.
+    lab.wait_host(
+        name,
+        "seen off by the restarted operator",
+        POWER_TIMEOUT,
+        |h| powered_on(h) == Some(false),
+    )
+    .await;
+    lab.kill_operator();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    lab.start_operator();
+    lab.wait_reboot_done(name).await;
+    let history = lab.settled_history(name).await;
+    assert_eq!(
+        (history.power_offs(), history.power_ons()),
+        (1, 1),
+        "exactly one power cycle: {history:?}"
+    );
+    let reasons = lab.event_reasons(name).await;
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "PowerOff").count(),
+        1,
+        "one power-off request: {reasons:?}"
+    );
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "PowerOn").count(),
+        1,
+        "one power-on request: {reasons:?}"
+    );
+    // And nothing more happens afterwards.
+    lab.assert_power_stays(name, "On", Duration::from_secs(5))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wrong_credentials_surface_in_status_and_recover_when_the_secret_is_fixed() {
+    let lab = Lab::start(&["creds", "no-secret"]).await;
+    let secrets: Api<Secret> = Api::namespaced(lab.client.clone(), NS);
+    let bad: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "bad-credentials" },
+        "stringData": { "username": USER, "password": "wrong" },
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &bad).await.unwrap();
+    lab.patch_spec(
+        "creds",
+        json!({ "bmc": { "credentialsName": "bad-credentials" } }),
+    )
+    .await;
+    lab.patch_spec(
+        "no-secret",
+        json!({ "bmc": { "credentialsName": "missing-secret" } }),
+    )
+    .await;
+
+    let is_error = |h: &hostcycle_api::BareMetalHost| {
+        h.status
+            .as_ref()
+            .and_then(|s| s.operational_status)
+            .map(|s| s.as_str())
+            == Some("error")
+    };
+    let host = lab
+        .wait_host(
+            "creds",
+            "operationalStatus error after wrong password",
+            POWER_TIMEOUT,
+            is_error,
+        )
+        .await;
+    let st = host.status.clone().unwrap();
+    let error_type = st
+        .error_type
+        .map(|e| e.as_str().to_string())
+        .unwrap_or_default();
+    assert!(
+        error_type.contains("registration error"),
+        "credential failures are registration errors: {error_type}"
+    );
+    assert!(
+        st.error_message.contains("401") || st.error_message.to_lowercase().contains("auth"),
+        "message: {}",
+        st.error_message
+    );
+    assert!(
+        !st.error_message.contains("wrong"),
+        "the password never appears in status: {}",
+        st.error_message
+    );
+    let host = lab
+        .wait_host(
+            "no-secret",
+            "operationalStatus error for a missing Secret",
+            POWER_TIMEOUT,
+            is_error,
+        )
+        .await;
+    let message = host.status.unwrap().error_message;
+    assert!(
+        message.contains("missing-secret"),
+        "message names the Secret: {message}"
+    );
+
+    // A request made while the BMC is unusable is held, not lost, and not hot-looped.
+    lab.annotate("creds", REBOOT, "").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let count_before = lab.get("creds").await.status.unwrap().error_count;
+    assert!(
+        count_before <= 3,
+        "errors back off instead of hot-looping: errorCount {count_before} after ~3 s"
+    );
+
+    // Fix the Secret: the host recovers promptly (the controller watches Secrets).
+    let fixed = json!({ "stringData": { "password": PASSWORD } });
+    secrets
+        .patch(
+            "bad-credentials",
+            &PatchParams::default(),
+            &Patch::Merge(&fixed),
+        )
+        .await
+        .unwrap();
+    let host = lab
+        .wait_host(
+            "creds",
+            "recovered to OK with goodCredentials",
+            Duration::from_secs(20),
+            |h| {
+                let st = h.status.as_ref();
+                st.and_then(|s| s.operational_status).map(|s| s.as_str()) == Some("OK")
+                    && st.and_then(|s| s.good_credentials.as_ref()).is_some()
+            },
+        )
+        .await;
+    assert!(host.status.unwrap().error_message.is_empty());
+    lab.wait_reboot_done("creds").await;
+    let events = lab.events("creds").await;
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, _)| t == "Warning" && r == "BMCError"),
+        "BMCError event: {events:?}"
+    );
+    for (_, _, note) in &events {
+        assert!(
+            !note.contains(PASSWORD) && !note.contains("wrong"),
+            "no secret in events: {note}"
+        );
+    }
+}
+
+/// The seed's guarantees with real (simulated) nodes: with a keyed annotation a client can
+/// delete the Node before the host boots again, and once lastPoweredOn passes the request the
+/// kubelet that ran at the request is gone (a new boot registered the node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keyed_fencing_lets_a_client_delete_the_node_before_the_host_boots() {
+    let lab = Lab::start(&["fenced"]).await;
+    let name = "fenced";
+    let http = http_client(None).unwrap();
+    let system_url = format!(
+        "{}{}",
+        lab.redfish.endpoint(),
+        lab.redfish.system_path(0).unwrap()
+    );
+    let sim = NodeSimulator::new(
+        lab.client.clone(),
+        SimConfig {
+            boot_delay: Duration::from_secs(1),
+            ..SimConfig::default()
+        },
+        vec![SimHost {
+            node_name: name.into(),
+            control_plane: false,
+            internal_ip: "192.0.2.50".into(),
+            power: Arc::new(RedfishPowerSource::new(
+                http,
+                system_url,
+                Some((USER.into(), PASSWORD.into())),
+            )),
+        }],
+    )
+    .spawn();
+    let nodes: Api<Node> = Api::all(lab.client.clone());
+    let boot_id = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
+    };
+    let first = wait_until(
+        "Node fenced registered",
+        Duration::from_secs(30),
+        || async { nodes.get_opt(name).await.ok()? },
+    )
+    .await
+    .unwrap();
+    let first_boot = boot_id(&first);
+
+    // Remediation-style client: fence, delete the Node while the host is off, release.
+    lab.annotate(name, "reboot.metal3.io/remediation", "machine-uid")
+        .await;
+    lab.wait_host(name, "fenced off", POWER_TIMEOUT, |h| {
+        powered_on(h) == Some(false)
+    })
+    .await;
+    lab.assert_power_stays(name, "Off", Duration::from_secs(2))
+        .await;
+    nodes.delete(name, &DeleteParams::default()).await.unwrap();
+    wait_until("Node fenced deleted", Duration::from_secs(20), || async {
+        nodes.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await
+    .unwrap();
+    let deleted_at = jiff::Timestamp::now();
+    // Still off: the host cannot boot (and re-register) while the annotation is there.
+    lab.assert_power_stays(name, "Off", Duration::from_secs(3))
+        .await;
+    lab.unannotate(name, "reboot.metal3.io/remediation").await;
+    let host = lab.wait_reboot_done(name).await;
+    let (pending, powered_on_at) = ts(&host);
+    assert!(powered_on_at.unwrap() > pending.unwrap());
+    let node = wait_until(
+        "Node fenced re-registered after boot",
+        Duration::from_secs(30),
+        || async { nodes.get_opt(name).await.ok()? },
+    )
+    .await
+    .unwrap();
+    let created = node.metadata.creation_timestamp.clone().unwrap().0;
+    assert!(
+        created > deleted_at,
+        "the Node was re-registered after the deletion ({created} > {deleted_at})"
+    );
+    assert_ne!(
+        boot_id(&node),
+        first_boot,
+        "a new boot: every process of the old one has stopped"
+    );
+    sim.stop().await;
+}
