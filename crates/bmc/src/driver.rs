@@ -182,3 +182,18 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
     /// reset`, or the command driver's reboot command).
     async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
 }
+
+/// Runs a driver call with a deadline covering all its exchanges with the BMC.
+pub(crate) async fn within<T>(
+    deadline: std::time::Duration,
+    what: impl FnOnce() -> String,
+    call: impl std::future::Future<Output = Result<T, BmcError>>,
+) -> Result<T, BmcError> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => result,
+        Err(_) => Err(BmcError::Timeout {
+            what: what(),
+            after: deadline,
+        }),
+    }
+}

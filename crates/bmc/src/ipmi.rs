@@ -15,7 +15,7 @@ use crate::address::IpmiAddress;
 use crate::credentials::BmcCredentials;
 use crate::driver::{
     DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
-    PowerState,
+    PowerState, within,
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, with_retries};
@@ -270,17 +270,13 @@ pub fn parse_chassis_power(stdout: &str) -> Option<PowerState> {
     })
 }
 
-#[async_trait]
-impl PowerDriver for IpmiDriver {
-    fn description(&self) -> DriverDescription {
-        DriverDescription {
-            kind: DriverKind::Ipmi,
-            endpoint: self.endpoint.clone(),
-            detail: format!("lanplus, cipher suite {}", self.options.cipher_suite),
-        }
+/// The power calls; the trait impl below bounds each with the call deadline.
+impl IpmiDriver {
+    fn what(&self, operation: &str) -> String {
+        format!("{operation} of {}", self.description())
     }
 
-    async fn power_state(&self) -> Result<PowerState, BmcError> {
+    async fn read_power_state(&self) -> Result<PowerState, BmcError> {
         let stdout = self.run(&["power", "status"], true).await?;
         parse_chassis_power(&stdout).ok_or_else(|| BmcError::IpmitoolOutput {
             endpoint: self.endpoint.clone(),
@@ -289,18 +285,18 @@ impl PowerDriver for IpmiDriver {
         })
     }
 
-    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
+    async fn request_power_on(&self) -> Result<PowerOutcome, BmcError> {
         let request = PowerRequest::On;
-        if self.power_state().await? == PowerState::On {
+        if self.read_power_state().await? == PowerState::On {
             return Ok(PowerOutcome::already_done(request));
         }
         self.chassis_power("on", true).await?;
         Ok(PowerOutcome::sent(request, "chassis power on"))
     }
 
-    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+    async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let request = PowerRequest::Off(mode);
-        if self.power_state().await? == PowerState::Off {
+        if self.read_power_state().await? == PowerState::Off {
             return Ok(PowerOutcome::already_done(request));
         }
         let mut hard_fallback = None;
@@ -328,9 +324,9 @@ impl PowerDriver for IpmiDriver {
         })
     }
 
-    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+    async fn request_reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let request = PowerRequest::Reboot(mode);
-        if self.power_state().await? == PowerState::Off {
+        if self.read_power_state().await? == PowerState::Off {
             self.chassis_power("on", true).await?;
             return Ok(PowerOutcome::sent(
                 request,
@@ -345,6 +341,53 @@ impl PowerDriver for IpmiDriver {
                 .then(|| "IPMI has no graceful restart".to_string()),
             output: None,
         })
+    }
+}
+
+#[async_trait]
+impl PowerDriver for IpmiDriver {
+    fn description(&self) -> DriverDescription {
+        DriverDescription {
+            kind: DriverKind::Ipmi,
+            endpoint: self.endpoint.clone(),
+            detail: format!("lanplus, cipher suite {}", self.options.cipher_suite),
+        }
+    }
+
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what("reading the power state"),
+            self.read_power_state(),
+        )
+        .await
+    }
+
+    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what("power on"),
+            self.request_power_on(),
+        )
+        .await
+    }
+
+    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what(&format!("{mode} power off")),
+            self.request_power_off(mode),
+        )
+        .await
+    }
+
+    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what(&format!("{mode} reboot")),
+            self.request_reboot(mode),
+        )
+        .await
     }
 }
 

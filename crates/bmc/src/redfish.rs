@@ -17,7 +17,7 @@ use crate::address::{RedfishAddress, RedfishFlavor, endpoint_of};
 use crate::credentials::BmcCredentials;
 use crate::driver::{
     DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
-    PowerState,
+    PowerState, within,
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, parse_retry_after, with_retries};
@@ -705,29 +705,18 @@ fn parse_power_state(value: Option<&str>) -> PowerState {
     }
 }
 
-#[async_trait]
-impl PowerDriver for RedfishDriver {
-    fn description(&self) -> DriverDescription {
-        let mut detail = match &self.address.system_path {
-            Some(path) => format!("system {path}"),
-            None => "the only system in /redfish/v1/Systems".to_string(),
-        };
-        if self.address.flavor != RedfishFlavor::Redfish {
-            detail = format!("{}, {detail}", self.address.flavor.scheme());
-        }
-        DriverDescription {
-            kind: DriverKind::Redfish,
-            endpoint: self.endpoint.clone(),
-            detail,
-        }
+/// The power calls; the trait impl below bounds each with the call deadline.
+impl RedfishDriver {
+    fn what(&self, operation: &str) -> String {
+        format!("{operation} of {}", self.description())
     }
 
-    async fn power_state(&self) -> Result<PowerState, BmcError> {
+    async fn read_power_state(&self) -> Result<PowerState, BmcError> {
         let (_, system) = self.get_system().await?;
         Ok(parse_power_state(system.power_state.as_deref()))
     }
 
-    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
+    async fn request_power_on(&self) -> Result<PowerOutcome, BmcError> {
         let request = PowerRequest::On;
         let (path, system) = self.get_system().await?;
         if parse_power_state(system.power_state.as_deref()) == PowerState::On {
@@ -748,7 +737,7 @@ impl PowerDriver for RedfishDriver {
         ))
     }
 
-    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+    async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let request = PowerRequest::Off(mode);
         let (path, system) = self.get_system().await?;
         if parse_power_state(system.power_state.as_deref()) == PowerState::Off {
@@ -760,7 +749,7 @@ impl PowerDriver for RedfishDriver {
             .await
     }
 
-    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+    async fn request_reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let request = PowerRequest::Reboot(mode);
         let (path, system) = self.get_system().await?;
         let info = self.reset_info(&path, &system).await?;
@@ -776,6 +765,60 @@ impl PowerDriver for RedfishDriver {
         let soft = (mode == PowerOffMode::Soft).then_some("GracefulRestart");
         self.reset_soft_or_hard(request, &info, soft, "ForceRestart", false)
             .await
+    }
+}
+
+#[async_trait]
+impl PowerDriver for RedfishDriver {
+    fn description(&self) -> DriverDescription {
+        let mut detail = match &self.address.system_path {
+            Some(path) => format!("system {path}"),
+            None => "the only system in /redfish/v1/Systems".to_string(),
+        };
+        if self.address.flavor != RedfishFlavor::Redfish {
+            detail = format!("{}, {detail}", self.address.flavor.scheme());
+        }
+        DriverDescription {
+            kind: DriverKind::Redfish,
+            endpoint: self.endpoint.clone(),
+            detail,
+        }
+    }
+
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what("reading the power state"),
+            self.read_power_state(),
+        )
+        .await
+    }
+
+    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what("power on"),
+            self.request_power_on(),
+        )
+        .await
+    }
+
+    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what(&format!("{mode} power off")),
+            self.request_power_off(mode),
+        )
+        .await
+    }
+
+    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        within(
+            self.options.retry.deadline,
+            || self.what(&format!("{mode} reboot")),
+            self.request_reboot(mode),
+        )
+        .await
     }
 }
 
