@@ -143,6 +143,26 @@ async fn run_lab() -> anyhow::Result<()> {
 
     create_bare_metal_hosts(&client, &redfish).await?;
 
+    println!("Starting the operator...");
+    let metrics_port = hostcycle_testkit::free_port()?;
+    let operator_stop = tokio_util::sync::CancellationToken::new();
+    let operator_config = hostcycle_operator::OperatorConfig {
+        metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+        leader_election: Some(hostcycle_operator::LeaderElection {
+            namespace: LAB_NAMESPACE.into(),
+            lease_name: "hostcycle-operator".into(),
+            identity: "lab-operator".into(),
+            lease_duration: Duration::from_secs(15),
+        }),
+        identity: "lab-operator".into(),
+        bmh: hostcycle_operator::BmhControllerConfig::default(),
+    };
+    let operator = tokio::spawn(hostcycle_operator::run(
+        client.clone(),
+        operator_config,
+        operator_stop.clone(),
+    ));
+
     println!("Starting simulated nodes...");
     let http = hostcycle_sim::power::http_client(None).map_err(anyhow::Error::msg)?;
     let hosts = LAB_HOSTS
@@ -176,7 +196,15 @@ async fn run_lab() -> anyhow::Result<()> {
     println!("From another terminal:\n");
     println!("  eval \"$(cargo run -q -p hostcycle -- lab env)\"");
     println!("  kubectl get nodes,bmh,pods -o wide");
-    println!("  cargo run -q -p hostcycle -- sim --help");
+    println!("\nWatch a reboot through the BareMetalHost API:\n");
+    println!("  kubectl get bmh -w &");
+    println!("  kubectl annotate bmh worker-0 reboot.metal3.io=          # soft power cycle");
+    println!(
+        "  kubectl annotate bmh worker-1 'reboot.metal3.io/mine={{\"mode\":\"hard\"}}'   # hard off, held"
+    );
+    println!("  kubectl annotate bmh worker-1 reboot.metal3.io/mine-      # release: powers on");
+    println!("  kubectl get events --sort-by=.metadata.creationTimestamp");
+    println!("\nOperator metrics: http://127.0.0.1:{metrics_port}/metrics");
     println!(
         "\nRedfish emulator: {}  (user {LAB_BMC_USER}, password in $HOSTCYCLE_REDFISH_PASSWORD_FILE)",
         redfish.endpoint()
@@ -188,6 +216,12 @@ async fn run_lab() -> anyhow::Result<()> {
         .await
         .context("waiting for Ctrl-C")?;
     println!("\nStopping the lab...");
+    operator_stop.cancel();
+    match operator.await {
+        Ok(Err(e)) => eprintln!("operator: {e:#}"),
+        Err(e) => eprintln!("operator task: {e}"),
+        Ok(Ok(())) => {}
+    }
     sim.stop().await;
     drop(redfish);
     drop(cluster);
