@@ -70,6 +70,17 @@ mod tests {
 
     const DELAY: Duration = Duration::from_secs(2);
 
+    /// name, state, boots so far, observed power, now, expected state, expected action
+    type Case = (
+        &'static str,
+        HostLifecycle,
+        u32,
+        Option<HostPower>,
+        Instant,
+        HostLifecycle,
+        Option<LifecycleAction>,
+    );
+
     #[test]
     fn table() {
         let t0 = Instant::now();
@@ -78,7 +89,7 @@ mod tests {
         let booting = HostLifecycle::Booting { since: t0 };
         let running = HostLifecycle::Running { boot: 1 };
         #[rustfmt::skip]
-        let cases: Vec<(&str, HostLifecycle, u32, Option<HostPower>, Instant, HostLifecycle, Option<LifecycleAction>)> = vec![
+        let cases: Vec<Case> = vec![
             ("off stays off",                 HostLifecycle::Off, 0, Some(HostPower::Off), t0, HostLifecycle::Off, None),
             ("off + transition stays off",    HostLifecycle::Off, 0, None, t0, HostLifecycle::Off, None),
             ("power on starts booting",       HostLifecycle::Off, 0, Some(HostPower::On), t0, booting, None),

@@ -441,11 +441,11 @@ impl Drop for LocalCluster {
         while let Some(mut p) = self.processes.pop() {
             p.stop();
         }
-        if std::thread::panicking() {
-            if let Some(ClusterDir::Temp(t)) = self.dir.take() {
-                let kept = t.keep();
-                eprintln!("local cluster logs kept in {}", kept.join("logs").display());
-            }
+        if std::thread::panicking()
+            && let Some(ClusterDir::Temp(t)) = self.dir.take()
+        {
+            let kept = t.keep();
+            eprintln!("local cluster logs kept in {}", kept.join("logs").display());
         }
     }
 }

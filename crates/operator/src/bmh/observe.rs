@@ -25,10 +25,13 @@ struct DriverKey {
     secret_resource_version: Option<String>,
 }
 
+/// Drivers by host UID, with what each was built from.
+type DriverMap = HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>;
+
 /// One driver per host, rebuilt when its address, TLS setting or credentials Secret changes.
 pub struct DriverCache {
     connector: BmcConnector,
-    drivers: Mutex<HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>>,
+    drivers: Mutex<DriverMap>,
 }
 
 /// A host's driver and the credentials it uses, or why there is none.
@@ -50,9 +53,7 @@ impl DriverCache {
         self.lock().remove(uid);
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DriverMap> {
         match self.drivers.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
