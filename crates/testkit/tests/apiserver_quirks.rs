@@ -131,13 +131,9 @@ async fn empty_strings_in_custom_resources_stay_empty_strings() {
             "errorMessage": "",
             "conditions": [{ "type": "Ready", "status": "True", "message": "" }]
         });
-        api.replace_status(
-            "q1",
-            &PostParams::default(),
-            serde_json::to_vec(&with_status).unwrap(),
-        )
-        .await
-        .expect("a status update with empty strings must be accepted");
+        api.replace_status("q1", &PostParams::default(), &with_status)
+            .await
+            .expect("a status update with empty strings must be accepted");
 
         let back = api.get("q1").await.unwrap();
         let data = &back.data;
