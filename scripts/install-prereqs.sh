@@ -16,7 +16,10 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { printf '\033[1m[prereqs]\033[0m %s\n' "$*" >&2; }
 
 apt_packages=(etcd-server golang-go rsync ipmitool python3-venv python3-pip dpkg-dev openssl
-  golang-github-modern-go-reflect2-dev apache2-utils kubernetes-client)
+  golang-github-modern-go-reflect2-dev apache2-utils)
+# kubectl for lab users: Debian's kubernetes-client, unless the machine already has a kubectl
+# (its package would conflict with Debian's).
+if ! command -v kubectl >/dev/null 2>&1; then apt_packages+=(kubernetes-client); fi
 missing=()
 for p in "${apt_packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

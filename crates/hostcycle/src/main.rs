@@ -32,6 +32,12 @@ enum Command {
     Bmc(hostcycle_bmc::cli::BmcArgs),
     /// Print the CustomResourceDefinitions as YAML (generated from the Rust types).
     Crd,
+    /// Print install manifests: the CRDs and the operator's ServiceAccount and RBAC.
+    Manifests {
+        /// Namespace of the operator's ServiceAccount.
+        #[arg(long, default_value = "hostcycle-system")]
+        namespace: String,
+    },
     /// Run simulated kubelets that follow Redfish power states.
     Sim(hostcycle_sim::cli::SimArgs),
     /// Run a local lab: control plane, Redfish emulator, simulated nodes and the operator.
@@ -61,6 +67,7 @@ async fn main() -> std::process::ExitCode {
         Command::Operator(args) => hostcycle_operator::run_cli(args).await,
         Command::Bmc(args) => hostcycle_bmc::cli::run(args).await,
         Command::Crd => print_crds(),
+        Command::Manifests { namespace } => print_manifests(&namespace),
         Command::Sim(args) => hostcycle_sim::cli::run(args).await,
         Command::Lab(args) => lab::run(args).await,
     };
@@ -71,6 +78,16 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn print_manifests(namespace: &str) -> anyhow::Result<()> {
+    let mut out = hostcycle_api::crd_yaml()?;
+    for object in hostcycle_operator::rbac::rbac_objects(namespace)? {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&object)?);
+    }
+    print!("{out}");
+    Ok(())
 }
 
 fn print_crds() -> anyhow::Result<()> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -43,6 +43,10 @@ pub struct ClusterOptions {
     pub apiserver_port: Option<u16>,
     /// How long to wait for each component to become ready.
     pub start_timeout: Duration,
+    /// Where the control-plane binaries are; [`k8s_bin_dir`] when `None`.
+    pub k8s_bin_dir: Option<PathBuf>,
+    /// Extra kube-apiserver flags (e.g. to try a feature gate).
+    pub extra_apiserver_args: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -53,6 +57,8 @@ impl Default for ClusterOptions {
             base_dir: None,
             apiserver_port: None,
             start_timeout: Duration::from_secs(60),
+            k8s_bin_dir: None,
+            extra_apiserver_args: Vec::new(),
         }
     }
 }
@@ -80,6 +86,17 @@ pub struct LocalCluster {
     server: String,
     ca_pem: String,
     client: Client,
+    // Removed after every process has stopped (fields drop after `Drop::drop`).
+    _etcd_data: RemoveOnDrop,
+}
+
+/// Deletes a directory when dropped: etcd's data in /dev/shm must not outlive the cluster.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -107,7 +124,7 @@ impl LocalCluster {
     /// Starts etcd, the API server, the controller manager and the scheduler and waits until
     /// each is ready (each wait has a deadline and fails fast if the component exits).
     pub async fn start(opts: ClusterOptions) -> Result<LocalCluster, TestkitError> {
-        let bin = k8s_bin_dir();
+        let bin = opts.k8s_bin_dir.clone().unwrap_or_else(k8s_bin_dir);
         let etcd_bin = etcd_binary();
         require_program("etcd", &etcd_bin)?;
         for c in [
@@ -176,18 +193,23 @@ impl LocalCluster {
         let kubeconfig = root.join("kubeconfig");
         write_kubeconfig(&kubeconfig, &server, &ca_pem, &token)?;
 
-        let mut cluster_processes = Vec::new();
         let deadline = opts.start_timeout;
 
         // etcd keeps its data in tmpfs when available: fsync there is free, which keeps
         // large-fleet tests fast without an unsafe etcd flag.
-        let etcd_data = shm_or(&root)
-            .join(format!("hostcycle-etcd-{}", std::process::id()))
-            .join(format!("{api_port}"));
-        let _ = std::fs::remove_dir_all(&etcd_data);
+        let root_name = root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let etcd_data =
+            RemoveOnDrop(shm_or(&root).join(format!("hostcycle-etcd-{root_name}-{api_port}")));
+        let _ = std::fs::remove_dir_all(&etcd_data.0);
+        // Declared after the data dir guard: on an error return, etcd stops before its data goes.
+        let mut cluster_processes = Vec::new();
+        prune_stale_etcd_dirs(&shm_or(&root));
         let mut etcd = std::process::Command::new(&etcd_bin);
         etcd.args(["--name", "default", "--data-dir"])
-            .arg(&etcd_data)
+            .arg(&etcd_data.0)
             .args([
                 "--listen-client-urls",
                 &format!("http://127.0.0.1:{etcd_port}"),
@@ -243,6 +265,7 @@ impl LocalCluster {
             format!("--cert-dir={}", pki_dir.display()),
             "--profiling=false".into(),
         ]);
+        apiserver.args(&opts.extra_apiserver_args);
         let apiserver = ManagedProcess::spawn("kube-apiserver", apiserver, &logs)?;
         cluster_processes.push(apiserver);
 
@@ -306,6 +329,7 @@ impl LocalCluster {
             server,
             ca_pem,
             client,
+            _etcd_data: etcd_data,
         };
         let started = Instant::now();
         let http = crate::http::client_with_ca(&cluster.ca_pem)?;
@@ -394,6 +418,44 @@ impl LocalCluster {
             .collect()
     }
 
+    /// Writes a kubeconfig that authenticates as ServiceAccount `namespace/name`, with a token
+    /// from the TokenRequest API (valid one day), so a component can run with exactly the
+    /// permissions its RBAC grants. The ServiceAccount must exist.
+    pub async fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PathBuf, TestkitError> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![],
+                expiration_seconds: Some(86_400),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let issued = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .map_err(|e| {
+                other(
+                    &format!("requesting a token for ServiceAccount {namespace}/{name}"),
+                    e,
+                )
+            })?;
+        let token = issued.status.map(|s| s.token).ok_or_else(|| {
+            other(
+                &format!("requesting a token for ServiceAccount {namespace}/{name}"),
+                "no token in the answer",
+            )
+        })?;
+        let path = self.dir().join(format!("kubeconfig-{namespace}-{name}"));
+        write_kubeconfig(&path, &self.server, &self.ca_pem, &token)?;
+        Ok(path)
+    }
+
     /// Applies CRDs (server-side apply) and waits until each is Established.
     pub async fn install_crds(
         &self,
@@ -462,6 +524,39 @@ fn component_common_args(kubeconfig: &Path, port: u16, serving: &pki::PemFiles) 
         format!("--tls-cert-file={}", serving.cert.display()),
         format!("--tls-private-key-file={}", serving.key.display()),
     ]
+}
+
+/// Removes etcd data dirs in `dir` that no running process uses and that are older than two
+/// minutes (left by a killed test).
+fn prune_stale_etcd_dirs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let in_use: Vec<String> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .filter(|c| c.contains("hostcycle-etcd-"))
+        .collect();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // A dir younger than two minutes may belong to an etcd that is starting right now.
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(120));
+        if name.starts_with("hostcycle-etcd-")
+            && old
+            && !in_use.iter().any(|c| c.contains(&*path.to_string_lossy()))
+        {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 fn shm_or(fallback: &Path) -> PathBuf {

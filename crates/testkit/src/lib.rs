@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod http;
 pub mod pki;
 pub mod process;
+pub mod redfish_stub;
 
 pub use process::{
     ManagedProcess, cache_dir, ensure_port_free, free_port, free_udp_port, require_program,

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hostcycle_api::BareMetalHost;
+use hostcycle_operator::rbac;
 use hostcycle_testkit::bmc_emulators::{
     FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
 };
@@ -66,6 +67,7 @@ pub struct Lab {
     pub hosts: Api<BareMetalHost>,
     pub names: Vec<String>,
     pub metrics_port: u16,
+    operator_kubeconfig: PathBuf,
     histories: Vec<Arc<Mutex<PowerHistory>>>,
     sampler_stop: CancellationToken,
     operator_starts: usize,
@@ -102,6 +104,13 @@ impl Lab {
             .unwrap(),
         );
         let client = cluster.client();
+        // The operator runs as its own ServiceAccount with the ClusterRole it ships, so these
+        // tests also prove its RBAC is sufficient.
+        install_operator_rbac(&client).await;
+        let operator_kubeconfig = cluster
+            .service_account_kubeconfig(NS, rbac::OPERATOR_NAME)
+            .await
+            .unwrap();
         let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
         let secret: Secret = serde_json::from_value(json!({
             "metadata": { "name": SECRET },
@@ -144,6 +153,7 @@ impl Lab {
             operator: None,
             client,
             hosts,
+            operator_kubeconfig,
             names: names.iter().map(|s| s.to_string()).collect(),
             metrics_port: free_port().unwrap(),
             histories,
@@ -172,7 +182,7 @@ impl Lab {
         self.operator_starts += 1;
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"));
         cmd.args(["operator", "--kubeconfig"])
-            .arg(self.cluster.kubeconfig_path())
+            .arg(&self.operator_kubeconfig)
             .args([
                 "--metrics-addr",
                 &format!("127.0.0.1:{}", self.metrics_port),
@@ -379,6 +389,25 @@ impl Drop for Lab {
             eprintln!("operator log: {}", p.log_path().display());
         }
     }
+}
+
+/// Creates the operator's ServiceAccount, ClusterRole and ClusterRoleBinding as shipped.
+pub async fn install_operator_rbac(client: &Client) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let pp = PostParams::default();
+    Api::<ServiceAccount>::namespaced(client.clone(), NS)
+        .create(&pp, &rbac::service_account(NS))
+        .await
+        .unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&pp, &rbac::cluster_role())
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&pp, &rbac::cluster_role_binding(NS))
+        .await
+        .unwrap();
 }
 
 pub fn has_reboot_annotation(h: &BareMetalHost) -> bool {

@@ -326,9 +326,21 @@ async fn reconcile(
         (a, b) => a.or(b),
     };
     Ok(match requeue {
-        Some(after) => controller::Action::requeue(after),
+        Some(after) => controller::Action::requeue(spread(after)),
         None => controller::Action::await_change(),
     })
+}
+
+/// Adds up to 10 % to long requeues so a fleet's steady-state polls spread out instead of
+/// hitting the BMCs and the API server in the same second.
+fn spread(after: Duration) -> Duration {
+    if after < Duration::from_secs(10) {
+        return after;
+    }
+    let tenth_ms = u64::try_from(after.as_millis() / 10)
+        .unwrap_or(u64::MAX)
+        .max(1);
+    after + Duration::from_millis(rand::random_range(0..tenth_ms))
 }
 
 /// Applies status updates and writes the status with the object's resourceVersion as a

@@ -1,0 +1,185 @@
+//! A fast in-process Redfish BMC fleet for benchmarks: power changes apply at once, and the
+//! arrival time of every reset request is recorded, so a benchmark can measure how long a
+//! request took to reach "the BMC". Load generation, not a test double for functional tests
+//! (those use sushy-tools).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use jiff::Timestamp;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::TestkitError;
+
+/// One reset request as the stub received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetRecord {
+    pub at: Timestamp,
+    pub reset_type: String,
+}
+
+struct Fleet {
+    powered_on: Vec<AtomicBool>,
+    resets: Vec<Mutex<Vec<ResetRecord>>>,
+    reads: AtomicU64,
+}
+
+/// A fleet of fast Redfish systems `0..n`, spread over `endpoints` loopback ports.
+pub struct RedfishStub {
+    fleet: Arc<Fleet>,
+    ports: Vec<u16>,
+    stop: CancellationToken,
+}
+
+impl Drop for RedfishStub {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    fleet: Arc<Fleet>,
+}
+
+impl RedfishStub {
+    /// Serves `systems` systems (all powered on) on `endpoints` ports; system `i` lives on
+    /// port `i % endpoints`.
+    pub async fn start(systems: usize, endpoints: usize) -> Result<RedfishStub, TestkitError> {
+        let fleet = Arc::new(Fleet {
+            powered_on: (0..systems).map(|_| AtomicBool::new(true)).collect(),
+            resets: (0..systems).map(|_| Mutex::new(Vec::new())).collect(),
+            reads: AtomicU64::new(0),
+        });
+        let stop = CancellationToken::new();
+        let app = Router::new()
+            .route("/redfish/v1/Systems/{id}", get(system))
+            .route(
+                "/redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset",
+                post(reset),
+            )
+            .with_state(AppState {
+                fleet: fleet.clone(),
+            });
+        let mut ports = Vec::new();
+        for _ in 0..endpoints.max(1) {
+            let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+                .await
+                .map_err(|source| TestkitError::Io {
+                    what: "binding a Redfish stub port".into(),
+                    source,
+                })?;
+            let port = listener
+                .local_addr()
+                .map_err(|source| TestkitError::Io {
+                    what: "reading a Redfish stub port".into(),
+                    source,
+                })?
+                .port();
+            ports.push(port);
+            let app = app.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await;
+            });
+        }
+        Ok(RedfishStub { fleet, ports, stop })
+    }
+
+    /// `redfish+http://127.0.0.1:PORT/redfish/v1/Systems/<i>`.
+    pub fn system_address(&self, i: usize) -> String {
+        format!(
+            "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{i}",
+            self.ports[i % self.ports.len()]
+        )
+    }
+
+    /// Every reset request system `i` received, oldest first.
+    pub fn resets(&self, i: usize) -> Vec<ResetRecord> {
+        self.fleet
+            .resets
+            .get(i)
+            .map(|r| lock(r).clone())
+            .unwrap_or_default()
+    }
+
+    pub fn is_on(&self, i: usize) -> bool {
+        self.fleet
+            .powered_on
+            .get(i)
+            .is_some_and(|p| p.load(Ordering::SeqCst))
+    }
+
+    /// Power-state reads served so far.
+    pub fn reads(&self) -> u64 {
+        self.fleet.reads.load(Ordering::Relaxed)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+async fn system(State(state): State<AppState>, Path(id): Path<usize>) -> Response {
+    let Some(power) = state.fleet.powered_on.get(id) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    state.fleet.reads.fetch_add(1, Ordering::Relaxed);
+    let power = if power.load(Ordering::SeqCst) {
+        "On"
+    } else {
+        "Off"
+    };
+    axum::Json(json!({
+        "@odata.id": format!("/redfish/v1/Systems/{id}"),
+        "Id": id.to_string(),
+        "Name": format!("stub-{id}"),
+        "PowerState": power,
+        "Actions": { "#ComputerSystem.Reset": {
+            "target": format!("/redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset"),
+            "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown", "ForceRestart"],
+        }},
+    }))
+    .into_response()
+}
+
+async fn reset(
+    State(state): State<AppState>,
+    Path(id): Path<usize>,
+    body: axum::body::Bytes,
+) -> Response {
+    let at = Timestamp::now();
+    let (Some(power), Some(log)) = (state.fleet.powered_on.get(id), state.fleet.resets.get(id))
+    else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let reset_type = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v.get("ResetType")
+                .and_then(|t| t.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    match reset_type.as_str() {
+        "On" | "ForceOn" => power.store(true, Ordering::SeqCst),
+        "ForceOff" | "GracefulShutdown" => power.store(false, Ordering::SeqCst),
+        "ForceRestart" => {}
+        _ => return StatusCode::BAD_REQUEST.into_response(),
+    }
+    lock(log).push(ResetRecord { at, reset_type });
+    StatusCode::NO_CONTENT.into_response()
+}
