@@ -133,6 +133,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::unwrap_used)]
     fn role_never_grants_wildcards_or_secret_writes() {
         let role = cluster_role();
         for rule in role.rules.unwrap() {
