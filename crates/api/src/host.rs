@@ -408,6 +408,30 @@ pub enum HardFallbackSource {
 }
 
 impl BareMetalHost {
+    /// An online host running an OS we did not provision (`externallyProvisioned: true`),
+    /// powered through `bmc_address` with the credentials in Secret `credentials_name`.
+    pub fn externally_provisioned(
+        name: &str,
+        bmc_address: &str,
+        credentials_name: &str,
+    ) -> BareMetalHost {
+        BareMetalHost::new(
+            name,
+            BareMetalHostSpec {
+                online: true,
+                externally_provisioned: true,
+                bmc: Some(BmcDetails {
+                    address: bmc_address.to_string(),
+                    credentials_name: credentials_name.to_string(),
+                    disable_certificate_verification: None,
+                }),
+                boot_mac_address: None,
+                consumer_ref: None,
+                extra: BTreeMap::new(),
+            },
+        )
+    }
+
     /// The annotations map, empty when there are none.
     pub fn annotations_or_empty(&self) -> &BTreeMap<String, String> {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();

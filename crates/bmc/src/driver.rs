@@ -183,6 +183,47 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
     async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
 }
 
+/// A driver's raw exchanges with its BMC. Every type that implements it is a
+/// [`PowerDriver`] whose calls are each bounded by [`BmcOperations::call_deadline`].
+#[async_trait]
+pub trait BmcOperations: Send + Sync + fmt::Debug {
+    /// What this driver talks to, for status and logs.
+    fn describe(&self) -> DriverDescription;
+    /// The deadline of one call, covering all its retries.
+    fn call_deadline(&self) -> std::time::Duration;
+    async fn read_power_state(&self) -> Result<PowerState, BmcError>;
+    async fn request_power_on(&self) -> Result<PowerOutcome, BmcError>;
+    async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+    async fn request_reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+}
+
+#[async_trait]
+impl<T: BmcOperations> PowerDriver for T {
+    fn description(&self) -> DriverDescription {
+        self.describe()
+    }
+
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        let what = || format!("reading the power state of {}", self.describe());
+        within(self.call_deadline(), what, self.read_power_state()).await
+    }
+
+    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
+        let what = || format!("power on of {}", self.describe());
+        within(self.call_deadline(), what, self.request_power_on()).await
+    }
+
+    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        let what = || format!("{mode} power off of {}", self.describe());
+        within(self.call_deadline(), what, self.request_power_off(mode)).await
+    }
+
+    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+        let what = || format!("{mode} reboot of {}", self.describe());
+        within(self.call_deadline(), what, self.request_reboot(mode)).await
+    }
+}
+
 /// Runs a driver call with a deadline covering all its exchanges with the BMC.
 pub(crate) async fn within<T>(
     deadline: std::time::Duration,

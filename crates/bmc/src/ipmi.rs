@@ -14,8 +14,8 @@ use tokio::sync::Semaphore;
 use crate::address::IpmiAddress;
 use crate::credentials::BmcCredentials;
 use crate::driver::{
-    DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
-    PowerState, within,
+    BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
+    PowerRequest, PowerState,
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, with_retries};
@@ -270,10 +270,20 @@ pub fn parse_chassis_power(stdout: &str) -> Option<PowerState> {
     })
 }
 
-/// The power calls; the trait impl below bounds each with the call deadline.
-impl IpmiDriver {
-    fn what(&self, operation: &str) -> String {
-        format!("{operation} of {}", self.description())
+/// The power calls; [`BmcOperations`] makes them a [`PowerDriver`] bounded by the call
+/// deadline.
+#[async_trait]
+impl BmcOperations for IpmiDriver {
+    fn describe(&self) -> DriverDescription {
+        DriverDescription {
+            kind: DriverKind::Ipmi,
+            endpoint: self.endpoint.clone(),
+            detail: format!("lanplus, cipher suite {}", self.options.cipher_suite),
+        }
+    }
+
+    fn call_deadline(&self) -> Duration {
+        self.options.retry.deadline
     }
 
     async fn read_power_state(&self) -> Result<PowerState, BmcError> {
@@ -341,53 +351,6 @@ impl IpmiDriver {
                 .then(|| "IPMI has no graceful restart".to_string()),
             output: None,
         })
-    }
-}
-
-#[async_trait]
-impl PowerDriver for IpmiDriver {
-    fn description(&self) -> DriverDescription {
-        DriverDescription {
-            kind: DriverKind::Ipmi,
-            endpoint: self.endpoint.clone(),
-            detail: format!("lanplus, cipher suite {}", self.options.cipher_suite),
-        }
-    }
-
-    async fn power_state(&self) -> Result<PowerState, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what("reading the power state"),
-            self.read_power_state(),
-        )
-        .await
-    }
-
-    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what("power on"),
-            self.request_power_on(),
-        )
-        .await
-    }
-
-    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what(&format!("{mode} power off")),
-            self.request_power_off(mode),
-        )
-        .await
-    }
-
-    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what(&format!("{mode} reboot")),
-            self.request_reboot(mode),
-        )
-        .await
     }
 }
 

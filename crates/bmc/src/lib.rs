@@ -44,8 +44,8 @@ pub use credentials::{
     BmcCredentials, CredentialsError, credentials_from_secret, load_credentials,
 };
 pub use driver::{
-    DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
-    PowerState,
+    BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
+    PowerRequest, PowerState,
 };
 pub use error::BmcError;
 pub use ipmi::{IpmiDriver, IpmiOptions};

@@ -16,8 +16,8 @@ use url::Url;
 use crate::address::{RedfishAddress, RedfishFlavor, endpoint_of};
 use crate::credentials::BmcCredentials;
 use crate::driver::{
-    DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
-    PowerState, within,
+    BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
+    PowerRequest, PowerState,
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, parse_retry_after, with_retries};
@@ -705,10 +705,27 @@ fn parse_power_state(value: Option<&str>) -> PowerState {
     }
 }
 
-/// The power calls; the trait impl below bounds each with the call deadline.
-impl RedfishDriver {
-    fn what(&self, operation: &str) -> String {
-        format!("{operation} of {}", self.description())
+/// The power calls; [`BmcOperations`] makes them a [`PowerDriver`] bounded by the call
+/// deadline.
+#[async_trait]
+impl BmcOperations for RedfishDriver {
+    fn describe(&self) -> DriverDescription {
+        let mut detail = match &self.address.system_path {
+            Some(path) => format!("system {path}"),
+            None => "the only system in /redfish/v1/Systems".to_string(),
+        };
+        if self.address.flavor != RedfishFlavor::Redfish {
+            detail = format!("{}, {detail}", self.address.flavor.scheme());
+        }
+        DriverDescription {
+            kind: DriverKind::Redfish,
+            endpoint: self.endpoint.clone(),
+            detail,
+        }
+    }
+
+    fn call_deadline(&self) -> Duration {
+        self.options.retry.deadline
     }
 
     async fn read_power_state(&self) -> Result<PowerState, BmcError> {
@@ -765,60 +782,6 @@ impl RedfishDriver {
         let soft = (mode == PowerOffMode::Soft).then_some("GracefulRestart");
         self.reset_soft_or_hard(request, &info, soft, "ForceRestart", false)
             .await
-    }
-}
-
-#[async_trait]
-impl PowerDriver for RedfishDriver {
-    fn description(&self) -> DriverDescription {
-        let mut detail = match &self.address.system_path {
-            Some(path) => format!("system {path}"),
-            None => "the only system in /redfish/v1/Systems".to_string(),
-        };
-        if self.address.flavor != RedfishFlavor::Redfish {
-            detail = format!("{}, {detail}", self.address.flavor.scheme());
-        }
-        DriverDescription {
-            kind: DriverKind::Redfish,
-            endpoint: self.endpoint.clone(),
-            detail,
-        }
-    }
-
-    async fn power_state(&self) -> Result<PowerState, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what("reading the power state"),
-            self.read_power_state(),
-        )
-        .await
-    }
-
-    async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what("power on"),
-            self.request_power_on(),
-        )
-        .await
-    }
-
-    async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what(&format!("{mode} power off")),
-            self.request_power_off(mode),
-        )
-        .await
-    }
-
-    async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
-        within(
-            self.options.retry.deadline,
-            || self.what(&format!("{mode} reboot")),
-            self.request_reboot(mode),
-        )
-        .await
     }
 }
 

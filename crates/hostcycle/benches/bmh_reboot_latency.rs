@@ -96,13 +96,8 @@ async fn main() {
             let hosts = hosts.clone();
             let address = stub.system_address(i);
             async move {
-                let bmh: BareMetalHost = serde_json::from_value(json!({
-                    "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-                    "metadata": { "name": format!("host-{i:04}") },
-                    "spec": { "online": true, "externallyProvisioned": true,
-                              "bmc": { "address": address, "credentialsName": "bmc" } },
-                }))
-                .unwrap();
+                let bmh =
+                    BareMetalHost::externally_provisioned(&format!("host-{i:04}"), &address, "bmc");
                 hosts.create(&PostParams::default(), &bmh).await.unwrap();
             }
         })

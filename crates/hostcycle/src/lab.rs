@@ -248,16 +248,7 @@ async fn create_bare_metal_hosts(client: &Client, redfish: &RedfishEmulator) -> 
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), LAB_NAMESPACE);
     for (index, (name, _)) in LAB_HOSTS.iter().enumerate() {
         let address = redfish.system_address(index)?;
-        let bmh: BareMetalHost = serde_json::from_value(json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BareMetalHost",
-            "metadata": { "name": name },
-            "spec": {
-                "online": true,
-                "externallyProvisioned": true,
-                "bmc": { "address": address, "credentialsName": LAB_CREDENTIALS_SECRET },
-            },
-        }))?;
+        let bmh = BareMetalHost::externally_provisioned(name, &address, LAB_CREDENTIALS_SECRET);
         hosts
             .create(&PostParams::default(), &bmh)
             .await

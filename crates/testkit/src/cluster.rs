@@ -626,18 +626,14 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        proc.ensure_running()?;
-        if let Some(v) = poll().await {
-            return Ok(v);
+    let what = format!("{what} (log: {})", proc.log_path().display());
+    crate::process::wait_until_fallible(&what, timeout, || {
+        let running = proc.ensure_running();
+        let next = poll();
+        async move {
+            running?;
+            Ok(next.await)
         }
-        if start.elapsed() >= timeout {
-            return Err(TestkitError::Timeout {
-                what: format!("{what} (log: {})", proc.log_path().display()),
-                after: timeout,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }

@@ -161,10 +161,28 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    wait_until_fallible(what, timeout, || {
+        let next = poll();
+        async move { Ok(next.await) }
+    })
+    .await
+}
+
+/// Like [`wait_until`], but an error from `poll` ends the wait at once (e.g. the component
+/// being waited for has exited).
+pub async fn wait_until_fallible<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut poll: F,
+) -> Result<T, TestkitError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, TestkitError>>,
+{
     let start = Instant::now();
     let mut interval = Duration::from_millis(50);
     loop {
-        if let Some(v) = poll().await {
+        if let Some(v) = poll().await? {
             return Ok(v);
         }
         if start.elapsed() >= timeout {

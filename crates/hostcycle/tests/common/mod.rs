@@ -123,17 +123,11 @@ impl Lab {
             .unwrap();
         let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), NS);
         for (i, name) in names.iter().enumerate() {
-            let bmh: BareMetalHost = serde_json::from_value(json!({
-                "apiVersion": "metal3.io/v1alpha1",
-                "kind": "BareMetalHost",
-                "metadata": { "name": name },
-                "spec": {
-                    "online": true,
-                    "externallyProvisioned": true,
-                    "bmc": { "address": redfish.system_address(i).unwrap(), "credentialsName": SECRET },
-                },
-            }))
-            .unwrap();
+            let bmh = BareMetalHost::externally_provisioned(
+                name,
+                &redfish.system_address(i).unwrap(),
+                SECRET,
+            );
             hosts.create(&PostParams::default(), &bmh).await.unwrap();
         }
         let sampler_stop = CancellationToken::new();
