@@ -458,3 +458,60 @@ async fn keyed_fencing_lets_a_client_delete_the_node_before_the_host_boots() {
     );
     sim.stop().await;
 }
+
+/// One BMC that accepts connections but never answers must not slow the others: a healthy
+/// host's reboot completes at normal speed meanwhile, and the hung one ends in an error status
+/// that names the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_bmc_does_not_slow_other_hosts() {
+    let lab = Lab::start(&["healthy"]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket); // accept, never answer
+        }
+    });
+    let hung = hostcycle_api::BareMetalHost::externally_provisioned(
+        "hung",
+        &format!("redfish+http://127.0.0.1:{port}/redfish/v1/Systems/1"),
+        SECRET,
+    );
+    lab.hosts
+        .create(&PostParams::default(), &hung)
+        .await
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    lab.annotate("healthy", REBOOT, HARD).await;
+    lab.wait_reboot_done("healthy").await;
+    let took = started.elapsed();
+    // A hard reboot through the fake driver takes 2–22 s plus polling; a blocked controller
+    // would add the hung BMC's 8 s deadline per attempt.
+    assert!(
+        took < Duration::from_secs(35),
+        "healthy host's reboot took {took:?}"
+    );
+
+    let host = lab
+        .wait_host(
+            "hung",
+            "error status after its BMC timed out",
+            Duration::from_secs(30),
+            |h| {
+                h.status
+                    .as_ref()
+                    .and_then(|s| s.operational_status)
+                    .map(|s| s.as_str())
+                    == Some("error")
+            },
+        )
+        .await;
+    let message = host.status.unwrap().error_message;
+    assert!(
+        message.to_lowercase().contains("timed out") || message.contains("Timeout"),
+        "names the timeout: {message}"
+    );
+    hold.abort();
+}

@@ -145,6 +145,12 @@ pub struct OperatorArgs {
     /// Hosts reconciled at once.
     #[arg(long, default_value_t = 64)]
     pub concurrency: u16,
+    /// Timeout of one HTTP request to a BMC.
+    #[arg(long, default_value = "30s")]
+    pub bmc_request_timeout: jiff::SignedDuration,
+    /// Deadline of one BMC call, retries included.
+    #[arg(long, default_value = "120s")]
+    pub bmc_call_deadline: jiff::SignedDuration,
 }
 
 fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
@@ -190,10 +196,27 @@ impl OperatorArgs {
                 namespace: self.namespace,
                 decide,
                 concurrency: self.concurrency,
-                ..Default::default()
+                bmc: bmc_options(
+                    duration(self.bmc_request_timeout, "bmc-request-timeout")?,
+                    duration(self.bmc_call_deadline, "bmc-call-deadline")?,
+                ),
             },
         })
     }
+}
+
+/// BMC connection settings with the given request timeout and per-call deadline.
+fn bmc_options(
+    request_timeout: Duration,
+    call_deadline: Duration,
+) -> hostcycle_bmc::ConnectorOptions {
+    let mut options = hostcycle_bmc::ConnectorOptions {
+        request_timeout,
+        ..Default::default()
+    };
+    options.connect_timeout = options.connect_timeout.min(request_timeout);
+    options.retry.deadline = call_deadline;
+    options
 }
 
 /// `hostcycle operator`: runs until SIGTERM/Ctrl-C.

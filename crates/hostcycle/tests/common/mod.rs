@@ -188,6 +188,11 @@ impl Lab {
                 "5s",
                 "--transition-poll",
                 "500ms",
+                // Local emulators answer in milliseconds; a hung BMC must fail within seconds.
+                "--bmc-request-timeout",
+                "3s",
+                "--bmc-call-deadline",
+                "8s",
             ])
             .env(
                 "RUST_LOG",
