@@ -78,7 +78,6 @@ async fn main() {
     let cluster = LocalCluster::start(ClusterOptions::default())
         .await
         .unwrap();
-    cluster.install_crds(&[hostcycle_api::crd()]).await.unwrap();
     let client = cluster.client();
     let stub = RedfishStub::start(args.hosts, args.hosts).await.unwrap();
 

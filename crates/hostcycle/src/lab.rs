@@ -118,10 +118,6 @@ async fn run_lab() -> anyhow::Result<()> {
     })
     .await
     .context("starting the local control plane")?;
-    cluster
-        .install_crds(&[hostcycle_api::crd()])
-        .await
-        .context("installing CRDs")?;
     let client = cluster.client();
 
     println!(

@@ -47,6 +47,8 @@ pub struct ClusterOptions {
     pub k8s_bin_dir: Option<PathBuf>,
     /// Extra kube-apiserver flags (e.g. to try a feature gate).
     pub extra_apiserver_args: Vec<String>,
+    /// CRDs installed (and waited for) once the control plane is ready: hostcycle's own.
+    pub crds: Vec<CustomResourceDefinition>,
 }
 
 impl Default for ClusterOptions {
@@ -59,20 +61,22 @@ impl Default for ClusterOptions {
             start_timeout: Duration::from_secs(60),
             k8s_bin_dir: None,
             extra_apiserver_args: Vec::new(),
+            crds: vec![hostcycle_api::crd()],
         }
     }
 }
 
+/// The cluster's directory: a temp dir is deleted when the cluster drops cleanly and kept
+/// (with its logs) when starting failed or a test panicked.
 enum ClusterDir {
-    Temp(tempfile::TempDir),
+    Temp(PathBuf),
     Fixed(PathBuf),
 }
 
 impl ClusterDir {
     fn path(&self) -> &Path {
         match self {
-            ClusterDir::Temp(t) => t.path(),
-            ClusterDir::Fixed(p) => p,
+            ClusterDir::Temp(p) | ClusterDir::Fixed(p) => p,
         }
     }
 }
@@ -143,10 +147,32 @@ impl LocalCluster {
                 tempfile::Builder::new()
                     .prefix("hostcycle-cluster-")
                     .tempdir()
-                    .map_err(io_err("creating cluster temp dir"))?,
+                    .map_err(io_err("creating cluster temp dir"))?
+                    .keep(),
             ),
         };
-        let root = dir.path().to_path_buf();
+        match Self::start_in(&opts, &bin, &etcd_bin, dir.path()).await {
+            Ok(mut cluster) => {
+                cluster.dir = Some(dir);
+                Ok(cluster)
+            }
+            Err(e) => {
+                eprintln!(
+                    "local cluster failed to start; logs kept in {}",
+                    dir.path().join("logs").display()
+                );
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_in(
+        opts: &ClusterOptions,
+        bin: &Path,
+        etcd_bin: &Path,
+        root: &Path,
+    ) -> Result<LocalCluster, TestkitError> {
+        let root = root.to_path_buf();
         let logs = root.join("logs");
         let pki_dir = root.join("pki");
         std::fs::create_dir_all(&pki_dir).map_err(io_err("creating pki dir"))?;
@@ -207,7 +233,7 @@ impl LocalCluster {
         // Declared after the data dir guard: on an error return, etcd stops before its data goes.
         let mut cluster_processes = Vec::new();
         prune_stale_etcd_dirs(&shm_or(&root));
-        let mut etcd = std::process::Command::new(&etcd_bin);
+        let mut etcd = std::process::Command::new(etcd_bin);
         etcd.args(["--name", "default", "--data-dir"])
             .arg(&etcd_data.0)
             .args([
@@ -324,7 +350,7 @@ impl LocalCluster {
 
         let mut cluster = LocalCluster {
             processes: cluster_processes,
-            dir: Some(dir),
+            dir: None,
             kubeconfig,
             server,
             ca_pem,
@@ -372,6 +398,7 @@ impl LocalCluster {
         )
         .await?;
         tracing::info!(elapsed = ?started.elapsed(), "controller manager and scheduler ready");
+        cluster.install_crds(&opts.crds).await?;
         Ok(cluster)
     }
 
@@ -503,11 +530,12 @@ impl Drop for LocalCluster {
         while let Some(mut p) = self.processes.pop() {
             p.stop();
         }
-        if std::thread::panicking()
-            && let Some(ClusterDir::Temp(t)) = self.dir.take()
-        {
-            let kept = t.keep();
-            eprintln!("local cluster logs kept in {}", kept.join("logs").display());
+        if let Some(ClusterDir::Temp(dir)) = self.dir.take() {
+            if std::thread::panicking() {
+                eprintln!("local cluster logs kept in {}", dir.join("logs").display());
+            } else {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
         }
     }
 }

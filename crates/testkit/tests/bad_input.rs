@@ -59,17 +59,8 @@ async fn port_in_use_is_reported_for_the_component() {
 
 #[tokio::test]
 async fn a_component_that_exits_early_fails_fast_with_its_log_and_leaves_nothing_running() {
-    let base = tempfile::tempdir().unwrap();
-    // Every process of this cluster mentions its directory (config paths, etcd's data dir).
-    let marker = base
-        .path()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .to_string();
     let started = Instant::now();
     let err = LocalCluster::start(ClusterOptions {
-        base_dir: Some(base.path().to_path_buf()),
         extra_apiserver_args: vec!["--no-such-flag-for-this-test".into()],
         ..Default::default()
     })
@@ -93,10 +84,21 @@ async fn a_component_that_exits_early_fails_fast_with_its_log_and_leaves_nothing
         text.contains("no-such-flag"),
         "the log tail shows why: {text}"
     );
-    // etcd, started before the API server, was stopped by its PID.
+    // The log the error points at is still there to read.
+    let kept = std::fs::read_to_string(log).expect("the failed cluster's log is kept");
+    assert!(kept.contains("no-such-flag"));
+    // etcd, started before the API server, was stopped by its PID. Every process of this
+    // cluster mentions its directory (config paths, etcd's data dir).
+    let root = log
+        .parent()
+        .and_then(|logs| logs.parent())
+        .unwrap()
+        .to_path_buf();
+    let marker = root.file_name().unwrap().to_string_lossy().to_string();
     assert!(
         processes_mentioning(&marker).is_empty(),
         "left running: {:?}",
         processes_mentioning(&marker)
     );
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -88,7 +88,6 @@ impl Lab {
         let cluster = LocalCluster::start(ClusterOptions::default())
             .await
             .unwrap();
-        cluster.install_crds(&[hostcycle_api::crd()]).await.unwrap();
         let systems: Vec<FakeSystem> = names
             .iter()
             .map(|n| FakeSystem::new(*n, FakePower::On))

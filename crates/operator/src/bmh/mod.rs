@@ -151,11 +151,7 @@ pub async fn run(
                 .collect::<Vec<_>>()
         },
     );
-    let gauge_task = tokio::spawn(report_host_statuses(
-        store,
-        metrics.clone(),
-        shutdown.clone(),
-    ));
+    let housekeeping_task = tokio::spawn(housekeeping(store, ctx.clone(), shutdown.clone()));
     let stop = shutdown.clone();
     controller
         .graceful_shutdown_on(async move { stop.cancelled().await })
@@ -166,7 +162,7 @@ pub async fn run(
             }
         })
         .await;
-    gauge_task.abort();
+    housekeeping_task.abort();
 }
 
 /// What a reconcile reacts to: the generation (spec) and the annotations.
@@ -179,18 +175,27 @@ fn spec_or_annotations(host: &BareMetalHost) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Keeps `hostcycle_hosts{operational_status}` current.
-async fn report_host_statuses(
+/// Every few seconds: keeps `hostcycle_hosts{operational_status}` current and drops the
+/// drivers of hosts that no longer exist.
+async fn housekeeping(
     store: kube::runtime::reflector::Store<BareMetalHost>,
-    metrics: Arc<Metrics>,
+    ctx: Arc<Context>,
     shutdown: CancellationToken,
 ) {
+    let metrics = ctx.metrics.clone();
     loop {
+        let hosts = store.state();
+        let live: std::collections::HashSet<String> =
+            hosts.iter().filter_map(|h| h.uid()).collect();
+        // An empty store may just not be synced yet; never drop every driver on that.
+        if !live.is_empty() {
+            ctx.drivers.retain_hosts(&live);
+        }
         let mut counts = std::collections::BTreeMap::<String, i64>::new();
         for s in ["OK", "discovered", "error", "detached", ""] {
             counts.insert(s.to_string(), 0);
         }
-        for host in store.state() {
+        for host in &hosts {
             let status = host
                 .status
                 .as_ref()

@@ -48,6 +48,21 @@ impl DriverCache {
         }
     }
 
+    /// Keeps only the drivers of `live` hosts (by UID): hosts deleted without a finalizer
+    /// are never seen with a deletion timestamp.
+    pub fn retain_hosts(&self, live: &std::collections::HashSet<String>) {
+        self.lock().retain(|uid, _| live.contains(uid));
+    }
+
+    /// How many drivers are cached.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forgets a deleted host's driver.
     pub fn forget(&self, uid: &str) {
         self.lock().remove(uid);
@@ -184,5 +199,37 @@ pub async fn read_power(driver: &dyn PowerDriver, metrics: &Metrics) -> BmcObser
                 .inc();
             BmcObservation::Failed(failure_from(&e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use hostcycle_bmc::ConnectorOptions;
+
+    #[test]
+    fn drivers_of_deleted_hosts_are_dropped() {
+        let cache = DriverCache::new(BmcConnector::new(ConnectorOptions::default()));
+        for uid in ["a", "b", "c"] {
+            let driver = cache
+                .connector
+                .connect_str(
+                    "redfish+http://127.0.0.1:9/redfish/v1/Systems/1",
+                    BmcCredentials::new("u", "p").unwrap(),
+                    &HostConnectOptions::default(),
+                )
+                .unwrap();
+            let key = DriverKey {
+                address: String::new(),
+                disable_certificate_verification: false,
+                secret_resource_version: None,
+            };
+            cache.lock().insert(uid.to_string(), (key, driver));
+        }
+        cache.retain_hosts(&["a".to_string(), "c".to_string()].into_iter().collect());
+        let mut left: Vec<String> = cache.lock().keys().cloned().collect();
+        left.sort();
+        assert_eq!(left, ["a", "c"]);
     }
 }
