@@ -305,7 +305,16 @@ async fn reconcile(
     for action in &decision.actions {
         match action {
             Action::RemoveAnnotations { keys, .. } => {
-                current = remove_annotations(&api, &current, keys).await?;
+                // The write-ahead status is already recorded: a conflict here must not skip a
+                // power call that follows. The removal is decided again next time.
+                match remove_annotations(&api, &current, keys).await {
+                    Ok(updated) => current = updated,
+                    Err(ReconcileError::Conflict { .. }) => {
+                        tracing::debug!(host = %host_id(&current), ?keys, "annotations changed meanwhile; removal retried next reconcile");
+                        follow_up_requeue = Some(Duration::from_millis(200));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Action::EmitEvent(event) => {
                 publish(&ctx, &current, event.type_, event.reason, &event.message).await
@@ -385,6 +394,35 @@ async fn write_status(
             source,
         }),
     }
+}
+
+/// Records a power call's outcome. The call has happened, so its record must not be lost to
+/// a concurrent change: on a conflict, re-read the object and apply the (idempotent) updates
+/// again.
+async fn write_status_after_call(
+    api: &Api<BareMetalHost>,
+    host: &BareMetalHost,
+    updates: &[StatusUpdate],
+    now: Timestamp,
+    metrics: &Metrics,
+) -> Result<BareMetalHost, ReconcileError> {
+    let mut latest = host.clone();
+    for _ in 0..5 {
+        match write_status(api, &latest, updates, now, metrics).await {
+            Err(ReconcileError::Conflict { .. }) => {
+                latest = api.get(&host.name_any()).await.map_err(|source| {
+                    ReconcileError::WriteStatus {
+                        host: host_id(host),
+                        source,
+                    }
+                })?;
+            }
+            other => return other,
+        }
+    }
+    Err(ReconcileError::Conflict {
+        host: host_id(host),
+    })
 }
 
 /// Removes annotations, failing on a concurrent change (resourceVersion precondition).
@@ -505,7 +543,7 @@ async fn record_power_result(
     let follow: Decision = after_power_call(&status, &call, now, &ctx.config.decide);
     let mut current = host.clone();
     if !follow.status.is_empty() {
-        current = write_status(api, host, &follow.status, now, &ctx.metrics).await?;
+        current = write_status_after_call(api, host, &follow.status, now, &ctx.metrics).await?;
     }
     for event in follow.events() {
         publish(ctx, &current, event.type_, event.reason, &event.message).await;
