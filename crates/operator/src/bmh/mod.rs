@@ -368,16 +368,13 @@ async fn write_status(
 ) -> Result<BareMetalHost, ReconcileError> {
     let mut status: BareMetalHostStatus = host.status.clone().unwrap_or_default();
     apply_status_updates(&mut status, updates, now, host.metadata.generation);
-    for update in updates {
-        if let StatusUpdate::SetLastPoweredOn(at) = update
-            && let Some(pending) = status.provisioning.pending_reboot_since
-            && *at > pending
-        {
-            metrics
-                .reboot_duration
-                .observe(now.duration_since(pending).as_secs_f64().max(0.0));
-        }
-    }
+    let completed_reboot = updates.iter().find_map(|update| match update {
+        StatusUpdate::SetLastPoweredOn(at) => status
+            .provisioning
+            .pending_reboot_since
+            .filter(|pending| at > pending),
+        _ => None,
+    });
     let mut next = host.clone();
     next.status = Some(status);
     let pp = PostParams {
@@ -385,7 +382,15 @@ async fn write_status(
         ..PostParams::default()
     };
     match api.replace_status(&host.name_any(), &pp, &next).await {
-        Ok(written) => Ok(written),
+        Ok(written) => {
+            // Counted once the completion is recorded, so a retried write never counts twice.
+            if let Some(pending) = completed_reboot {
+                metrics
+                    .reboot_duration
+                    .observe(now.duration_since(pending).as_secs_f64().max(0.0));
+            }
+            Ok(written)
+        }
         Err(e) if is_conflict(&e) => Err(ReconcileError::Conflict {
             host: host_id(host),
         }),
