@@ -205,36 +205,59 @@ async fn off_hosts_deprovisioning_paused_detached_and_drift() {
 async fn operator_killed_mid_reboot_finishes_it_without_a_second_power_cycle() {
     let mut lab = Lab::start(&["crash"]).await;
     let name = "crash";
+    // A power cycle (suffixless) plus a client holding the host off (keyed).
     lab.annotate(name, REBOOT, "").await;
-    // Crash 1: right after the power-off was sent (its Event is published after the call).
-    wait_until("PowerOff event for crash", POWER_TIMEOUT, || async {
-        lab.event_reasons(name)
-            .await
-            .contains(&"PowerOff".to_string())
-            .then_some(())
-    })
-    .await
-    .unwrap();
+    lab.annotate(name, "reboot.metal3.io/hold", "").await;
+
+    // Crash 1: the power-off was sent (its Event is published after the call).
+    lab.wait_event(name, "PowerOff").await;
     lab.kill_operator();
-    lab.wait_emulator_power(name, FakePower::Off).await;
     lab.start_operator();
-    // Crash 2: while the host is off, before or during power-on.
+
+    // Crash 2: while the keyed annotation holds the host off. The restarted operator must
+    // neither power it on nor send another power-off.
     lab.wait_host(
         name,
-        "seen off by the restarted operator",
+        "off and held by the keyed annotation only",
         POWER_TIMEOUT,
-        |h| powered_on(h) == Some(false),
+        |h| powered_on(h) == Some(false) && !annotations(h).contains_key(REBOOT),
     )
     .await;
     lab.kill_operator();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    lab.start_operator();
+    lab.assert_power_stays(name, "Off", Duration::from_secs(4))
+        .await;
+    lab.unannotate(name, "reboot.metal3.io/hold").await;
+
+    // Crash 3: the power-on was sent, not yet seen done.
+    lab.wait_event(name, "PowerOn").await;
+    lab.kill_operator();
     lab.start_operator();
     lab.wait_reboot_done(name).await;
+
     let history = lab.settled_history(name).await;
     assert_eq!(
         (history.power_offs(), history.power_ons()),
         (1, 1),
         "exactly one power cycle: {history:?}"
+    );
+    // The write-ahead record: the power-on that ended the reboot was requested once.
+    let last = lab
+        .get(name)
+        .await
+        .status
+        .unwrap()
+        .last_power_action
+        .unwrap();
+    assert_eq!(last.action, hostcycle_api::PowerTarget::On, "{last:?}");
+    assert_eq!(
+        last.attempts, 1,
+        "the power-on was requested once: {last:?}"
+    );
+    assert_eq!(
+        last.state,
+        hostcycle_api::PowerActionState::Completed,
+        "{last:?}"
     );
     let reasons = lab.event_reasons(name).await;
     assert_eq!(

@@ -358,6 +358,20 @@ impl Lab {
             .collect()
     }
 
+    /// Waits until an Event with `reason` exists for `name`.
+    pub async fn wait_event(&self, name: &str, reason: &str) {
+        let what = format!("a {reason} Event for {name}");
+        wait_until(&what, POWER_TIMEOUT, || async {
+            self.event_reasons(name)
+                .await
+                .iter()
+                .any(|r| r == reason)
+                .then_some(())
+        })
+        .await
+        .unwrap();
+    }
+
     pub async fn event_reasons(&self, name: &str) -> Vec<String> {
         self.events(name)
             .await
