@@ -687,3 +687,26 @@ fn soft_power_off_falls_back_to_hard_after_the_soft_timeout() {
     assert_eq!(h.step(t(soft_ms + 2_000)).power_action(), None);
     assert_eq!(h.last_action().unwrap().state, PowerActionState::Completed);
 }
+
+/// A malformed annotation added while the host is already held off by a valid one is
+/// reported once (when the set of requests changes), not on every poll, and not ignored.
+#[test]
+fn malformed_annotation_added_during_a_hold_is_reported_once() {
+    let mut h = host_on().annotate(KEY_A, "");
+    h.step(t(0)); // soft power-off requested
+    h = h.bmc(ObservedPower::Off);
+    let d = h.step(t(5_000)); // off, held by KEY_A
+    assert!(!d.event_reasons().contains(&ev::INVALID_REBOOT_ANNOTATION));
+    h = h.annotate(KEY_B, "not json");
+    let d = h.step(t(6_000));
+    let warnings: Vec<_> = d
+        .events()
+        .filter(|e| e.reason == ev::INVALID_REBOOT_ANNOTATION)
+        .collect();
+    assert_eq!(warnings.len(), 1, "warned once: {:?}", d.event_reasons());
+    assert!(warnings[0].message.contains(KEY_B));
+    assert_eq!(d.power_action(), None, "still held off");
+    // Polling again with nothing changed: no repeat.
+    let d = h.step(t(7_000));
+    assert!(!d.event_reasons().contains(&ev::INVALID_REBOOT_ANNOTATION));
+}

@@ -30,6 +30,32 @@ pub fn decide(snapshot: &HostSnapshot, now: Timestamp) -> Decision {
 /// Pure and idempotent: the same snapshot gives the same decision, and a decision never
 /// repeats a power request that is still in flight.
 pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decision {
+    let mut d = decide_power(s, now, cfg);
+    warn_invalid_on_request_change(&mut d, s);
+    d
+}
+
+/// The set of reboot requests changed (the `RebootPending` condition is rewritten — its
+/// message names the annotations) while an unusable annotation is present, and this decision
+/// has not warned yet: warn now. This covers a malformed annotation added while the host is
+/// already held off, without repeating the warning on every poll.
+fn warn_invalid_on_request_change(d: &mut Decision, s: &HostSnapshot) {
+    if s.paused || s.detached {
+        return;
+    }
+    let warned = d
+        .events()
+        .any(|e| e.reason == event_reason::INVALID_REBOOT_ANNOTATION);
+    let requests_changed = d.status.iter().any(
+        |u| matches!(u, StatusUpdate::SetCondition(c) if c.type_ == condition::REBOOT_PENDING),
+    );
+    if !warned && requests_changed {
+        let mut warned = false;
+        warn_invalid(d, &s.reboot_requests, &mut warned);
+    }
+}
+
+fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decision {
     let mut d = Decision::default();
     // Paused: hands off entirely, status included; the annotation's removal triggers a reconcile.
     if s.paused {
