@@ -251,6 +251,14 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
             .as_ref()
             .filter(|a| a.state != PowerActionState::Completed && a.action == target);
         let reason = power_reason(trigger, &requests);
+        let wanted = WantedPower {
+            target,
+            mode,
+            trigger,
+            pending,
+            now,
+            reason: &reason,
+        };
         match open_same {
             Some(action) if soft_off_timed_out(action, now, cfg) => {
                 // Soft first; still on after the soft timeout: cut power.
@@ -300,18 +308,12 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
                     event_reason::POWER_ACTION_TIMED_OUT,
                     message,
                 );
-                if trigger == PowerActionTrigger::RebootRequested {
-                    warn_invalid(&mut d, &requests, &mut warned_invalid);
-                }
-                request_power(
+                send_power_request(
                     &mut d,
-                    target,
-                    mode,
-                    trigger,
+                    &wanted,
                     Some(action),
-                    pending,
-                    now,
-                    &reason,
+                    &requests,
+                    &mut warned_invalid,
                 );
                 requeue = cfg.transition_requeue;
             }
@@ -322,18 +324,12 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
                 match remaining(wait, elapsed) {
                     Some(left) => requeue = left,
                     None => {
-                        if trigger == PowerActionTrigger::RebootRequested {
-                            warn_invalid(&mut d, &requests, &mut warned_invalid);
-                        }
-                        request_power(
+                        send_power_request(
                             &mut d,
-                            target,
-                            mode,
-                            trigger,
+                            &wanted,
                             Some(action),
-                            pending,
-                            now,
-                            &reason,
+                            &requests,
+                            &mut warned_invalid,
                         );
                         requeue = cfg.transition_requeue;
                     }
@@ -354,10 +350,7 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
                         ),
                     );
                 }
-                if trigger == PowerActionTrigger::RebootRequested {
-                    warn_invalid(&mut d, &requests, &mut warned_invalid);
-                }
-                request_power(&mut d, target, mode, trigger, None, pending, now, &reason);
+                send_power_request(&mut d, &wanted, None, &requests, &mut warned_invalid);
                 requeue = cfg.transition_requeue;
             }
         }
@@ -646,18 +639,42 @@ fn escalate(d: &mut Decision, action: &LastPowerAction, requests: &RebootRequest
     );
 }
 
-/// Records the request (write-ahead), then the power call and its event.
-#[allow(clippy::too_many_arguments)]
-fn request_power(
-    d: &mut Decision,
+/// The power state a decision wants, and why: what every power request of it carries.
+struct WantedPower<'a> {
     target: PowerTarget,
     mode: PowerOffMode,
     trigger: PowerActionTrigger,
-    retry_of: Option<&LastPowerAction>,
+    /// `pendingRebootSince` as it will be written.
     pending: Option<Timestamp>,
     now: Timestamp,
-    reason: &str,
+    reason: &'a str,
+}
+
+/// Requests `wanted` (as a retry of `retry_of`, if any); a request that serves a reboot first
+/// warns about unusable reboot annotations.
+fn send_power_request(
+    d: &mut Decision,
+    wanted: &WantedPower,
+    retry_of: Option<&LastPowerAction>,
+    requests: &RebootRequests,
+    warned: &mut bool,
 ) {
+    if wanted.trigger == PowerActionTrigger::RebootRequested {
+        warn_invalid(d, requests, warned);
+    }
+    request_power(d, wanted, retry_of);
+}
+
+/// Records the request (write-ahead), then the power call and its event.
+fn request_power(d: &mut Decision, wanted: &WantedPower, retry_of: Option<&LastPowerAction>) {
+    let WantedPower {
+        target,
+        mode,
+        trigger,
+        pending,
+        now,
+        reason,
+    } = *wanted;
     let mut requested_at = retry_of.map_or(now, |a| a.requested_at);
     // A power-on must be later than the reboot it completes, or lastPoweredOn would not pass
     // pendingRebootSince and the reboot would never finish.
