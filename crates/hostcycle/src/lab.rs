@@ -4,13 +4,13 @@
 //! `hostcycle lab env` prints shell exports for a running lab (like `kind get kubeconfig`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use hostcycle_api::BareMetalHost;
-use hostcycle_sim::{NodeSimulator, SimConfig, SimHost, power::RedfishPowerSource};
+use hostcycle_bmc::{BmcCredentials, HostConnectOptions};
+use hostcycle_sim::{NodeSimulator, SimConfig, SimHost};
 use hostcycle_testkit::bmc_emulators::{
     FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
 };
@@ -160,22 +160,25 @@ async fn run_lab() -> anyhow::Result<()> {
     ));
 
     println!("Starting simulated nodes...");
-    let http = hostcycle_sim::power::http_client(None).map_err(anyhow::Error::msg)?;
+    let connector = hostcycle_sim::bmc_connector();
+    let credentials = BmcCredentials::new(LAB_BMC_USER, LAB_BMC_PASSWORD)?;
     let hosts = LAB_HOSTS
         .iter()
-        .zip(&systems)
         .enumerate()
-        .map(|(i, ((name, cp), sys))| SimHost {
-            node_name: (*name).to_string(),
-            control_plane: *cp,
-            internal_ip: format!("192.0.2.{}", 10 + i),
-            power: Arc::new(RedfishPowerSource::new(
-                http.clone(),
-                format!("{}/redfish/v1/Systems/{}", redfish.endpoint(), sys.uuid),
-                Some((LAB_BMC_USER.into(), LAB_BMC_PASSWORD.into())),
-            )),
+        .map(|(i, (name, cp))| {
+            let bmc = connector.connect_str(
+                &redfish.system_address(i)?,
+                credentials.clone(),
+                &HostConnectOptions::default(),
+            )?;
+            Ok(SimHost {
+                node_name: (*name).to_string(),
+                control_plane: *cp,
+                internal_ip: format!("192.0.2.{}", 10 + i),
+                bmc,
+            })
         })
-        .collect();
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let sim = NodeSimulator::new(client.clone(), SimConfig::default(), hosts).spawn();
     wait_nodes_ready(&client, LAB_HOSTS.len(), Duration::from_secs(60)).await?;
     create_sample_workload(&client).await?;
@@ -262,19 +265,18 @@ async fn wait_nodes_ready(client: &Client, count: usize, timeout: Duration) -> a
             let nodes = nodes.clone();
             async move {
                 let list = nodes.list(&ListParams::default()).await.ok()?;
-                (list.items.iter().filter(|n| is_node_ready(n)).count() >= count).then_some(())
+                (list
+                    .items
+                    .iter()
+                    .filter(|n| hostcycle_sim::node_ready(n) == Some(true))
+                    .count()
+                    >= count)
+                    .then_some(())
             }
         },
     )
     .await?;
     Ok(())
-}
-
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// A Deployment of 3 replicas guarded by a PodDisruptionBudget (minAvailable 2); the PDB's API

@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use hostcycle_sim::power::{RedfishPowerSource, http_client};
+use hostcycle_bmc::{BmcCredentials, HostConnectOptions};
 use hostcycle_sim::{NodeSimulator, SimConfig, SimHost};
 use hostcycle_testkit::bmc_emulators::FakePower;
 use hostcycle_testkit::wait_until;
@@ -399,12 +398,13 @@ async fn wrong_credentials_surface_in_status_and_recover_when_the_secret_is_fixe
 async fn keyed_fencing_lets_a_client_delete_the_node_before_the_host_boots() {
     let lab = Lab::start(&["fenced"]).await;
     let name = "fenced";
-    let http = http_client(None).unwrap();
-    let system_url = format!(
-        "{}{}",
-        lab.redfish.endpoint(),
-        lab.redfish.system_path(0).unwrap()
-    );
+    let bmc = hostcycle_sim::bmc_connector()
+        .connect_str(
+            &lab.redfish.system_address(0).unwrap(),
+            BmcCredentials::new(USER, PASSWORD).unwrap(),
+            &HostConnectOptions::default(),
+        )
+        .unwrap();
     let sim = NodeSimulator::new(
         lab.client.clone(),
         SimConfig {
@@ -415,11 +415,7 @@ async fn keyed_fencing_lets_a_client_delete_the_node_before_the_host_boots() {
             node_name: name.into(),
             control_plane: false,
             internal_ip: "192.0.2.50".into(),
-            power: Arc::new(RedfishPowerSource::new(
-                http,
-                system_url,
-                Some((USER.into(), PASSWORD.into())),
-            )),
+            bmc,
         }],
     )
     .spawn();

@@ -1,13 +1,14 @@
 //! `hostcycle sim`: run simulated kubelets for the systems of a Redfish BMC (emulator).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::power::{RedfishPowerSource, http_client};
+use hostcycle_bmc::{BmcCredentials, HostConnectOptions, TlsVerification};
+
+use crate::power::bmc_connector;
 use crate::{NodeSimulator, SimConfig, SimHost};
 
 /// Plays the kubelet for simulated hosts, following each host's Redfish power state.
@@ -21,10 +22,10 @@ pub struct SimArgs {
     pub redfish: String,
     /// Redfish user (basic auth).
     #[arg(long)]
-    pub redfish_username: Option<String>,
+    pub redfish_username: String,
     /// File holding the Redfish password.
     #[arg(long)]
-    pub redfish_password_file: Option<PathBuf>,
+    pub redfish_password_file: PathBuf,
     /// PEM CA bundle to verify a TLS Redfish service.
     #[arg(long)]
     pub redfish_ca_file: Option<PathBuf>,
@@ -88,6 +89,23 @@ pub async fn list_redfish_systems(
     Ok(systems)
 }
 
+/// A Redfish service's base URL as a BMC address prefix (`redfish+http://host:port`).
+fn address_prefix(base: &str) -> anyhow::Result<String> {
+    let url = url::Url::parse(base).with_context(|| format!("--redfish {base:?} is not a URL"))?;
+    let scheme = match url.scheme() {
+        "http" => "redfish+http",
+        "https" => "redfish+https",
+        other => bail!("--redfish must be an http:// or https:// URL, not {other}://"),
+    };
+    let host = url
+        .host_str()
+        .with_context(|| format!("--redfish {base:?} has no host"))?;
+    Ok(match url.port() {
+        Some(port) => format!("{scheme}://{host}:{port}"),
+        None => format!("{scheme}://{host}"),
+    })
+}
+
 /// Runs the simulator until Ctrl-C.
 pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let client = match &args.kubeconfig {
@@ -102,23 +120,26 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
             .context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
     };
     let ca = match &args.redfish_ca_file {
-        Some(p) => {
-            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-        }
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
-    let http = http_client(ca.as_deref()).map_err(anyhow::Error::msg)?;
-    let auth = match (&args.redfish_username, &args.redfish_password_file) {
-        (Some(u), Some(p)) => {
-            let pass =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Some((u.clone(), pass.trim().to_string()))
-        }
-        (None, None) => None,
-        _ => bail!("--redfish-username and --redfish-password-file go together"),
+    let password = std::fs::read_to_string(&args.redfish_password_file)
+        .with_context(|| format!("reading {}", args.redfish_password_file.display()))?;
+    let credentials = BmcCredentials::new(&args.redfish_username, &password)
+        .context("--redfish-username and the password file must not be empty")?;
+    let verification = match &ca {
+        Some(pem) => TlsVerification::CaBundle(pem.clone()),
+        None => TlsVerification::SystemRoots,
     };
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured(hostcycle_bmc::tls::client_config(&verification)?)
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .context("building the HTTP client for Redfish discovery")?;
+    let auth = (args.redfish_username.clone(), password.trim().to_string());
     let pairs: Vec<(String, String)> = if args.hosts.is_empty() {
-        list_redfish_systems(&http, &args.redfish, auth.as_ref())
+        list_redfish_systems(&http, &args.redfish, Some(&auth))
             .await?
             .into_iter()
             .map(|(id, name)| (name, id))
@@ -139,21 +160,28 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
             args.redfish
         );
     }
-    let base = args.redfish.trim_end_matches('/');
+    let prefix = address_prefix(&args.redfish)?;
+    let connector = bmc_connector();
+    let options = HostConnectOptions {
+        ca_bundle_pem: ca,
+        ..HostConnectOptions::default()
+    };
     let hosts = pairs
         .into_iter()
         .enumerate()
-        .map(|(i, (node, system))| SimHost {
-            control_plane: args.control_plane.contains(&node),
-            internal_ip: format!("192.0.2.{}", 10 + i),
-            power: Arc::new(RedfishPowerSource::new(
-                http.clone(),
-                format!("{base}/redfish/v1/Systems/{system}"),
-                auth.clone(),
-            )),
-            node_name: node,
+        .map(|(i, (node, system))| {
+            let address = format!("{prefix}/redfish/v1/Systems/{system}");
+            let bmc = connector
+                .connect_str(&address, credentials.clone(), &options)
+                .with_context(|| format!("connecting to the BMC of {node} at {address}"))?;
+            Ok(SimHost {
+                control_plane: args.control_plane.contains(&node),
+                internal_ip: format!("192.0.2.{}", 10 + i),
+                bmc,
+                node_name: node,
+            })
         })
-        .collect::<Vec<_>>();
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let config = SimConfig {
         boot_delay: std_duration(args.boot_delay, "boot-delay")?,
         lease_renew_interval: std_duration(args.lease_interval, "lease-interval")?,
@@ -169,4 +197,28 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
         .context("waiting for Ctrl-C")?;
     handle.stop().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redfish_base_urls_become_bmc_address_prefixes() {
+        assert_eq!(
+            super::address_prefix("http://127.0.0.1:8000")
+                .ok()
+                .as_deref(),
+            Some("redfish+http://127.0.0.1:8000")
+        );
+        assert_eq!(
+            super::address_prefix("https://bmc.example/")
+                .ok()
+                .as_deref(),
+            Some("redfish+https://bmc.example")
+        );
+        assert_eq!(
+            super::address_prefix("https://[::1]:8443").ok().as_deref(),
+            Some("redfish+https://[::1]:8443")
+        );
+        assert!(super::address_prefix("ftp://x").is_err());
+    }
 }

@@ -1,7 +1,7 @@
 //! The I/O shell of the simulator: one task per host, doing what a kubelet does against the
 //! API server while its host has power.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::SimConfig;
 use crate::lifecycle::{HostLifecycle, LifecycleAction, step};
-use crate::power::PowerSource;
+use crate::power::read_power;
+use hostcycle_bmc::PowerDriver;
 
 const FIELD_MANAGER: &str = "hostcycle-sim";
 /// Label marking Nodes that the simulator plays.
@@ -29,7 +30,8 @@ pub struct SimHost {
     pub control_plane: bool,
     /// Address reported in the Node's status.
     pub internal_ip: String,
-    pub power: Arc<dyn PowerSource>,
+    /// The host's BMC: the power it reports is the power the host has.
+    pub bmc: Arc<dyn PowerDriver>,
 }
 
 impl std::fmt::Debug for SimHost {
@@ -37,7 +39,7 @@ impl std::fmt::Debug for SimHost {
         f.debug_struct("SimHost")
             .field("node_name", &self.node_name)
             .field("control_plane", &self.control_plane)
-            .field("power", &self.power.describe())
+            .field("bmc", &self.bmc.description().to_string())
             .finish()
     }
 }
@@ -120,7 +122,7 @@ struct SimKubelet {
     last_status: Option<Instant>,
     last_pod_sync: Option<Instant>,
     /// Pods (by UID) whose containers run in the current boot.
-    started_pods: HashMap<String, ()>,
+    started_pods: HashSet<String>,
     next_ip: u32,
     last_power_error: Option<String>,
 }
@@ -141,7 +143,7 @@ impl SimKubelet {
             last_lease: None,
             last_status: None,
             last_pod_sync: None,
-            started_pods: HashMap::new(),
+            started_pods: HashSet::new(),
             next_ip: 2,
             last_power_error: None,
         }
@@ -149,7 +151,7 @@ impl SimKubelet {
 
     async fn run(mut self, cancel: CancellationToken) {
         let node = self.host.node_name.clone();
-        tracing::info!(node = %node, power = %self.host.power.describe(), "simulated host started");
+        tracing::info!(node = %node, bmc = %self.host.bmc.description(), "simulated host started");
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -161,7 +163,7 @@ impl SimKubelet {
     }
 
     async fn tick(&mut self) {
-        let observed = match self.host.power.read().await {
+        let observed = match read_power(self.host.bmc.as_ref()).await {
             Ok(p) => {
                 self.last_power_error = None;
                 p
@@ -426,13 +428,13 @@ impl SimKubelet {
                 }
                 continue;
             }
-            if self.started_pods.contains_key(&uid) {
+            if self.started_pods.contains(&uid) {
                 continue;
             }
             let patch = self.running_status(&pod, now);
             api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
-            self.started_pods.insert(uid, ());
+            self.started_pods.insert(uid);
             tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod running");
         }
         Ok(())

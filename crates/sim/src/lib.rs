@@ -1,6 +1,7 @@
 //! The node simulator: plays the kubelet for simulated bare-metal hosts.
 //!
-//! Each host follows its BMC's power state (read through a [`PowerSource`]):
+//! Each host follows its BMC's power state, read through hostcycle's BMC layer
+//! ([`hostcycle_bmc::PowerDriver`]), as the operator reads it:
 //! - powered **on** → after a boot delay, registers (or re-registers) its Node, posts Ready,
 //!   renews its node Lease, runs the pods bound to it (Running/Ready) and finalizes pods being
 //!   deleted after their grace period;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 pub use kubelet::{NodeSimulator, SimHandle, SimHost};
 pub use lifecycle::{HostLifecycle, LifecycleAction};
-pub use power::{HostPower, PowerSource, RedfishPowerSource};
+pub use power::{HostPower, bmc_connector, host_power};
 
 /// Timing and shape of the simulated kubelets.
 #[derive(Debug, Clone)]
@@ -56,21 +57,15 @@ impl Default for SimConfig {
     }
 }
 
-/// What the simulator could not do.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("reading power state of {host} from {source_desc}: {message}")]
-    Power {
-        host: String,
-        source_desc: String,
-        message: String,
-    },
-    #[error("Kubernetes API call failed while {what}: {source}")]
-    Kube {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{0}")]
-    Config(String),
+/// A Node's Ready condition: `Some(true)` when Ready, `Some(false)` when NotReady or Unknown
+/// (the node-lifecycle controller's verdict on a silent kubelet), `None` before any report.
+pub fn node_ready(node: &k8s_openapi::api::core::v1::Node) -> Option<bool> {
+    let ready = node
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some(ready.status == "True")
 }

@@ -358,7 +358,7 @@ impl LocalCluster {
             _etcd_data: etcd_data,
         };
         let started = Instant::now();
-        let http = crate::http::client_with_ca(&cluster.ca_pem)?;
+        let http = crate::http::client(Some(&cluster.ca_pem))?;
         for (idx, port, name) in [
             (2usize, kcm_port, "kube-controller-manager"),
             (3, sched_port, "kube-scheduler"),

@@ -4,11 +4,10 @@
 //! its Node NotReady; powering it on brings it back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hostcycle_sim::power::{RedfishPowerSource, http_client};
-use hostcycle_sim::{NodeSimulator, SimConfig, SimHost};
+use hostcycle_bmc::{BmcCredentials, HostConnectOptions};
+use hostcycle_sim::{NodeSimulator, SimConfig, SimHost, node_ready};
 use hostcycle_testkit::bmc_emulators::{
     FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
 };
@@ -21,17 +20,6 @@ use serde_json::json;
 const USER: &str = "rig";
 const PASSWORD: &str = "rig-secret";
 
-fn node_ready(node: &Node) -> Option<bool> {
-    let cond = node
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?;
-    Some(cond.status == "True")
-}
-
 struct Phases(Instant);
 
 impl Phases {
@@ -39,21 +27,6 @@ impl Phases {
         eprintln!("phase {phase:<55} {:>7.2?}", self.0.elapsed());
         self.0 = Instant::now();
     }
-}
-
-async fn redfish_power(http: &reqwest::Client, url: &str, reset: &str) {
-    let resp = http
-        .post(format!("{url}/Actions/ComputerSystem.Reset"))
-        .basic_auth(USER, Some(PASSWORD))
-        .json(&json!({ "ResetType": reset }))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        resp.status().is_success(),
-        "Redfish {reset} failed: {}",
-        resp.status()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,24 +58,20 @@ async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller()
     .unwrap();
     phases.done("Redfish emulator ready");
 
-    let http = http_client(None).unwrap();
-    let system_url = |i: usize| {
-        format!(
-            "{}/redfish/v1/Systems/{}",
-            redfish.endpoint(),
-            systems[i].uuid
-        )
-    };
+    let connector = hostcycle_sim::bmc_connector();
+    let credentials = BmcCredentials::new(USER, PASSWORD).unwrap();
     let hosts = (0..3)
         .map(|i| SimHost {
             node_name: format!("rig-{i}"),
             control_plane: i == 0,
             internal_ip: format!("192.0.2.{}", 10 + i),
-            power: Arc::new(RedfishPowerSource::new(
-                http.clone(),
-                system_url(i),
-                Some((USER.into(), PASSWORD.into())),
-            )),
+            bmc: connector
+                .connect_str(
+                    &redfish.system_address(i).unwrap(),
+                    credentials.clone(),
+                    &HostConnectOptions::default(),
+                )
+                .unwrap(),
         })
         .collect();
     let config = SimConfig {
@@ -205,7 +174,7 @@ async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller()
     phases.done("Deployment scheduled by the real scheduler, pods Running");
 
     // Power rig-2 off through Redfish; the real node-lifecycle controller must notice.
-    redfish_power(&http, &system_url(2), "ForceOff").await;
+    redfish.reset(2, "ForceOff").await.unwrap();
     wait_until("Node rig-2 to turn NotReady/Unknown after power off", Duration::from_secs(60), || {
         let nodes = nodes.clone();
         async move { (node_ready(&nodes.get("rig-2").await.ok()?) == Some(false)).then_some(()) }
@@ -229,7 +198,7 @@ async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller()
     );
     phases.done("power off via Redfish -> Node NotReady (node lifecycle)");
 
-    redfish_power(&http, &system_url(2), "On").await;
+    redfish.reset(2, "On").await.unwrap();
     wait_until(
         "Node rig-2 to be Ready again after power on",
         Duration::from_secs(60),

@@ -381,7 +381,7 @@ impl Lab {
     }
 
     pub async fn metrics(&self) -> String {
-        let http = hostcycle_sim::power::http_client(None).unwrap();
+        let http = hostcycle_testkit::http::client(None).unwrap();
         http.get(format!("http://127.0.0.1:{}/metrics", self.metrics_port))
             .send()
             .await

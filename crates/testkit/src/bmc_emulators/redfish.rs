@@ -2,11 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use super::{DEFAULT_START_TIMEOUT, FakePower, other, py_str};
 use crate::TestkitError;
@@ -116,7 +112,7 @@ impl RedfishEmulator {
         if let Some((user, password)) = &options.basic_auth {
             write_htpasswd(&dir.path().join("htpasswd"), user, password)?;
         }
-        let http = http_client(ca_pem.as_deref())?;
+        let http = crate::http::client(ca_pem.as_deref())?;
 
         // A free port can be taken by someone else before sushy binds it; try a few.
         let attempts = if options.port.is_some() { 1 } else { 3 };
@@ -411,30 +407,4 @@ fn write_config(
         );
     }
     write_file(path, &config)
-}
-
-/// A client that trusts the emulator's CA (or speaks plain HTTP), ring provider explicitly.
-fn http_client(ca_pem: Option<&str>) -> Result<reqwest::Client, TestkitError> {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(pem) = ca_pem {
-        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            let cert = cert.map_err(|e| other("parsing the emulator CA", e))?;
-            roots
-                .add(cert)
-                .map_err(|e| other("adding the emulator CA", e))?;
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| other("configuring TLS", e))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .map_err(|e| other("building the emulator HTTP client", e))
 }
