@@ -16,8 +16,8 @@ use futures::StreamExt;
 use hostcycle_api::{BareMetalHost, BareMetalHostStatus, PowerOffMode, is_detached, is_paused};
 use hostcycle_bmc::{BmcConnector, BmcError, ConnectorOptions, PowerDriver, PowerOutcome};
 use hostcycle_core::bmh::{
-    Action, BmcObservation, DecideConfig, Decision, EventType, HostSnapshot, PowerCallResult,
-    StatusUpdate, after_power_call, apply_status_updates, decide_with_config,
+    Action, BmcObservation, DecideConfig, Decision, EventType, HostSnapshot, StatusUpdate,
+    after_power_call, apply_status_updates, decide_with_config,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
@@ -35,7 +35,7 @@ use crate::events::{EventKind, EventPublisher};
 use crate::metrics::{
     BmcErrorLabels, BmcRequestLabels, ControllerLabels, Metrics, PowerActionLabels, StatusLabels,
 };
-use observe::{DriverCache, HostBmc, failure_from, read_power};
+use observe::{DriverCache, HostBmc, power_call_result, read_power};
 
 const CONTROLLER: &str = "baremetalhost";
 const FIELD_MANAGER: &str = "hostcycle-operator";
@@ -526,23 +526,13 @@ async fn record_power_result(
     host: &BareMetalHost,
     result: &Result<PowerOutcome, BmcError>,
 ) -> Result<(BareMetalHost, Option<Duration>), ReconcileError> {
-    let call = match result {
+    match result {
         Ok(outcome) => {
-            tracing::info!(host = %host_id(host), outcome = %outcome, "power request sent");
-            PowerCallResult::Accepted {
-                hard_fallback: outcome.hard_fallback.clone(),
-            }
+            tracing::info!(host = %host_id(host), outcome = %outcome, "power request sent")
         }
-        // The request may or may not have reached the BMC; the in-flight timeout decides
-        // whether to send it again, so it is never sent twice in a hurry.
-        Err(BmcError::OutcomeUnknown { .. }) => PowerCallResult::Accepted {
-            hard_fallback: None,
-        },
-        Err(e) => {
-            tracing::warn!(host = %host_id(host), error = %e, "power request failed");
-            PowerCallResult::Failed(failure_from(e))
-        }
-    };
+        Err(e) => tracing::warn!(host = %host_id(host), error = %e, "power request failed"),
+    }
+    let call = power_call_result(result);
     let now = Timestamp::now();
     let status = host.status.clone().unwrap_or_default();
     let follow: Decision = after_power_call(&status, &call, now, &ctx.config.decide);

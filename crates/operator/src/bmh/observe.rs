@@ -8,9 +8,11 @@ use std::time::Instant;
 use hostcycle_api::{BareMetalHost, CredentialsStatus};
 use hostcycle_bmc::{
     BmcConnector, BmcCredentials, BmcError, CredentialsError, HostConnectOptions, PowerDriver,
-    PowerState, credentials_from_secret,
+    PowerOutcome, PowerState, credentials_from_secret,
 };
-use hostcycle_core::bmh::{BmcFailure, BmcFailureKind, BmcObservation, ObservedPower};
+use hostcycle_core::bmh::{
+    BmcFailure, BmcFailureKind, BmcObservation, ObservedPower, PowerCallResult,
+};
 use k8s_openapi::api::core::v1::{Secret, SecretReference};
 use kube::api::Api;
 use kube::{Client, ResourceExt};
@@ -84,7 +86,8 @@ impl DriverCache {
         let ns = host.namespace().unwrap_or_default();
         let bmc = host.spec.bmc.as_ref().ok_or_else(|| BmcFailure {
             kind: BmcFailureKind::Other,
-            message: "spec.bmc is not set".into(),
+            message: "spec.bmc is not set; set spec.bmc.address and spec.bmc.credentialsName"
+                .into(),
         })?;
         let secret_name = bmc.credentials_name.trim();
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
@@ -152,6 +155,21 @@ fn credentials_failure(e: CredentialsError) -> BmcFailure {
     }
 }
 
+/// What a power call did, for `after_power_call`. A call whose outcome is unknown (timed out
+/// after the request was sent) counts as accepted: the in-flight timeout then decides whether
+/// to send it again, so it is never sent twice in a hurry.
+pub fn power_call_result(result: &Result<PowerOutcome, BmcError>) -> PowerCallResult {
+    match result {
+        Ok(outcome) => PowerCallResult::Accepted {
+            hard_fallback: outcome.hard_fallback.clone(),
+        },
+        Err(BmcError::OutcomeUnknown { .. }) => PowerCallResult::Accepted {
+            hard_fallback: None,
+        },
+        Err(e) => PowerCallResult::Failed(failure_from(e)),
+    }
+}
+
 /// Classifies a BMC error for status.
 pub fn failure_from(e: &BmcError) -> BmcFailure {
     BmcFailure {
@@ -207,6 +225,86 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use hostcycle_bmc::ConnectorOptions;
+
+    #[test]
+    fn bmc_errors_are_classified_for_status() {
+        use std::time::Duration;
+        let auth = BmcError::AuthenticationFailed {
+            endpoint: "e".into(),
+            detail: "401".into(),
+        };
+        let refused = BmcError::Connection {
+            endpoint: "e".into(),
+            detail: "refused".into(),
+        };
+        let timeout = BmcError::Timeout {
+            what: "GET".into(),
+            after: Duration::from_secs(1),
+        };
+        let missing = BmcError::SystemNotFound {
+            endpoint: "e".into(),
+            path: "/redfish/v1/Systems/9".into(),
+        };
+        let exhausted = BmcError::RetriesExhausted {
+            operation: "GET".into(),
+            attempts: 4,
+            elapsed: Duration::from_secs(9),
+            last: Box::new(BmcError::Connection {
+                endpoint: "e".into(),
+                detail: "reset".into(),
+            }),
+        };
+        #[rustfmt::skip]
+        let cases = [
+            (auth, BmcFailureKind::Credentials),
+            (refused, BmcFailureKind::Unreachable),
+            (timeout, BmcFailureKind::Unreachable),
+            (missing, BmcFailureKind::Other),
+            (exhausted, BmcFailureKind::Unreachable),
+        ];
+        for (error, kind) in cases {
+            let failure = failure_from(&error);
+            assert_eq!(failure.kind, kind, "{error}");
+            assert_eq!(failure.message, error.to_string());
+        }
+    }
+
+    #[test]
+    fn power_call_results() {
+        use hostcycle_bmc::{PowerOffMode, PowerRequest};
+        use std::time::Duration;
+        let fell_back = PowerOutcome {
+            hard_fallback: Some("GracefulShutdown not offered".into()),
+            ..PowerOutcome::sent(PowerRequest::Off(PowerOffMode::Soft), "ResetType=ForceOff")
+        };
+        assert_eq!(
+            power_call_result(&Ok(fell_back)),
+            PowerCallResult::Accepted {
+                hard_fallback: Some("GracefulShutdown not offered".into())
+            }
+        );
+        let unknown = BmcError::OutcomeUnknown {
+            what: "POST reset".into(),
+            after: Duration::from_secs(30),
+        };
+        assert_eq!(
+            power_call_result(&Err(unknown)),
+            PowerCallResult::Accepted {
+                hard_fallback: None
+            }
+        );
+        let refused = BmcError::Connection {
+            endpoint: "e".into(),
+            detail: "refused".into(),
+        };
+        assert!(matches!(
+            power_call_result(&Err(refused)),
+            PowerCallResult::Failed(BmcFailure {
+                kind: BmcFailureKind::Unreachable,
+                ..
+            })
+        ));
+    }
 
     #[test]
     fn drivers_of_deleted_hosts_are_dropped() {
