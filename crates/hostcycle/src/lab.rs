@@ -230,7 +230,7 @@ async fn run_lab() -> anyhow::Result<()> {
 
 fn write_password_file(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     let path = dir.join("bmc-password");
-    std::fs::write(&path, LAB_BMC_PASSWORD).context("writing the lab BMC password file")?;
+    hostcycle_testkit::pki::write_private(&path, LAB_BMC_PASSWORD)?;
     Ok(path)
 }
 

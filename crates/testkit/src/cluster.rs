@@ -181,7 +181,7 @@ impl LocalCluster {
         let ca = TestCa::new("hostcycle-local-ca")?;
         let ca_pem = ca.cert_pem();
         let ca_file = pki_dir.join("ca.crt");
-        pki::write(&ca_file, &ca_pem)?;
+        pki::write_private(&ca_file, &ca_pem)?;
         let serving = ca.write_server_cert(
             &pki_dir,
             "serving",
@@ -197,11 +197,11 @@ impl LocalCluster {
         let (sa_key, sa_pub) = pki::key_pair_pem()?;
         let sa_key_file = pki_dir.join("sa.key");
         let sa_pub_file = pki_dir.join("sa.pub");
-        pki::write(&sa_key_file, &sa_key)?;
-        pki::write(&sa_pub_file, &sa_pub)?;
+        pki::write_private(&sa_key_file, &sa_key)?;
+        pki::write_private(&sa_pub_file, &sa_pub)?;
         let token = random_token();
         let token_file = pki_dir.join("tokens.csv");
-        pki::write(
+        pki::write_private(
             &token_file,
             &format!("{token},admin,admin,\"system:masters\"\n"),
         )?;
@@ -615,7 +615,7 @@ fn write_kubeconfig(
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: hostcycle\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca_data}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: hostcycle\n  context:\n    cluster: hostcycle\n    user: admin\ncurrent-context: hostcycle\n"
     );
-    pki::write(path, &text)
+    pki::write_private(path, &text)
 }
 
 /// A kube client for a kubeconfig file.

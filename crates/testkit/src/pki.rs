@@ -81,8 +81,8 @@ impl TestCa {
             cert: dir.join(format!("{stem}.crt")),
             key: dir.join(format!("{stem}.key")),
         };
-        write(&files.cert, &cert)?;
-        write(&files.key, &key)?;
+        write_private(&files.cert, &cert)?;
+        write_private(&files.key, &key)?;
         Ok(files)
     }
 }
@@ -93,9 +93,21 @@ pub fn key_pair_pem() -> Result<(String, String), TestkitError> {
     Ok((key.serialize_pem(), key.public_key_pem()))
 }
 
-pub(crate) fn write(path: &Path, contents: &str) -> Result<(), TestkitError> {
-    std::fs::write(path, contents).map_err(|source| TestkitError::Io {
+/// Writes a file readable by its owner only: these hold private keys, tokens and
+/// kubeconfigs.
+pub fn write_private(path: &Path, contents: &str) -> Result<(), TestkitError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| TestkitError::Io {
         what: format!("writing {}", path.display()),
         source,
-    })
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io)?;
+    file.write_all(contents.as_bytes()).map_err(io)
 }

@@ -321,13 +321,6 @@ async fn wait_ready(
     }
 }
 
-fn write_file(path: &Path, contents: &str) -> Result<(), TestkitError> {
-    std::fs::write(path, contents).map_err(|source| TestkitError::Io {
-        what: format!("writing {}", path.display()),
-        source,
-    })
-}
-
 fn write_tls_files(dir: &Path) -> Result<String, TestkitError> {
     let ca = TestCa::new("hostcycle test BMC CA")?;
     ca.write_server_cert(dir, "sushy", &["127.0.0.1", "localhost", "::1"])?;
@@ -359,7 +352,7 @@ fn write_htpasswd(path: &Path, user: &str, password: &str) -> Result<(), Testkit
         ));
     }
     let hash = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    write_file(path, &format!("{user}:{hash}\n"))
+    crate::pki::write_private(path, &format!("{user}:{hash}\n"))
 }
 
 fn write_config(
@@ -406,5 +399,5 @@ fn write_config(
             path_str(dir.join("sushy.key")),
         );
     }
-    write_file(path, &config)
+    crate::pki::write_private(path, &config)
 }
