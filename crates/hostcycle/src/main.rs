@@ -64,11 +64,17 @@ async fn main() -> std::process::ExitCode {
     // One crypto provider for every TLS client in the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let result = match cli.command {
-        Command::Operator(args) => hostcycle_operator::run_cli(args).await,
+        Command::Operator(args) => match kube_client(args.kubeconfig.as_deref()).await {
+            Ok(client) => hostcycle_operator::run_cli(args, client).await,
+            Err(e) => Err(e),
+        },
         Command::Bmc(args) => hostcycle_bmc::cli::run(args).await,
         Command::Crd => print_crds(),
         Command::Manifests { namespace } => print_manifests(&namespace),
-        Command::Sim(args) => hostcycle_sim::cli::run(args).await,
+        Command::Sim(args) => match kube_client(args.kubeconfig.as_deref()).await {
+            Ok(client) => hostcycle_sim::cli::run(args, client).await,
+            Err(e) => Err(e),
+        },
         Command::Lab(args) => lab::run(args).await,
     };
     match result {
@@ -77,6 +83,24 @@ async fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// A client for `--kubeconfig`, or for `$KUBECONFIG` / the in-cluster config without it.
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    use anyhow::Context;
+    match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+            kube::Client::try_from(config).context("building the Kubernetes client")
+        }
+        None => kube::Client::try_default().await.context(
+            "connecting to Kubernetes (set --kubeconfig or KUBECONFIG, or run in a cluster)",
+        ),
     }
 }
 

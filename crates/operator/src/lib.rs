@@ -220,18 +220,7 @@ fn bmc_options(
 }
 
 /// `hostcycle operator`: runs until SIGTERM/Ctrl-C.
-pub async fn run_cli(args: OperatorArgs) -> anyhow::Result<()> {
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-            Client::try_from(cfg)?
-        }
-        None => Client::try_default()
-            .await
-            .context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
-    };
+pub async fn run_cli(args: OperatorArgs, client: Client) -> anyhow::Result<()> {
     let config = args.into_config()?;
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();

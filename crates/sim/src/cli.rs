@@ -106,19 +106,8 @@ fn address_prefix(base: &str) -> anyhow::Result<String> {
     })
 }
 
-/// Runs the simulator until Ctrl-C.
-pub async fn run(args: SimArgs) -> anyhow::Result<()> {
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-            kube::Client::try_from(cfg)?
-        }
-        None => kube::Client::try_default()
-            .await
-            .context("connecting to Kubernetes (set --kubeconfig or KUBECONFIG)")?,
-    };
+/// Runs the simulator until Ctrl-C, registering nodes through `client`.
+pub async fn run(args: SimArgs, client: kube::Client) -> anyhow::Result<()> {
     let ca = match &args.redfish_ca_file {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,

@@ -66,26 +66,15 @@ impl Default for ClusterOptions {
     }
 }
 
-/// The cluster's directory: a temp dir is deleted when the cluster drops cleanly and kept
-/// (with its logs) when starting failed or a test panicked.
-enum ClusterDir {
-    Temp(PathBuf),
-    Fixed(PathBuf),
-}
-
-impl ClusterDir {
-    fn path(&self) -> &Path {
-        match self {
-            ClusterDir::Temp(p) | ClusterDir::Fixed(p) => p,
-        }
-    }
-}
-
 /// A running local control plane. Dropping it stops every component (reverse start order).
 pub struct LocalCluster {
     // Stopped in reverse order on drop: scheduler, controller manager, API server, etcd.
     processes: Vec<ManagedProcess>,
-    dir: Option<ClusterDir>,
+    /// Certificates, data and logs.
+    root: PathBuf,
+    /// A temp dir of ours: deleted when the cluster drops cleanly, kept (with its logs) when
+    /// starting failed or a test panicked. Never a `base_dir` the caller gave.
+    delete_on_drop: bool,
     kubeconfig: PathBuf,
     server: String,
     ca_pem: String,
@@ -138,29 +127,38 @@ impl LocalCluster {
         ] {
             require_program(c, &bin.join(c))?;
         }
-        let dir = match &opts.base_dir {
+        if let Some(port) = opts.apiserver_port {
+            crate::process::ensure_port_free("kube-apiserver", port)?;
+        }
+        let (root, temp) = match &opts.base_dir {
             Some(p) => {
                 std::fs::create_dir_all(p).map_err(io_err(format!("creating {}", p.display())))?;
-                ClusterDir::Fixed(p.clone())
+                (p.clone(), false)
             }
-            None => ClusterDir::Temp(
-                tempfile::Builder::new()
+            None => {
+                let dir = tempfile::Builder::new()
                     .prefix("hostcycle-cluster-")
                     .tempdir()
-                    .map_err(io_err("creating cluster temp dir"))?
-                    .keep(),
-            ),
+                    .map_err(io_err("creating cluster temp dir"))?;
+                (dir.keep(), true)
+            }
         };
-        match Self::start_in(&opts, &bin, &etcd_bin, dir.path()).await {
+        match Self::start_in(&opts, &bin, &etcd_bin, &root).await {
             Ok(mut cluster) => {
-                cluster.dir = Some(dir);
+                cluster.delete_on_drop = temp;
                 Ok(cluster)
             }
             Err(e) => {
-                eprintln!(
-                    "local cluster failed to start; logs kept in {}",
-                    dir.path().join("logs").display()
-                );
+                let logs = root.join("logs");
+                if logs.exists() || !temp {
+                    eprintln!(
+                        "local cluster failed to start; logs kept in {}",
+                        logs.display()
+                    );
+                } else {
+                    // Nothing ran, so there is nothing to read: do not leave the keys behind.
+                    let _ = std::fs::remove_dir_all(&root);
+                }
                 Err(e)
             }
         }
@@ -209,10 +207,7 @@ impl LocalCluster {
         let etcd_port = free_port()?;
         let etcd_peer_port = free_port()?;
         let api_port = match opts.apiserver_port {
-            Some(p) => {
-                crate::process::ensure_port_free("kube-apiserver", p)?;
-                p
-            }
+            Some(p) => p,
             None => free_port()?,
         };
         let server = format!("https://127.0.0.1:{api_port}");
@@ -350,7 +345,8 @@ impl LocalCluster {
 
         let mut cluster = LocalCluster {
             processes: cluster_processes,
-            dir: None,
+            root: root.clone(),
+            delete_on_drop: false,
             kubeconfig,
             server,
             ca_pem,
@@ -411,19 +407,12 @@ impl LocalCluster {
         &self.kubeconfig
     }
 
-    pub fn server_url(&self) -> &str {
-        &self.server
-    }
-
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
     }
 
     pub fn dir(&self) -> &Path {
-        self.dir
-            .as_ref()
-            .map(|d| d.path())
-            .unwrap_or(Path::new("/"))
+        &self.root
     }
 
     pub fn log_dir(&self) -> PathBuf {
@@ -435,14 +424,6 @@ impl LocalCluster {
         self.processes
             .iter_mut()
             .try_for_each(|p| p.ensure_running())
-    }
-
-    /// PIDs of the control-plane components, for diagnostics.
-    pub fn pids(&self) -> Vec<(String, u32)> {
-        self.processes
-            .iter()
-            .map(|p| (p.name().to_string(), p.pid()))
-            .collect()
     }
 
     /// Writes a kubeconfig that authenticates as ServiceAccount `namespace/name`, with a token
@@ -530,11 +511,14 @@ impl Drop for LocalCluster {
         while let Some(mut p) = self.processes.pop() {
             p.stop();
         }
-        if let Some(ClusterDir::Temp(dir)) = self.dir.take() {
+        if self.delete_on_drop {
             if std::thread::panicking() {
-                eprintln!("local cluster logs kept in {}", dir.join("logs").display());
+                eprintln!(
+                    "local cluster logs kept in {}",
+                    self.root.join("logs").display()
+                );
             } else {
-                let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_dir_all(&self.root);
             }
         }
     }

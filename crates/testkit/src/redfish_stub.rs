@@ -113,13 +113,6 @@ impl RedfishStub {
             .unwrap_or_default()
     }
 
-    pub fn is_on(&self, i: usize) -> bool {
-        self.fleet
-            .powered_on
-            .get(i)
-            .is_some_and(|p| p.load(Ordering::SeqCst))
-    }
-
     /// Power-state reads served so far.
     pub fn reads(&self) -> u64 {
         self.fleet.reads.load(Ordering::Relaxed)

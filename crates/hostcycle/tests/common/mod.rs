@@ -460,7 +460,3 @@ pub fn ts(h: &BareMetalHost) -> (Option<Timestamp>, Option<Timestamp>) {
         p.and_then(|p| p.last_powered_on),
     )
 }
-
-pub fn kubeconfig(lab: &Lab) -> PathBuf {
-    lab.cluster.kubeconfig_path().to_path_buf()
-}
