@@ -283,17 +283,7 @@ async fn wait_nodes_ready(client: &Client, count: usize, timeout: Duration) -> a
 /// version is chosen by discovery (policy/v1beta1 on 1.20, policy/v1 on current Kubernetes).
 async fn create_sample_workload(client: &Client) -> anyhow::Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), LAB_NAMESPACE);
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": { "name": "demo" },
-        "spec": {
-            "replicas": 3,
-            "selector": { "matchLabels": { "app": "demo" } },
-            "template": {
-                "metadata": { "labels": { "app": "demo" } },
-                "spec": { "containers": [{ "name": "app", "image": "registry.k8s.io/pause:3.2" }] },
-            },
-        },
-    }))?;
+    let deployment = hostcycle_testkit::pause_deployment("demo", 3);
     deployments
         .create(&PostParams::default(), &deployment)
         .await

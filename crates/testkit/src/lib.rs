@@ -55,3 +55,41 @@ pub enum TestkitError {
     #[error("{what}: {message}")]
     Other { what: String, message: String },
 }
+
+/// A Deployment of `replicas` pause containers labelled `app: <name>`: a workload for
+/// simulated nodes (nothing is pulled; the simulator only reports the pods running).
+pub fn pause_deployment(name: &str, replicas: i32) -> k8s_openapi::api::apps::v1::Deployment {
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    let labels = std::collections::BTreeMap::from([("app".to_string(), name.to_string())]);
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "app".into(),
+                        image: Some("registry.k8s.io/pause:3.2".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

@@ -109,5 +109,8 @@ pub fn write_private(path: &Path, contents: &str) -> Result<(), TestkitError> {
         .mode(0o600)
         .open(path)
         .map_err(io)?;
+    // `mode` only applies to a new file; an existing one is narrowed too.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(io)?;
     file.write_all(contents.as_bytes()).map_err(io)
 }

@@ -15,7 +15,6 @@ use hostcycle_testkit::{ClusterOptions, LocalCluster, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
 
 const USER: &str = "rig";
 const PASSWORD: &str = "rig-secret";
@@ -111,18 +110,7 @@ async fn nodes_follow_redfish_power_through_the_real_node_lifecycle_controller()
     phases.done("3 nodes Ready");
 
     let deployments: Api<Deployment> = Api::namespaced(cluster.client(), "default");
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": { "name": "web" },
-        "spec": {
-            "replicas": 3,
-            "selector": { "matchLabels": { "app": "web" } },
-            "template": {
-                "metadata": { "labels": { "app": "web" } },
-                "spec": { "containers": [{ "name": "web", "image": "registry.k8s.io/pause:3.2" }] },
-            },
-        },
-    }))
-    .unwrap();
+    let deployment = hostcycle_testkit::pause_deployment("web", 3);
     deployments
         .create(&PostParams::default(), &deployment)
         .await

@@ -565,31 +565,20 @@ fn soft_timeout_fallback(
         "host still on {}s after a soft power-off",
         cfg.soft_power_off_timeout.as_secs()
     );
-    d.status
-        .push(StatusUpdate::RecordPowerRequest(LastPowerAction {
-            action: PowerTarget::Off,
-            mode: Some(PowerOffMode::Hard),
-            trigger: action.trigger,
-            state: PowerActionState::Requested,
-            requested_at: action.requested_at,
-            last_attempt_at: now,
-            attempts: action.attempts.saturating_add(1),
-            completed_at: None,
-            hard_fallback: Some(HardFallback {
-                by: HardFallbackSource::SoftTimeout,
-                reason: reason.clone(),
-                at: Some(now),
-            }),
-            failure: None,
-        }));
-    d.actions.push(Action::PowerOff {
-        mode: PowerOffMode::Hard,
-    });
+    let message = format!("{reason}; powering off hard");
+    go_hard(
+        d,
+        action,
+        action.trigger,
+        HardFallbackSource::SoftTimeout,
+        reason,
+        now,
+    );
     event(
         d,
         EventType::Warning,
         event_reason::SOFT_POWER_OFF_FALLBACK,
-        format!("{reason}; powering off hard"),
+        message,
     );
 }
 
@@ -611,19 +600,45 @@ fn escalate(d: &mut Decision, action: &LastPowerAction, requests: &RebootRequest
         "hard reboot requested by {} while a soft power-off was in flight",
         hard_by.join(", ")
     );
+    go_hard(
+        d,
+        action,
+        PowerActionTrigger::RebootRequested,
+        HardFallbackSource::Escalation,
+        reason.clone(),
+        now,
+    );
+    event(
+        d,
+        EventType::Normal,
+        event_reason::POWER_OFF_ESCALATED,
+        reason,
+    );
+}
+
+/// Replaces the soft power-off `action` in flight with a hard one: records it (same chain,
+/// next attempt, why it went hard), then sends it.
+fn go_hard(
+    d: &mut Decision,
+    action: &LastPowerAction,
+    trigger: PowerActionTrigger,
+    by: HardFallbackSource,
+    reason: String,
+    now: Timestamp,
+) {
     d.status
         .push(StatusUpdate::RecordPowerRequest(LastPowerAction {
             action: PowerTarget::Off,
             mode: Some(PowerOffMode::Hard),
-            trigger: PowerActionTrigger::RebootRequested,
+            trigger,
             state: PowerActionState::Requested,
             requested_at: action.requested_at,
             last_attempt_at: now,
             attempts: action.attempts.saturating_add(1),
             completed_at: None,
             hard_fallback: Some(HardFallback {
-                by: HardFallbackSource::Escalation,
-                reason: reason.clone(),
+                by,
+                reason,
                 at: Some(now),
             }),
             failure: None,
@@ -631,12 +646,6 @@ fn escalate(d: &mut Decision, action: &LastPowerAction, requests: &RebootRequest
     d.actions.push(Action::PowerOff {
         mode: PowerOffMode::Hard,
     });
-    event(
-        d,
-        EventType::Normal,
-        event_reason::POWER_OFF_ESCALATED,
-        reason,
-    );
 }
 
 /// The power state a decision wants, and why: what every power request of it carries.
