@@ -6,6 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 
 use crate::host::BareMetalHost;
+use crate::queue::{RebootQueue, RebootQueueEntry};
 
 /// Errors producing the CRD manifest.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +24,19 @@ pub enum CrdError {
 /// object, and Kubernetes 1.20 rejects `default: ""` on string properties (it reads the
 /// empty string back as null).
 pub fn crd() -> CustomResourceDefinition {
-    let mut crd = BareMetalHost::crd();
+    without_defaults(BareMetalHost::crd())
+}
+
+/// Every CRD hostcycle ships: BareMetalHost, RebootQueue, RebootQueueEntry.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        crd(),
+        without_defaults(RebootQueue::crd()),
+        without_defaults(RebootQueueEntry::crd()),
+    ]
+}
+
+fn without_defaults(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     for version in &mut crd.spec.versions {
         if let Some(schema) = version
             .schema
@@ -71,9 +84,21 @@ fn strip_defaults(schema: &mut JSONSchemaProps) {
     }
 }
 
-/// The CRD as a YAML document, for `hostcycle crd`.
+/// The BareMetalHost CRD as a YAML document.
 pub fn crd_yaml() -> Result<String, CrdError> {
     Ok(serde_saphyr::to_string(&crd())?)
+}
+
+/// Every CRD as a multi-document YAML stream, for `hostcycle crd`.
+pub fn crds_yaml() -> Result<String, CrdError> {
+    let mut out = String::new();
+    for (i, crd) in crds().iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_saphyr::to_string(crd)?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -81,19 +106,21 @@ mod tests {
     #[test]
     #[allow(clippy::unwrap_used)]
     fn schema_has_no_defaults() {
-        let json = serde_json::to_value(super::crd()).unwrap();
-        fn walk(v: &serde_json::Value, path: &str) {
-            match v {
-                serde_json::Value::Object(map) => {
-                    assert!(!map.contains_key("default"), "schema default at {path}");
-                    for (k, child) in map {
-                        walk(child, &format!("{path}.{k}"));
+        for crd in super::crds() {
+            let json = serde_json::to_value(crd).unwrap();
+            fn walk(v: &serde_json::Value, path: &str) {
+                match v {
+                    serde_json::Value::Object(map) => {
+                        assert!(!map.contains_key("default"), "schema default at {path}");
+                        for (k, child) in map {
+                            walk(child, &format!("{path}.{k}"));
+                        }
                     }
+                    serde_json::Value::Array(items) => items.iter().for_each(|c| walk(c, path)),
+                    _ => {}
                 }
-                serde_json::Value::Array(items) => items.iter().for_each(|c| walk(c, path)),
-                _ => {}
             }
+            walk(&json["spec"]["versions"], "spec.versions");
         }
-        walk(&json["spec"]["versions"], "spec.versions");
     }
 }

@@ -1,5 +1,6 @@
 //! hostcycle-api: the `BareMetalHost` custom resource (metal3-compatible), reboot
-//! annotations and their parser, provisioning states, and condition/event reasons.
+//! annotations and their parser, provisioning states, the reboot queue's resources
+//! (`RebootQueue`, `RebootQueueEntry`), and condition/event reasons.
 //!
 //! Pure data types and functions: no I/O.
 
@@ -7,6 +8,7 @@ pub mod annotations;
 pub mod crd;
 pub mod host;
 pub mod provisioning;
+pub mod queue;
 pub mod reasons;
 
 pub use annotations::{
@@ -14,7 +16,7 @@ pub use annotations::{
     REBOOT_ANNOTATION, REBOOT_ANNOTATION_PREFIX, RebootAnnotationKind, RebootRequest,
     RebootRequests, classify_reboot_annotation, is_detached, is_paused, parse_reboot_value,
 };
-pub use crd::{CrdError, crd, crd_yaml};
+pub use crd::{CrdError, crd, crd_yaml, crds, crds_yaml};
 pub use host::{
     BareMetalHost, BareMetalHostSpec, BareMetalHostStatus, BmcDetails, CredentialsStatus,
     ErrorType, HardFallback, HardFallbackSource, LastPowerAction, OperationalStatus,

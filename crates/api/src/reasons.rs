@@ -63,3 +63,47 @@ pub mod event_reason {
     /// Warning: a requested power change was not observed in time; it is requested again.
     pub const POWER_ACTION_TIMED_OUT: &str = "PowerActionTimedOut";
 }
+
+/// Condition types on a `RebootQueueEntry`.
+pub mod queue_condition {
+    /// True once `bootTimeoutSeconds` passed without a confirmed boot.
+    pub const BOOT_TIMED_OUT: &str = "BootTimedOut";
+    /// Reason of `BootTimedOut=True`.
+    pub const BOOT_NOT_CONFIRMED: &str = "BootNotConfirmed";
+}
+
+/// Reasons of the Events the reboot queue emits (on the entry and, where it concerns the
+/// node, on the Node).
+pub mod queue_event_reason {
+    /// Normal: the node was cordoned and its drain started.
+    pub const DRAIN_STARTED: &str = "DrainStarted";
+    /// Normal: no counted pod is left and no volume is in use.
+    pub const DRAIN_COMPLETED: &str = "DrainCompleted";
+    /// Warning: the drain failed or timed out; it is tried again after a backoff.
+    pub const DRAIN_BACKOFF: &str = "DrainBackoff";
+    /// Normal: the queue was disabled while the node was draining; the drain stopped.
+    pub const DRAIN_STOPPED: &str = "DrainStopped";
+    /// Warning: a pod was deleted instead of evicted (its eviction was refused by a
+    /// PodDisruptionBudget in an unprotected namespace, or it is an unprotected Job pod).
+    pub const POD_DELETED: &str = "PodDeleted";
+    /// Normal: the reboot was requested (BMC annotation added or reboot command started).
+    pub const REBOOT_STARTED: &str = "RebootStarted";
+    /// Warning: the reboot command failed on every try.
+    pub const REBOOT_COMMAND_FAILED: &str = "RebootCommandFailed";
+    /// Warning: the reboot cannot be requested (no BareMetalHost, no command, ...).
+    pub const REBOOT_BLOCKED: &str = "RebootBlocked";
+    /// Normal: the node booted after the reboot.
+    pub const BOOT_CONFIRMED: &str = "BootConfirmed";
+    /// Warning: no boot confirmed within `bootTimeoutSeconds`; the entry keeps waiting.
+    pub const BOOT_TIMED_OUT: &str = "BootTimedOut";
+    /// Normal: the node was cordoned by the queue and is uncordoned now.
+    pub const UNCORDONED: &str = "Uncordoned";
+    /// Normal: the entry was cancelled and is removed.
+    pub const CANCELLED: &str = "Cancelled";
+    /// Normal: the node was rebooted and the entry is removed.
+    pub const COMPLETED: &str = "Completed";
+    /// Warning: the entry's Node does not exist; the entry is removed.
+    pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+    /// Warning: another entry for the same node came first; this one is removed.
+    pub const DUPLICATE_ENTRY: &str = "DuplicateEntry";
+}

@@ -2,3 +2,4 @@
 //! crate with a snapshot, and carry out the returned actions.
 
 pub mod bmh;
+pub mod queue;

@@ -105,7 +105,7 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
 }
 
 fn print_manifests(namespace: &str) -> anyhow::Result<()> {
-    let mut out = hostcycle_api::crd_yaml()?;
+    let mut out = hostcycle_api::crds_yaml()?;
     for object in hostcycle_operator::rbac::rbac_objects(namespace)? {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&object)?);
@@ -115,6 +115,6 @@ fn print_manifests(namespace: &str) -> anyhow::Result<()> {
 }
 
 fn print_crds() -> anyhow::Result<()> {
-    print!("{}", hostcycle_api::crd_yaml()?);
+    print!("{}", hostcycle_api::crds_yaml()?);
     Ok(())
 }

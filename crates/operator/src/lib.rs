@@ -9,6 +9,7 @@ pub mod events;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod queue;
 pub mod rbac;
 
 use std::net::SocketAddr;

@@ -61,7 +61,7 @@ impl Default for ClusterOptions {
             start_timeout: Duration::from_secs(60),
             k8s_bin_dir: None,
             extra_apiserver_args: Vec::new(),
-            crds: vec![hostcycle_api::crd()],
+            crds: hostcycle_api::crds(),
         }
     }
 }

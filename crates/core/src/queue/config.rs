@@ -1,0 +1,192 @@
+//! The queue's effective configuration: `RebootQueue.spec` with every default filled in.
+
+use std::time::Duration;
+
+use hostcycle_api::queue::{
+    DEFAULT_BOOT_CHECK_INTERVAL_SECONDS, DEFAULT_BOOT_TIMEOUT_SECONDS,
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_DRAIN_BACKOFF_BASE_SECONDS,
+    DEFAULT_DRAIN_BACKOFF_JITTER_SECONDS, DEFAULT_DRAIN_BACKOFF_MAX_SECONDS,
+    DEFAULT_EVICTION_TIMEOUT_SECONDS, DEFAULT_MAX_CONCURRENT_REBOOTS,
+    DEFAULT_MAX_UNREACHABLE_NODES, RebootMethod, RebootQueueSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+/// `RebootQueue.spec` resolved: what the controller and `plan` actually use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueConfig {
+    pub enabled: bool,
+    pub max_concurrent_reboots: u32,
+    pub max_unreachable_nodes: u32,
+    pub eviction_timeout: Duration,
+    pub evict_retries: u32,
+    pub evict_interval: Duration,
+    /// `None`: every namespace is protected.
+    pub protected_namespaces: Option<LabelSelector>,
+    /// `None`: every Job pod is protected.
+    pub protected_job_pods: Option<LabelSelector>,
+    pub backoff: BackoffConfig,
+    pub reboot: RebootConfig,
+}
+
+/// Drain backoff: `min(2^(n-1) * base, max) + random[0, jitter)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackoffConfig {
+    pub base: Duration,
+    pub max: Duration,
+    pub jitter: Duration,
+}
+
+/// Reboot and boot-check settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebootConfig {
+    /// `None`: BMC when the node has a BareMetalHost, else Command when a command is set.
+    pub method: Option<RebootMethod>,
+    pub reboot_command: Vec<String>,
+    pub boot_check_command: Vec<String>,
+    pub command_timeout: Duration,
+    pub command_retries: u32,
+    pub command_interval: Duration,
+    pub boot_check_interval: Duration,
+    pub boot_timeout: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig::from_spec(&RebootQueueSpec::default())
+    }
+}
+
+impl QueueConfig {
+    /// Resolves a spec; an absent `RebootQueue` is `RebootQueueSpec::default()`.
+    pub fn from_spec(spec: &RebootQueueSpec) -> Self {
+        let backoff = spec.drain_backoff.clone().unwrap_or_default();
+        let reboot = spec.reboot.clone().unwrap_or_default();
+        QueueConfig {
+            enabled: spec.enabled.unwrap_or(true),
+            max_concurrent_reboots: spec
+                .max_concurrent_reboots
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_REBOOTS)
+                .max(1),
+            max_unreachable_nodes: spec
+                .max_unreachable_nodes
+                .unwrap_or(DEFAULT_MAX_UNREACHABLE_NODES),
+            eviction_timeout: secs(
+                spec.eviction_timeout_seconds
+                    .unwrap_or(DEFAULT_EVICTION_TIMEOUT_SECONDS)
+                    .max(1),
+            ),
+            evict_retries: spec.evict_retries.unwrap_or(0),
+            evict_interval: secs(spec.evict_interval_seconds.unwrap_or(0)),
+            protected_namespaces: spec.protected_namespaces.clone(),
+            protected_job_pods: spec.protected_job_pods.clone(),
+            backoff: BackoffConfig {
+                base: secs(
+                    backoff
+                        .base_seconds
+                        .unwrap_or(DEFAULT_DRAIN_BACKOFF_BASE_SECONDS),
+                ),
+                max: secs(
+                    backoff
+                        .max_seconds
+                        .unwrap_or(DEFAULT_DRAIN_BACKOFF_MAX_SECONDS),
+                ),
+                jitter: secs(
+                    backoff
+                        .jitter_seconds
+                        .unwrap_or(DEFAULT_DRAIN_BACKOFF_JITTER_SECONDS),
+                ),
+            },
+            reboot: RebootConfig {
+                method: reboot.method,
+                reboot_command: reboot.reboot_command,
+                boot_check_command: reboot.boot_check_command,
+                command_timeout: secs(
+                    reboot
+                        .command_timeout_seconds
+                        .unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECONDS)
+                        .max(1),
+                ),
+                command_retries: reboot.command_retries.unwrap_or(0),
+                command_interval: secs(reboot.command_interval_seconds.unwrap_or(0)),
+                boot_check_interval: secs(
+                    reboot
+                        .boot_check_interval_seconds
+                        .unwrap_or(DEFAULT_BOOT_CHECK_INTERVAL_SECONDS)
+                        .max(1),
+                ),
+                boot_timeout: secs(
+                    reboot
+                        .boot_timeout_seconds
+                        .unwrap_or(DEFAULT_BOOT_TIMEOUT_SECONDS)
+                        .max(1),
+                ),
+            },
+        }
+    }
+}
+
+/// Seconds from the API, capped so that adding them to a timestamp can never overflow.
+fn secs(n: u64) -> Duration {
+    // 100 years: far beyond any sensible setting, far below jiff's range.
+    Duration::from_secs(n.min(100 * 365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hostcycle_api::queue::{DrainBackoffSpec, RebootSpec};
+
+    #[test]
+    fn absent_spec_means_documented_defaults() {
+        let c = QueueConfig::default();
+        assert!(c.enabled);
+        assert_eq!(c.max_concurrent_reboots, 1);
+        assert_eq!(c.max_unreachable_nodes, 0);
+        assert_eq!(c.eviction_timeout, Duration::from_secs(600));
+        assert_eq!((c.evict_retries, c.evict_interval), (0, Duration::ZERO));
+        assert_eq!(c.protected_namespaces, None);
+        assert_eq!(c.protected_job_pods, None);
+        assert_eq!(
+            c.backoff,
+            BackoffConfig {
+                base: Duration::from_secs(300),
+                max: Duration::from_secs(1200),
+                jitter: Duration::from_secs(300)
+            }
+        );
+        assert_eq!(c.reboot.method, None);
+        assert_eq!(c.reboot.command_timeout, Duration::from_secs(30));
+        assert_eq!(c.reboot.boot_timeout, Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn given_fields_win_and_nonsense_is_clamped() {
+        let spec = RebootQueueSpec {
+            enabled: Some(false),
+            max_concurrent_reboots: Some(0),
+            eviction_timeout_seconds: Some(u64::MAX),
+            drain_backoff: Some(DrainBackoffSpec {
+                base_seconds: Some(1),
+                max_seconds: None,
+                jitter_seconds: Some(0),
+            }),
+            reboot: Some(RebootSpec {
+                method: Some(RebootMethod::Command),
+                command_retries: Some(2),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let c = QueueConfig::from_spec(&spec);
+        assert!(!c.enabled);
+        assert_eq!(
+            c.max_concurrent_reboots, 1,
+            "0 would stop the queue forever"
+        );
+        assert!(c.eviction_timeout < Duration::from_secs(u64::MAX));
+        assert_eq!(c.backoff.base, Duration::from_secs(1));
+        assert_eq!(c.backoff.max, Duration::from_secs(1200));
+        assert_eq!(c.reboot.method, Some(RebootMethod::Command));
+        assert_eq!(c.reboot.command_retries, 2);
+    }
+}

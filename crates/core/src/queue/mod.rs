@@ -1,0 +1,28 @@
+//! The reboot queue's decisions (CKE's rules, made event-driven).
+//!
+//! The controller loop is observe → decide → act → record, like the BareMetalHost
+//! controller's, with the rules split by concern:
+//!
+//! - [`plan`]: the whole queue at once — which entries start draining now, which leave the
+//!   queue (cancelled, node missing, duplicate), why every other entry waits, which drains
+//!   stop because the queue is disabled, and which nodes the queue cordoned but no longer
+//!   needs. `hostcycle reboot-queue plan` calls the same function on a snapshot.
+//! - [`drain`]: one node's drain — which pods are evicted, deleted, skipped or block it, what
+//!   an eviction's answer means, when the drain is done or timed out, how long it backs off.
+//! - [`reboot`]: one node's reboot — when to request it, what proves the node booted.
+//! - [`host`]: how a Node finds its BareMetalHost.
+//!
+//! Nothing here does I/O; the controller feeds snapshots in and carries the results out.
+
+mod config;
+pub mod drain;
+pub mod host;
+mod plan;
+pub mod reboot;
+mod snapshot;
+
+pub use config::{BackoffConfig, QueueConfig, RebootConfig};
+pub use plan::{Dequeue, DequeueReason, Plan, WaitReason, Waiting, plan, resolve_method};
+pub use snapshot::{
+    CONTROL_PLANE_LABEL, EntryRef, EntryView, MASTER_LABEL, NodeView, QueueSnapshot, RebootTarget,
+};

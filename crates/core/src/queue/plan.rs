@@ -1,0 +1,414 @@
+//! Candidate selection: which entries start draining now, which leave the queue, and why
+//! every other queued entry waits. The controller and `hostcycle rq plan` both call [`plan`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use hostcycle_api::queue::{EntryPhase, RebootMethod};
+use jiff::Timestamp;
+
+use super::snapshot::{EntryRef, EntryView, QueueSnapshot, RebootTarget};
+
+/// Why an entry leaves the queue without (further) processing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DequeueReason {
+    /// `spec.cancel` is true.
+    Cancelled,
+    /// No Node of that name exists.
+    NodeNotFound,
+    /// An entry with a lower index exists for the same node; the first wins.
+    Duplicate { first_index: u64 },
+}
+
+impl DequeueReason {
+    /// Short machine-friendly form.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Cancelled => "Cancelled",
+            Self::NodeNotFound => "NodeNotFound",
+            Self::Duplicate { .. } => "Duplicate",
+        }
+    }
+}
+
+impl fmt::Display for DequeueReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Cancelled => f.write_str("cancelled"),
+            Self::NodeNotFound => f.write_str("node not found in the cluster"),
+            Self::Duplicate { first_index } => {
+                write!(f, "duplicate: entry {first_index} already queues this node")
+            }
+        }
+    }
+}
+
+/// Why a queued entry does not start draining now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    Disabled,
+    BackedOff {
+        until: Timestamp,
+        failures: u32,
+    },
+    /// Every slot is taken by entries in progress.
+    NoFreeSlot {
+        in_progress: Vec<String>,
+        max: u32,
+    },
+    /// Slots are free but entries with lower indexes take them first.
+    BehindEarlierEntries {
+        free_slots: u32,
+    },
+    /// API servers go after every queued or in-progress worker.
+    ApiServerAfterWorkers {
+        workers: Vec<String>,
+    },
+    /// Another API-server node is draining or rebooting.
+    ApiServerInProgress {
+        node: String,
+    },
+    /// API servers go one at a time: this one is behind an earlier API-server entry.
+    ApiServerOneAtATime {
+        first: String,
+    },
+    /// Too many nodes that are not being processed are unreachable.
+    TooManyUnreachable {
+        nodes: Vec<String>,
+        max: u32,
+    },
+    /// The node cannot be rebooted now; draining it would be pointless.
+    CannotReboot {
+        why: String,
+    },
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Disabled => f.write_str("the reboot queue is disabled"),
+            Self::BackedOff { until, failures } => write!(
+                f,
+                "drain backed off after {failures} failed attempt{} until {until}",
+                if *failures == 1 { "" } else { "s" }
+            ),
+            Self::NoFreeSlot { in_progress, max } => write!(
+                f,
+                "all {max} slot{} (maxConcurrentReboots) taken by {}",
+                if *max == 1 { "" } else { "s" },
+                list(in_progress)
+            ),
+            Self::BehindEarlierEntries { free_slots } => write!(
+                f,
+                "the {free_slots} free slot{} go{} to entries queued earlier",
+                if *free_slots == 1 { "" } else { "s" },
+                if *free_slots == 1 { "es" } else { "" }
+            ),
+            Self::ApiServerAfterWorkers { workers } => write!(
+                f,
+                "API-server node waits until no worker is queued or in progress ({})",
+                list(workers)
+            ),
+            Self::ApiServerInProgress { node } => {
+                write!(f, "API-server node {node} is being processed")
+            }
+            Self::ApiServerOneAtATime { first } => {
+                write!(f, "API-server nodes go one at a time; {first} is first")
+            }
+            Self::TooManyUnreachable { nodes, max } => write!(
+                f,
+                "{} unreachable node{} not being rebooted ({}) exceed{} maxUnreachableNodes={max}",
+                nodes.len(),
+                if nodes.len() == 1 { "" } else { "s" },
+                list(nodes),
+                if nodes.len() == 1 { "s" } else { "" }
+            ),
+            Self::CannotReboot { why } => write!(f, "cannot be rebooted: {why}"),
+        }
+    }
+}
+
+fn list(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+/// An entry that leaves the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dequeue {
+    pub entry: EntryRef,
+    pub phase: EntryPhase,
+    pub reason: DequeueReason,
+}
+
+/// An entry that waits, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub entry: EntryRef,
+    pub reason: WaitReason,
+}
+
+/// What the queue does now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Queued entries that start draining now, in index order.
+    pub start_draining: Vec<EntryRef>,
+    /// Entries to remove (cancelled, node missing, duplicate), in index order.
+    pub dequeue: Vec<Dequeue>,
+    /// Queued entries that do not start now, with the reason, in index order.
+    pub waiting: Vec<Waiting>,
+    /// Entries draining or rebooting that carry on.
+    pub in_progress: Vec<(EntryRef, EntryPhase)>,
+    /// The queue is disabled: these draining entries stop and go back to `Queued`.
+    pub stop_draining: Vec<EntryRef>,
+    /// Nodes the queue cordoned that no entry is draining or rebooting (nor starting to):
+    /// uncordon them.
+    pub uncordon: Vec<String>,
+}
+
+/// Decides what the queue does now. Pure: the same snapshot and time give the same plan.
+///
+/// Rules (CKE's, made event-driven):
+/// 1. Cancelled entries, entries whose Node does not exist and duplicates (a later entry
+///    for a node already queued) leave the queue, whatever their phase.
+/// 2. Disabled: nothing starts; draining entries stop (back to `Queued`); rebooting entries
+///    finish.
+/// 3. In progress = `Draining` + `Rebooting`, at most `maxConcurrentReboots`. A queued
+///    entry still backed off neither counts nor blocks others.
+/// 4. No drain starts while more than `maxUnreachableNodes` nodes that are not in progress
+///    have a Ready condition that is not True.
+/// 5. API-server nodes go one at a time, after every eligible worker, and never while a
+///    worker is in progress.
+/// 6. When slots are free every eligible entry up to the free slots starts at once.
+pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
+    let config = &snapshot.config;
+    let mut out = Plan::default();
+
+    let mut entries: Vec<&EntryView> = snapshot.entries.iter().collect();
+    entries.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.name.cmp(&b.name)));
+
+    // 1. Removals.
+    let mut first_for_node: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut live: Vec<&EntryView> = Vec::new();
+    for entry in entries {
+        let reason = if entry.cancel {
+            Some(DequeueReason::Cancelled)
+        } else if !snapshot.nodes.contains_key(&entry.node) {
+            Some(DequeueReason::NodeNotFound)
+        } else if let Some(first) = first_for_node.get(entry.node.as_str()) {
+            Some(DequeueReason::Duplicate {
+                first_index: *first,
+            })
+        } else {
+            first_for_node.insert(&entry.node, entry.index);
+            None
+        };
+        match reason {
+            Some(reason) => out.dequeue.push(Dequeue {
+                entry: entry.reference(),
+                phase: entry.phase,
+                reason,
+            }),
+            None => live.push(entry),
+        }
+    }
+
+    // 2./3. What is in progress.
+    let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
+    let mut api_in_progress: Option<&str> = None;
+    let mut workers_in_progress: Vec<String> = Vec::new();
+    let mut queued: Vec<&EntryView> = Vec::new();
+    for entry in &live {
+        let api_server = is_api_server(snapshot, &entry.node);
+        match entry.phase {
+            EntryPhase::Draining if !config.enabled => {
+                out.stop_draining.push(entry.reference());
+                queued.push(entry);
+            }
+            phase if phase.in_progress() => {
+                busy_nodes.insert(&entry.node);
+                out.in_progress.push((entry.reference(), phase));
+                if api_server {
+                    api_in_progress.get_or_insert(&entry.node);
+                } else {
+                    workers_in_progress.push(entry.node.clone());
+                }
+            }
+            _ => queued.push(entry),
+        }
+    }
+
+    // Queued entries: disabled, backed off, cannot reboot, or eligible.
+    let mut eligible_workers: Vec<&EntryView> = Vec::new();
+    let mut eligible_api: Vec<&EntryView> = Vec::new();
+    for entry in queued {
+        let wait = if !config.enabled {
+            Some(WaitReason::Disabled)
+        } else if entry.backed_off(now) {
+            Some(WaitReason::BackedOff {
+                until: entry.backoff_expire.unwrap_or(now),
+                failures: entry.backoff_count,
+            })
+        } else {
+            cannot_reboot(snapshot, &entry.node).map(|why| WaitReason::CannotReboot { why })
+        };
+        match wait {
+            Some(reason) => out.waiting.push(Waiting {
+                entry: entry.reference(),
+                reason,
+            }),
+            None if is_api_server(snapshot, &entry.node) => eligible_api.push(entry),
+            None => eligible_workers.push(entry),
+        }
+    }
+
+    // 4. The unreachable gate.
+    let unreachable: Vec<String> = snapshot
+        .nodes
+        .values()
+        .filter(|n| !n.ready && !busy_nodes.contains(n.name.as_str()))
+        .map(|n| n.name.clone())
+        .collect();
+    let too_many_unreachable = unreachable.len() > config.max_unreachable_nodes as usize;
+
+    let mut starts: Vec<&EntryView> = Vec::new();
+    let mut waits: Vec<(&EntryView, WaitReason)> = Vec::new();
+    if too_many_unreachable {
+        let reason = WaitReason::TooManyUnreachable {
+            nodes: unreachable,
+            max: config.max_unreachable_nodes,
+        };
+        for entry in eligible_workers.iter().chain(eligible_api.iter()) {
+            waits.push((entry, reason.clone()));
+        }
+    } else if let Some(node) = api_in_progress {
+        // 5. Nothing runs next to an API server.
+        let reason = WaitReason::ApiServerInProgress {
+            node: node.to_string(),
+        };
+        for entry in eligible_workers.iter().chain(eligible_api.iter()) {
+            waits.push((entry, reason.clone()));
+        }
+    } else if !eligible_workers.is_empty() || !workers_in_progress.is_empty() {
+        // 3./6. Workers first, as many as there are free slots.
+        let free =
+            (config.max_concurrent_reboots as usize).saturating_sub(workers_in_progress.len());
+        for (i, entry) in eligible_workers.iter().enumerate() {
+            if i < free {
+                starts.push(entry);
+            } else if free == 0 {
+                waits.push((
+                    entry,
+                    WaitReason::NoFreeSlot {
+                        in_progress: workers_in_progress.clone(),
+                        max: config.max_concurrent_reboots,
+                    },
+                ));
+            } else {
+                waits.push((
+                    entry,
+                    WaitReason::BehindEarlierEntries {
+                        free_slots: free as u32,
+                    },
+                ));
+            }
+        }
+        let workers: Vec<String> = workers_in_progress
+            .iter()
+            .cloned()
+            .chain(eligible_workers.iter().map(|e| e.node.clone()))
+            .collect();
+        for entry in &eligible_api {
+            waits.push((
+                entry,
+                WaitReason::ApiServerAfterWorkers {
+                    workers: workers.clone(),
+                },
+            ));
+        }
+    } else if let Some((first, rest)) = eligible_api.split_first() {
+        // 5. One API server, alone.
+        starts.push(first);
+        for entry in rest {
+            waits.push((
+                entry,
+                WaitReason::ApiServerOneAtATime {
+                    first: first.node.clone(),
+                },
+            ));
+        }
+    }
+
+    out.start_draining = starts.iter().map(|e| e.reference()).collect();
+    for (entry, reason) in waits {
+        out.waiting.push(Waiting {
+            entry: entry.reference(),
+            reason,
+        });
+    }
+    out.waiting.sort_by(|a, b| a.entry.cmp(&b.entry));
+
+    // Stray cordons: the queue's cordon on a node nobody is processing.
+    let starting: BTreeSet<&str> = out.start_draining.iter().map(|e| e.node.as_str()).collect();
+    out.uncordon = snapshot
+        .nodes
+        .values()
+        .filter(|n| {
+            n.cordoned_by_queue
+                && !busy_nodes.contains(n.name.as_str())
+                && !starting.contains(n.name.as_str())
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    out
+}
+
+fn is_api_server(snapshot: &QueueSnapshot, node: &str) -> bool {
+    snapshot.nodes.get(node).is_some_and(|n| n.api_server)
+}
+
+/// Why the node cannot be rebooted with the configured method, if the controller knows.
+fn cannot_reboot(snapshot: &QueueSnapshot, node: &str) -> Option<String> {
+    let target = snapshot.reboot_targets.get(node)?;
+    resolve_method(&snapshot.config.reboot, target).err()
+}
+
+/// The reboot method for a node: the configured one, else BMC when it has a usable host,
+/// else Command when a reboot command is set. `Err` says why the node cannot be rebooted.
+pub fn resolve_method(
+    reboot: &super::config::RebootConfig,
+    target: &RebootTarget,
+) -> Result<RebootMethod, String> {
+    let has_commands = !reboot.reboot_command.is_empty() && !reboot.boot_check_command.is_empty();
+    match (reboot.method, target) {
+        (Some(RebootMethod::Command), _) | (None, RebootTarget::NoHost) if has_commands => {
+            Ok(RebootMethod::Command)
+        }
+        (Some(RebootMethod::Command), _) => Err(
+            "spec.reboot.method is Command but rebootCommand or bootCheckCommand is empty".into(),
+        ),
+        (_, RebootTarget::Host(_)) => Ok(RebootMethod::Bmc),
+        (_, RebootTarget::UnusableHost { host, why }) => {
+            Err(format!("its BareMetalHost {host} {why}"))
+        }
+        (Some(RebootMethod::Bmc), RebootTarget::NoHost) => Err(
+            "no BareMetalHost found for the node (see docs/reboot-queue.md: provider ID, \
+             Machine, the hostcycle.io/baremetalhost annotation, or a host of the same name)"
+                .into(),
+        ),
+        (None, RebootTarget::NoHost) => Err(
+            "no BareMetalHost found for the node and spec.reboot.rebootCommand / \
+             bootCheckCommand are not set"
+                .into(),
+        ),
+    }
+}

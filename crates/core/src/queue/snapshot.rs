@@ -1,0 +1,197 @@
+//! What the queue's decisions look at: Nodes and entries reduced to the facts the rules use.
+//! Built by the controller from its caches, and by `hostcycle rq plan --from FILE` from a
+//! `kubectl get nodes,rebootqueueentries,rebootqueues -o yaml` List.
+
+use std::collections::BTreeMap;
+
+use hostcycle_api::queue::{
+    CORDONED_BY_ANNOTATION, EntryPhase, HostReference, RebootProgress, RebootQueue,
+    RebootQueueEntry,
+};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+
+use super::config::QueueConfig;
+
+/// Label marking an API-server (control-plane) node.
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+/// The older name of the same label.
+pub const MASTER_LABEL: &str = "node-role.kubernetes.io/master";
+
+/// A Node as the queue sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    pub name: String,
+    /// Labelled `node-role.kubernetes.io/control-plane` or `…/master`.
+    pub api_server: bool,
+    /// The Ready condition is True. Anything else (False, Unknown, absent) is unreachable.
+    pub ready: bool,
+    /// `lastHeartbeatTime` of the Ready condition.
+    pub ready_heartbeat: Option<Timestamp>,
+    /// `status.nodeInfo.bootID` (empty strings read as `None`).
+    pub boot_id: Option<String>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// Carries [`CORDONED_BY_ANNOTATION`]: the queue cordoned it.
+    pub cordoned_by_queue: bool,
+    /// `status.volumesInUse` is not empty.
+    pub volumes_in_use: usize,
+    /// First address to run commands against: InternalIP, else ExternalIP, else Hostname,
+    /// else the name.
+    pub address: String,
+}
+
+impl NodeView {
+    pub fn from_node(node: &Node) -> Self {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let status = node.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready");
+        let address = ["InternalIP", "ExternalIP", "Hostname"]
+            .iter()
+            .find_map(|kind| {
+                status
+                    .addresses
+                    .iter()
+                    .flatten()
+                    .find(|a| a.type_ == *kind && !a.address.trim().is_empty())
+                    .map(|a| a.address.trim().to_string())
+            })
+            .unwrap_or_else(|| name.clone());
+        NodeView {
+            api_server: labels.contains_key(CONTROL_PLANE_LABEL)
+                || labels.contains_key(MASTER_LABEL),
+            ready: ready.is_some_and(|c| c.status == "True"),
+            ready_heartbeat: ready.and_then(|c| c.last_heartbeat_time.as_ref().map(|t| t.0)),
+            boot_id: status
+                .node_info
+                .as_ref()
+                .map(|i| i.boot_id.trim().to_string())
+                .filter(|b| !b.is_empty()),
+            unschedulable: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            cordoned_by_queue: annotations.contains_key(CORDONED_BY_ANNOTATION),
+            volumes_in_use: status.volumes_in_use.map(|v| v.len()).unwrap_or(0),
+            address,
+            name,
+        }
+    }
+}
+
+/// A `RebootQueueEntry` as the queue sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryView {
+    /// Object name.
+    pub name: String,
+    pub uid: Option<String>,
+    pub node: String,
+    pub index: u64,
+    pub cancel: bool,
+    pub phase: EntryPhase,
+    pub last_transition: Option<Timestamp>,
+    pub backoff_count: u32,
+    pub backoff_expire: Option<Timestamp>,
+    pub reboot: Option<RebootProgress>,
+    /// The `BootTimedOut` condition is already True.
+    pub boot_timed_out: bool,
+    pub message: String,
+}
+
+impl EntryView {
+    pub fn from_entry(entry: &RebootQueueEntry) -> Self {
+        let status = entry.status.clone().unwrap_or_default();
+        EntryView {
+            name: entry.metadata.name.clone().unwrap_or_default(),
+            uid: entry.metadata.uid.clone(),
+            node: entry.spec.node.clone(),
+            index: entry.spec.index,
+            cancel: entry.spec.cancel,
+            phase: status.phase(),
+            last_transition: status.last_transition_time,
+            backoff_count: status.drain_backoff_count,
+            backoff_expire: status.drain_backoff_expire,
+            boot_timed_out: status.conditions.iter().any(|c| {
+                c.type_ == hostcycle_api::reasons::queue_condition::BOOT_TIMED_OUT
+                    && c.status == "True"
+            }),
+            reboot: status.reboot,
+            message: status.message,
+        }
+    }
+
+    /// Whether the drain backoff still holds at `now`.
+    pub fn backed_off(&self, now: Timestamp) -> bool {
+        self.backoff_expire.is_some_and(|t| t > now)
+    }
+
+    /// `{index, node}`, how the entry is named to people.
+    pub fn reference(&self) -> EntryRef {
+        EntryRef {
+            name: self.name.clone(),
+            index: self.index,
+            node: self.node.clone(),
+        }
+    }
+}
+
+/// An entry named for output: object name, index and node.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EntryRef {
+    pub name: String,
+    pub index: u64,
+    pub node: String,
+}
+
+/// Everything [`super::plan`] decides from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QueueSnapshot {
+    pub config: QueueConfig,
+    /// Every Node, by name.
+    pub nodes: BTreeMap<String, NodeView>,
+    pub entries: Vec<EntryView>,
+    /// How each node would be rebooted, when the controller knows (absent in offline
+    /// snapshots: then the plan does not wait for it).
+    pub reboot_targets: BTreeMap<String, RebootTarget>,
+}
+
+/// What the controller found to reboot a node with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebootTarget {
+    /// A usable BareMetalHost.
+    Host(HostReference),
+    /// The node has a BareMetalHost that cannot be used now (paused, detached, ...).
+    UnusableHost { host: HostReference, why: String },
+    /// No BareMetalHost was found for the node.
+    NoHost,
+}
+
+impl QueueSnapshot {
+    /// Builds a snapshot from API objects. The queue's spec is the one named `default`
+    /// (absent: defaults); `reboot_targets` stays empty.
+    pub fn from_objects(
+        queue: Option<&RebootQueue>,
+        nodes: &[Node],
+        entries: &[RebootQueueEntry],
+    ) -> Self {
+        QueueSnapshot {
+            config: queue
+                .map(|q| QueueConfig::from_spec(&q.spec))
+                .unwrap_or_default(),
+            nodes: nodes
+                .iter()
+                .map(NodeView::from_node)
+                .map(|n| (n.name.clone(), n))
+                .collect(),
+            entries: entries.iter().map(EntryView::from_entry).collect(),
+            reboot_targets: BTreeMap::new(),
+        }
+    }
+}

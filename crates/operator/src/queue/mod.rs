@@ -1,0 +1,3 @@
+//! The reboot queue controller.
+
+pub mod observe;
