@@ -48,6 +48,9 @@ enum LabCommand {
     Run,
     /// Print shell exports (KUBECONFIG, Redfish endpoint) for the running lab.
     Env,
+    /// Queue every lab node for a rolling reboot (workers first, API servers last, one at a
+    /// time); watch it with `hostcycle rq wait`.
+    RollingReboot,
 }
 
 fn lab_dir() -> PathBuf {
@@ -60,6 +63,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.command.unwrap_or(LabCommand::Run) {
         LabCommand::Run => run_lab().await,
         LabCommand::Env => print_env(),
+        LabCommand::RollingReboot => rolling_reboot().await,
     }
 }
 
@@ -138,6 +142,7 @@ async fn run_lab() -> anyhow::Result<()> {
     .context("starting the Redfish emulator")?;
 
     create_bare_metal_hosts(&client, &redfish).await?;
+    create_reboot_queue(&client).await?;
 
     println!("Starting the operator...");
     let metrics_port = hostcycle_testkit::free_port()?;
@@ -151,7 +156,9 @@ async fn run_lab() -> anyhow::Result<()> {
             lease_duration: Duration::from_secs(15),
         }),
         identity: "lab-operator".into(),
+        controllers: hostcycle_operator::ControllerName::ALL.to_vec(),
         bmh: hostcycle_operator::BmhControllerConfig::default(),
+        queue: hostcycle_operator::QueueControllerConfig::default(),
     };
     let operator = tokio::spawn(hostcycle_operator::run(
         client.clone(),
@@ -203,6 +210,10 @@ async fn run_lab() -> anyhow::Result<()> {
     );
     println!("  kubectl annotate bmh worker-1 reboot.metal3.io/mine-      # release: powers on");
     println!("  kubectl get events --sort-by=.metadata.creationTimestamp");
+    println!("\nWatch a rolling reboot through the reboot queue (cordon, drain, reboot, uncordon):\n");
+    println!("  cargo run -q -p hostcycle -- lab rolling-reboot   # queues every node");
+    println!("  cargo run -q -p hostcycle -- rq wait              # progress until the queue is empty");
+    println!("  kubectl get rqe,nodes,pods -o wide -w");
     println!("\nOperator metrics: http://127.0.0.1:{metrics_port}/metrics");
     println!(
         "\nRedfish emulator: {}  (user {LAB_BMC_USER}, password in $HOSTCYCLE_REDFISH_PASSWORD_FILE)",
@@ -225,6 +236,62 @@ async fn run_lab() -> anyhow::Result<()> {
     drop(redfish);
     drop(cluster);
     println!("Lab stopped; nothing is left running.");
+    Ok(())
+}
+
+/// Queues every lab node through the reboot queue, as `hostcycle rq add` would.
+async fn rolling_reboot() -> anyhow::Result<()> {
+    let dir = lab_dir();
+    if running_lab_pid().is_none() {
+        bail!("no lab is running; start one with `make lab`");
+    }
+    let kubeconfig = dir.join("cluster").join("kubeconfig");
+    let exe = std::env::current_exe().context("finding the hostcycle binary")?;
+    let nodes: Vec<&str> = LAB_HOSTS.iter().map(|(name, _)| *name).collect();
+    let status = std::process::Command::new(exe)
+        .arg("reboot-queue")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("add")
+        .args(&nodes)
+        .status()
+        .context("running `hostcycle reboot-queue add`")?;
+    if !status.success() {
+        bail!("queueing the lab's nodes failed ({status})");
+    }
+    println!("\nQueued {} nodes. Watch the rolling reboot:\n", nodes.len());
+    println!("  hostcycle rq wait        # or: cargo run -q -p hostcycle -- rq wait");
+    println!("  kubectl get rqe,nodes -w");
+    Ok(())
+}
+
+/// The lab's reboot queue: PodDisruptionBudget refusals are retried for a minute (the demo
+/// Deployment's PDB lets one pod go at a time), and a failed drain is retried after ~30 s.
+async fn create_reboot_queue(client: &Client) -> anyhow::Result<()> {
+    use hostcycle_api::queue::{DrainBackoffSpec, RebootQueue, RebootQueueSpec, RebootSpec};
+    let queues: Api<RebootQueue> = Api::all(client.clone());
+    let queue = RebootQueue::new(
+        hostcycle_api::queue::REBOOT_QUEUE_NAME,
+        RebootQueueSpec {
+            evict_retries: Some(30),
+            evict_interval_seconds: Some(2),
+            eviction_timeout_seconds: Some(300),
+            drain_backoff: Some(DrainBackoffSpec {
+                base_seconds: Some(30),
+                max_seconds: Some(120),
+                jitter_seconds: Some(10),
+            }),
+            reboot: Some(RebootSpec {
+                boot_timeout_seconds: Some(600),
+                ..RebootSpec::default()
+            }),
+            ..RebootQueueSpec::default()
+        },
+    );
+    queues
+        .create(&PostParams::default(), &queue)
+        .await
+        .context("creating RebootQueue default")?;
     Ok(())
 }
 

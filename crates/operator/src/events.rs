@@ -16,6 +16,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
 
+/// Where Events about cluster-scoped objects are written.
+pub const CLUSTER_SCOPED_EVENT_NAMESPACE: &str = "kube-system";
+
 /// Repeats within this window become a series on the first Event.
 const SERIES_WINDOW: Duration = Duration::from_secs(600);
 
@@ -77,10 +80,13 @@ impl EventPublisher {
         action: &str,
         note: &str,
     ) -> Result<(), kube::Error> {
+        // Events about cluster-scoped objects (Nodes, queue entries) live in kube-system:
+        // Kubernetes 1.20 accepts no other namespace for them through events.k8s.io/v1, and
+        // `kubectl describe` finds them there as well.
         let namespace = regarding
             .namespace
             .clone()
-            .unwrap_or_else(|| "default".into());
+            .unwrap_or_else(|| CLUSTER_SCOPED_EVENT_NAMESPACE.into());
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let now = Timestamp::now();
         let key = SeriesKey {

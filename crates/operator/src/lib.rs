@@ -25,6 +25,31 @@ use tokio_util::sync::CancellationToken;
 
 pub use bmh::BmhControllerConfig;
 pub use leader::LeaderElection;
+pub use queue::QueueControllerConfig;
+
+/// The controllers `hostcycle operator --controllers` can select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum ControllerName {
+    /// The BareMetalHost power controller (the reboot API).
+    #[value(name = "baremetalhost")]
+    BareMetalHost,
+    /// The graceful reboot queue.
+    #[value(name = "reboot-queue")]
+    RebootQueue,
+}
+
+impl std::fmt::Display for ControllerName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ControllerName::BareMetalHost => "baremetalhost",
+            ControllerName::RebootQueue => "reboot-queue",
+        })
+    }
+}
+
+impl ControllerName {
+    pub const ALL: [ControllerName; 2] = [ControllerName::BareMetalHost, ControllerName::RebootQueue];
+}
 
 /// Everything the operator process needs.
 #[derive(Debug, Clone)]
@@ -33,7 +58,10 @@ pub struct OperatorConfig {
     /// `None` runs without leader election (a single replica, tests).
     pub leader_election: Option<LeaderElection>,
     pub identity: String,
+    /// Which controllers run (all by default).
+    pub controllers: Vec<ControllerName>,
     pub bmh: BmhControllerConfig,
+    pub queue: QueueControllerConfig,
 }
 
 /// Runs the operator until `shutdown` fires (or leadership is lost).
@@ -91,14 +119,35 @@ pub async fn run(
         outer.cancelled().await;
         stop.cancel();
     });
-    bmh::run(
-        client,
-        config.bmh.clone(),
-        metrics.clone(),
-        &config.identity,
-        work.clone(),
-    )
-    .await;
+    let run_bmh = config.controllers.contains(&ControllerName::BareMetalHost);
+    let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
+    tracing::info!(controllers = ?config.controllers, "starting controllers");
+    tokio::join!(
+        async {
+            if run_bmh {
+                bmh::run(
+                    client.clone(),
+                    config.bmh.clone(),
+                    metrics.clone(),
+                    &config.identity,
+                    work.clone(),
+                )
+                .await;
+            }
+        },
+        async {
+            if run_queue {
+                queue::run(
+                    client.clone(),
+                    config.queue.clone(),
+                    metrics.clone(),
+                    &config.identity,
+                    work.clone(),
+                )
+                .await;
+            }
+        },
+    );
     ready.store(false, Ordering::Relaxed);
     metrics.leader.set(0);
     http_task.abort();
@@ -120,6 +169,10 @@ pub struct OperatorArgs {
     /// Only watch BareMetalHosts in this namespace (default: all).
     #[arg(long)]
     pub namespace: Option<String>,
+    /// Controllers to run, comma-separated (default: all). A cluster whose hosts are
+    /// managed by metal3's baremetal-operator runs `--controllers reboot-queue`.
+    #[arg(long, value_delimiter = ',', default_values_t = ControllerName::ALL.to_vec())]
+    pub controllers: Vec<ControllerName>,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -193,6 +246,11 @@ impl OperatorArgs {
             metrics_addr: self.metrics_addr,
             leader_election,
             identity,
+            controllers: self.controllers.clone(),
+            queue: QueueControllerConfig {
+                host_namespace: self.namespace.clone(),
+                ..QueueControllerConfig::default()
+            },
             bmh: BmhControllerConfig {
                 namespace: self.namespace,
                 decide,

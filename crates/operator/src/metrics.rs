@@ -45,6 +45,121 @@ pub struct ControllerLabels {
     pub controller: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// `Queued`, `Draining`, `Rebooting`, `Cancelled`.
+    pub phase: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePhaseLabels {
+    pub node: String,
+    pub phase: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    /// `evicted`, `not_found`, `refused` (429), `error`, `deleted` (deleted instead).
+    pub result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+/// The reboot queue's metrics (`hostcycle_reboot_queue_*`).
+#[derive(Debug, Clone)]
+pub struct QueueMetrics {
+    /// 1 while the queue is enabled.
+    pub enabled: Gauge,
+    /// 1 while this replica's controller processes the queue (enabled, leader).
+    pub running: Gauge,
+    /// Entries by phase.
+    pub entries: Family<PhaseLabels, Gauge>,
+    /// 1 for each queued node's current phase.
+    pub node_phase: Family<NodePhaseLabels, Gauge>,
+    /// Seconds from the `Draining` transition to drain complete.
+    pub drain_duration: Histogram,
+    /// Seconds from the `Rebooting` transition to the boot confirmed.
+    pub reboot_duration: Histogram,
+    /// Failed drains by reason (`timeout`, `eviction`, `job_pods`, `error`, `reboot_blocked`).
+    pub drain_backoffs: Family<ReasonLabels, Counter>,
+    /// Evictions by result.
+    pub evictions: Family<EvictionLabels, Counter>,
+    /// Reboots not confirmed within `bootTimeoutSeconds`.
+    pub boot_timeouts: Counter,
+    /// Entries currently past `bootTimeoutSeconds`.
+    pub boot_overdue: Gauge,
+    /// Entries removed, by reason (`Completed`, `Cancelled`, `NodeNotFound`, `Duplicate`).
+    pub dequeued: Family<ReasonLabels, Counter>,
+}
+
+impl QueueMetrics {
+    fn new() -> Self {
+        QueueMetrics {
+            enabled: Gauge::default(),
+            running: Gauge::default(),
+            entries: Family::default(),
+            node_phase: Family::default(),
+            drain_duration: Histogram::new(exponential_buckets(0.5, 2.0, 14)),
+            reboot_duration: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            drain_backoffs: Family::default(),
+            evictions: Family::default(),
+            boot_timeouts: Counter::default(),
+            boot_overdue: Gauge::default(),
+            dequeued: Family::default(),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("reboot_queue");
+        r.register("enabled", "1 while the reboot queue is enabled", self.enabled.clone());
+        r.register(
+            "running",
+            "1 while this replica processes the reboot queue",
+            self.running.clone(),
+        );
+        r.register("entries", "Reboot queue entries by phase", self.entries.clone());
+        r.register(
+            "node_phase",
+            "1 for the current phase of each queued node",
+            self.node_phase.clone(),
+        );
+        r.register(
+            "drain_duration_seconds",
+            "Time from the start of a drain to its completion",
+            self.drain_duration.clone(),
+        );
+        r.register(
+            "reboot_duration_seconds",
+            "Time from the reboot request to the confirmed boot",
+            self.reboot_duration.clone(),
+        );
+        r.register(
+            "drain_backoffs",
+            "Failed drains that backed off, by reason",
+            self.drain_backoffs.clone(),
+        );
+        r.register("evictions", "Pod evictions by result", self.evictions.clone());
+        r.register(
+            "boot_timeouts",
+            "Reboots not confirmed within bootTimeoutSeconds",
+            self.boot_timeouts.clone(),
+        );
+        r.register(
+            "boot_overdue_entries",
+            "Entries currently past bootTimeoutSeconds",
+            self.boot_overdue.clone(),
+        );
+        r.register(
+            "dequeued",
+            "Entries removed from the queue, by reason",
+            self.dequeued.clone(),
+        );
+    }
+}
+
 /// Every metric the operator exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -57,6 +172,7 @@ pub struct Metrics {
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub leader: Gauge,
+    pub queue: QueueMetrics,
 }
 
 impl Metrics {
@@ -73,7 +189,9 @@ impl Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             leader: Gauge::default(),
+            queue: QueueMetrics::new(),
         };
+        m.queue.register(registry);
         registry.register(
             "power_actions",
             "Power actions sent to BMCs, by action, mode and result",

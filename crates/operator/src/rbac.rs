@@ -61,6 +61,38 @@ pub fn cluster_role() -> ClusterRole {
                 &["leases"],
                 &["get", "list", "watch", "create", "update", "patch"],
             ),
+            // Reboot queue: read the configuration; create `default` when it is missing.
+            rule(
+                &["hostcycle.io"],
+                &["rebootqueues"],
+                &["get", "list", "watch", "create"],
+            ),
+            // Reboot queue: entries are read and removed when done; `spec` is never written.
+            rule(
+                &["hostcycle.io"],
+                &["rebootqueueentries"],
+                &["get", "list", "watch", "delete"],
+            ),
+            // Reboot queue: the controller's record of each entry and of the queue.
+            rule(
+                &["hostcycle.io"],
+                &["rebootqueueentries/status", "rebootqueues/status"],
+                &["update", "patch"],
+            ),
+            // Reboot queue: readiness, cordon and uncordon.
+            rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+            // Reboot queue: drain (list and watch a node's pods, delete those whose eviction
+            // a PodDisruptionBudget refuses in an unprotected namespace, or unprotected Job pods).
+            rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
+            rule(&[""], &["pods/eviction"], &["create"]),
+            // Reboot queue: namespace labels for protectedNamespaces.
+            rule(&[""], &["namespaces"], &["list"]),
+            // Reboot queue: which Machine a Node belongs to (node → BareMetalHost).
+            rule(
+                &["cluster.x-k8s.io", "machine.openshift.io"],
+                &["machines"],
+                &["get", "list", "watch"],
+            ),
         ]),
         ..Default::default()
     }

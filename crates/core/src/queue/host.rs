@@ -137,7 +137,7 @@ pub fn find_host(
         if let Some(host) = hosts.iter().find(|h| {
             h.consumer
                 .as_ref()
-                .is_some_and(|c| consumers.iter().any(|k| *k == c))
+                .is_some_and(|c| consumers.contains(&c))
         }) {
             return Some((host.reference.clone(), HostMatch::Machine));
         }

@@ -1,0 +1,1510 @@
+//! The queue's loop: observe (watch caches) → decide (`hostcycle_core::queue`) → record
+//! (entry status, write-ahead) → act (cordon, workers, host annotation, uncordon, removal).
+//!
+//! It wakes on every relevant change — an entry or the queue changed, a Node's readiness,
+//! cordon, boot ID or volumes changed, a host's power changed, a worker reported (drain
+//! finished, boot confirmed) — and at the next deadline (backoff expiry, drain or boot
+//! timeout), with a periodic resync as a safety net.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use hostcycle_api::queue::{
+    EntryPhase, REBOOT_QUEUE_NAME, RebootMethod, RebootProgress, RebootQueue, RebootQueueEntry,
+    RebootQueueEntryStatus, RebootQueueSpec, RebootQueueStatus,
+};
+use hostcycle_api::reasons::{queue_condition, queue_event_reason as reason};
+use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
+use hostcycle_core::queue::drain::{add, drain_deadline, elapsed, next_backoff};
+use hostcycle_core::queue::reboot::{
+    BmcRebootStep, REQUEST_MARKER_ANNOTATION, RebootCommandStep, bmc_reboot_step, boot_deadline,
+    boot_overdue, reboot_command_step,
+};
+use hostcycle_core::queue::{
+    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, plan,
+    resolve_method,
+};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::command::{self, CommandJob};
+use super::cordon;
+use super::drain::{self, DrainJob};
+use super::eviction::Evictor;
+use super::observe::{
+    host_summary, host_view, machine_resources, machine_summary, reboot_targets,
+};
+use super::{QueueControllerConfig, Report, ReportKind, Shared, node_ref};
+use crate::events::{EventKind, EventPublisher};
+use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
+
+const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
+/// Retry soon after a failed write or a conflict.
+const RETRY_SOON: Duration = Duration::from_secs(1);
+
+/// The watch caches the loop decides from.
+#[derive(Clone)]
+struct Stores {
+    entries: Store<RebootQueueEntry>,
+    queues: Store<RebootQueue>,
+    nodes: Store<Node>,
+    hosts: Store<BareMetalHost>,
+    machines: Vec<Store<DynamicObject>>,
+}
+
+/// A worker task for one entry.
+struct Worker {
+    kind: WorkerKind,
+    cancel: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerKind {
+    Drain,
+    Command,
+}
+
+/// Runs the reboot queue controller until `shutdown` fires.
+pub async fn run(
+    client: Client,
+    config: QueueControllerConfig,
+    metrics: Arc<Metrics>,
+    identity: &str,
+    shutdown: CancellationToken,
+) {
+    let evictor = loop {
+        match Evictor::discover(client.clone()).await {
+            Ok(e) => break e,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot discover the Eviction API version; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                }
+            }
+        }
+    };
+    tracing::info!(eviction = evictor.api_version(), "reboot queue controller starting");
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        events: EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
+        metrics,
+        evictor,
+    });
+    let wake = Arc::new(Notify::new());
+    let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
+    let mut controller = Controller::new(shared.clone(), stores, config);
+    controller.run(wake, shutdown).await;
+    for task in watch_tasks {
+        task.abort();
+    }
+}
+
+/// Starts one watch per kind; every relevant event wakes the loop.
+async fn start_watches(
+    client: &Client,
+    config: &QueueControllerConfig,
+    wake: Arc<Notify>,
+) -> (Stores, Vec<JoinHandle<()>>) {
+    let mut tasks = Vec::new();
+
+    let (entries, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(
+            Api::<RebootQueueEntry>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    );
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+
+    let (queues, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(
+            Api::<RebootQueue>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    );
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+
+    // Nodes change every heartbeat; wake only when something the queue reads changed.
+    let (nodes, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+    );
+    let mut fingerprints: HashMap<String, u64> = HashMap::new();
+    tasks.push(spawn_waker(stream, wake.clone(), move |node: &Node| {
+        let print = node_fingerprint(node);
+        fingerprints.insert(node.name_any(), print) != Some(print)
+    }));
+
+    let (hosts, writer) = reflector::store();
+    let host_api: Api<BareMetalHost> = match &config.host_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+
+    let mut machines = Vec::new();
+    for resource in machine_resources(client).await {
+        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+        let store = writer.as_reader();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let stream = reflector(writer, watcher(api, watcher::Config::default()));
+        tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+        machines.push(store);
+    }
+    (
+        Stores {
+            entries,
+            queues,
+            nodes,
+            hosts,
+            machines,
+        },
+        tasks,
+    )
+}
+
+/// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes.
+fn node_fingerprint(node: &Node) -> u64 {
+    let view = NodeView::from_node(node);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    view.ready.hash(&mut h);
+    view.api_server.hash(&mut h);
+    view.unschedulable.hash(&mut h);
+    view.cordoned_by_queue.hash(&mut h);
+    view.boot_id.hash(&mut h);
+    view.volumes_in_use.hash(&mut h);
+    // A heartbeat matters only to a node whose boot is awaited; a change of its Ready
+    // transition (or the first heartbeat after a boot) shows up in these.
+    view.ready_heartbeat
+        .map(|t| t.as_second() / 60)
+        .hash(&mut h);
+    h.finish()
+}
+
+fn spawn_waker<K, S>(
+    stream: S,
+    wake: Arc<Notify>,
+    mut relevant: impl FnMut(&K) -> bool + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let stream = stream.default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            let wake_now = match &event {
+                Ok(watcher::Event::Apply(obj)) => relevant(obj),
+                Ok(watcher::Event::Delete(_) | watcher::Event::InitDone) => true,
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::debug!(error = %e, "watch error; the watcher retries");
+                    false
+                }
+            };
+            if wake_now {
+                wake.notify_one();
+            }
+        }
+    })
+}
+
+struct Controller {
+    shared: Arc<Shared>,
+    stores: Stores,
+    config: QueueControllerConfig,
+    /// Objects as the loop last wrote them: newer than the cache until the watch catches up.
+    written: HashMap<String, RebootQueueEntry>,
+    /// UIDs the loop deleted, hidden until the cache drops them.
+    deleted: HashSet<String>,
+    workers: HashMap<String, Worker>,
+    reports_tx: mpsc::UnboundedSender<Report>,
+    reports_rx: mpsc::UnboundedReceiver<Report>,
+    last_queue_status: Option<RebootQueueStatus>,
+    node_phase_series: HashSet<NodePhaseLabels>,
+    /// Set by a failed write: look again soon.
+    retry_soon: bool,
+}
+
+impl Controller {
+    fn new(shared: Arc<Shared>, stores: Stores, config: QueueControllerConfig) -> Self {
+        let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+        Controller {
+            shared,
+            stores,
+            config,
+            written: HashMap::new(),
+            deleted: HashSet::new(),
+            workers: HashMap::new(),
+            reports_tx,
+            reports_rx,
+            last_queue_status: None,
+            node_phase_series: HashSet::new(),
+            retry_soon: false,
+        }
+    }
+
+    async fn run(&mut self, wake: Arc<Notify>, shutdown: CancellationToken) {
+        let ready = async {
+            let _ = self.stores.entries.wait_until_ready().await;
+            let _ = self.stores.queues.wait_until_ready().await;
+            let _ = self.stores.nodes.wait_until_ready().await;
+            let _ = self.stores.hosts.wait_until_ready().await;
+            for m in &self.stores.machines {
+                let _ = m.wait_until_ready().await;
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ready => {}
+        }
+        tracing::info!("reboot queue caches synced");
+        self.ensure_queue_object().await;
+        self.shared.metrics.queue.running.set(1);
+        let mut next = tokio::time::Instant::now();
+        let mut reports = Vec::new();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = wake.notified() => {}
+                report = self.reports_rx.recv() => {
+                    if let Some(r) = report { reports.push(r); }
+                }
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            let wait = self.pass(std::mem::take(&mut reports)).await;
+            next = tokio::time::Instant::now() + wait;
+        }
+        for (_, worker) in self.workers.drain() {
+            worker.cancel.cancel();
+            worker.handle.abort();
+        }
+        self.shared.metrics.queue.running.set(0);
+    }
+
+    /// Creates the `default` RebootQueue (empty spec: every default) if it is missing, so
+    /// `kubectl get rq` shows the queue's status.
+    async fn ensure_queue_object(&self) {
+        let api: Api<RebootQueue> = Api::all(self.shared.client.clone());
+        let queue = RebootQueue::new(REBOOT_QUEUE_NAME, RebootQueueSpec::default());
+        match api.create(&PostParams::default(), &queue).await {
+            Ok(_) => tracing::info!("created RebootQueue default with the default settings"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => tracing::warn!(error = %e, "cannot create RebootQueue default; its status stays unwritten until it exists"),
+        }
+    }
+
+    /// One round: reports, then the plan, then each entry's step. Returns how long to sleep
+    /// at most before the next round.
+    async fn pass(&mut self, mut reports: Vec<Report>) -> Duration {
+        self.retry_soon = false;
+        // Reports first: a finished worker's final report was sent before it finished.
+        let finished: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.handle.is_finished())
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        while let Ok(r) = self.reports_rx.try_recv() {
+            reports.push(r);
+        }
+        for uid in finished {
+            self.workers.remove(&uid);
+        }
+        let now = Timestamp::now();
+        let config = self.queue_config();
+        for report in reports {
+            self.handle_report(report, &config, now).await;
+        }
+
+        let now = Timestamp::now();
+        let snapshot = self.snapshot(&config);
+        let plan = plan(&snapshot, now);
+        self.act(&snapshot, &plan, now).await;
+        self.publish_queue_status(&snapshot, &plan, now).await;
+        self.next_wake(&snapshot, now)
+    }
+
+    fn queue_config(&self) -> QueueConfig {
+        self.stores
+            .queues
+            .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
+            .map(|q| QueueConfig::from_spec(&q.spec))
+            .unwrap_or_default()
+    }
+
+    /// Entries as the loop knows them: the cache, overlaid with its own newer writes.
+    fn entries(&mut self) -> Vec<RebootQueueEntry> {
+        let cached = self.stores.entries.state();
+        let cached_uids: HashSet<String> = cached.iter().filter_map(|e| e.uid()).collect();
+        self.deleted.retain(|uid| cached_uids.contains(uid));
+        let mut out = Vec::new();
+        for entry in cached {
+            if entry.uid().is_some_and(|u| self.deleted.contains(&u)) {
+                continue;
+            }
+            let name = entry.name_any();
+            match self.written.get(&name) {
+                Some(mine) if mine.uid() == entry.uid() && newer(mine, &entry) => {
+                    out.push(mine.clone())
+                }
+                _ => {
+                    self.written.remove(&name);
+                    out.push((*entry).clone());
+                }
+            }
+        }
+        out
+    }
+
+    fn entry(&mut self, name: &str, uid: &str) -> Option<RebootQueueEntry> {
+        self.entries()
+            .into_iter()
+            .find(|e| e.name_any() == name && e.uid().as_deref() == Some(uid))
+    }
+
+    fn snapshot(&mut self, config: &QueueConfig) -> QueueSnapshot {
+        let entries = self.entries();
+        let nodes: Vec<Node> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| (**n).clone())
+            .collect();
+        let mut snapshot = QueueSnapshot::from_objects(None, &nodes, &entries);
+        snapshot.config = config.clone();
+        let hosts: Vec<_> = self
+            .stores
+            .hosts
+            .state()
+            .iter()
+            .map(|h| host_summary(h))
+            .collect();
+        let machines: Vec<_> = self
+            .stores
+            .machines
+            .iter()
+            .flat_map(|s| s.state())
+            .map(|m| machine_summary(&m))
+            .collect();
+        let entry_nodes: Vec<&str> = entries.iter().map(|e| e.spec.node.as_str()).collect();
+        snapshot.reboot_targets = reboot_targets(&nodes, &entry_nodes, &hosts, &machines);
+        snapshot
+    }
+
+    // ----- reports -------------------------------------------------------------------
+
+    async fn handle_report(&mut self, report: Report, config: &QueueConfig, now: Timestamp) {
+        let Some(entry) = self.entry(&report.entry, &report.entry_uid) else {
+            if let ReportKind::RecordCommandAttempt { ack, .. } = report.kind {
+                let _ = ack.send(false);
+            }
+            return;
+        };
+        let view = EntryView::from_entry(&entry);
+        match report.kind {
+            ReportKind::DrainProgress { message } => {
+                if view.phase == EntryPhase::Draining && !view.cancel {
+                    self.set_message(&entry, &format!("draining: {message}")).await;
+                }
+            }
+            ReportKind::DrainFailed { reason } => {
+                if view.phase == EntryPhase::Draining {
+                    let kind = backoff_kind(&reason);
+                    self.back_off(&entry, config, now, &reason, kind).await;
+                }
+            }
+            ReportKind::DrainCompleted => {
+                if view.phase == EntryPhase::Draining && !view.cancel {
+                    self.start_reboot(&entry, config, now).await;
+                }
+            }
+            ReportKind::RecordCommandAttempt {
+                attempt,
+                previous_error,
+                ack,
+            } => {
+                let ok = view.phase == EntryPhase::Rebooting && !view.cancel && {
+                    let message = format!(
+                        "reboot command failed ({previous_error}); running attempt {attempt}"
+                    );
+                    self.write(&entry, |s| {
+                        if let Some(r) = s.reboot.as_mut() {
+                            r.command_attempts = attempt;
+                        }
+                        s.message = message;
+                    })
+                    .await
+                    .is_some()
+                };
+                let _ = ack.send(ok);
+            }
+            ReportKind::RebootCommandSucceeded => {
+                if view.phase == EntryPhase::Rebooting {
+                    self.set_message(
+                        &entry,
+                        "reboot command succeeded; waiting for the boot check to print true",
+                    )
+                    .await;
+                }
+            }
+            ReportKind::RebootCommandGaveUp { message } => {
+                if view.phase == EntryPhase::Rebooting {
+                    let text = format!(
+                        "the reboot command failed on every try ({message}); boot checks go on \
+                         until bootTimeoutSeconds; cancel the entry to give up"
+                    );
+                    let failure = message.clone();
+                    if let Some(written) = self
+                        .write(&entry, |s| {
+                            if let Some(r) = s.reboot.as_mut() {
+                                r.command_failure = Some(failure);
+                            }
+                            s.message = text.clone();
+                        })
+                        .await
+                    {
+                        self.event_entry(
+                            &written,
+                            EventKind::Warning,
+                            reason::REBOOT_COMMAND_FAILED,
+                            &text,
+                        )
+                        .await;
+                    }
+                }
+            }
+            ReportKind::BootCheck { booted, detail } => {
+                if view.phase != EntryPhase::Rebooting || view.cancel {
+                    return;
+                }
+                if booted {
+                    self.complete(&entry, now, "the boot check printed true")
+                        .await;
+                } else {
+                    self.set_message(&entry, &format!("rebooting: {detail}")).await;
+                }
+            }
+        }
+    }
+
+    // ----- acting on the plan -------------------------------------------------------------
+
+    async fn act(&mut self, snapshot: &QueueSnapshot, plan: &Plan, now: Timestamp) {
+        let by_name: HashMap<String, RebootQueueEntry> = self
+            .entries()
+            .into_iter()
+            .map(|e| (e.name_any(), e))
+            .collect();
+
+        for dequeue in &plan.dequeue {
+            if let Some(entry) = by_name.get(&dequeue.entry.name) {
+                self.dequeue(entry, &dequeue.reason, now).await;
+            }
+        }
+        for stopped in &plan.stop_draining {
+            if let Some(entry) = by_name.get(&stopped.name) {
+                self.stop_worker(entry);
+                let text = "drain stopped: the reboot queue was disabled; this node is drained \
+                            again from the start when the queue is enabled";
+                if let Some(written) = self
+                    .write(entry, |s| {
+                        s.phase = Some(EntryPhase::Queued);
+                        s.last_transition_time = Some(now);
+                        s.message = text.into();
+                    })
+                    .await
+                {
+                    self.event_entry(&written, EventKind::Normal, reason::DRAIN_STOPPED, text)
+                        .await;
+                }
+            }
+        }
+        for start in &plan.start_draining {
+            if let Some(entry) = by_name.get(&start.name) {
+                self.start_drain(entry, snapshot, now).await;
+            }
+        }
+        for node in &plan.uncordon {
+            self.uncordon(node, "no reboot queue entry is draining or rebooting it")
+                .await;
+        }
+        for (reference, phase) in &plan.in_progress {
+            let Some(entry) = by_name.get(&reference.name) else {
+                continue;
+            };
+            match phase {
+                EntryPhase::Draining => self.follow_drain(entry, snapshot, now).await,
+                EntryPhase::Rebooting => self.follow_reboot(entry, snapshot, now).await,
+                _ => {}
+            }
+        }
+        for waiting in &plan.waiting {
+            if let Some(entry) = by_name.get(&waiting.entry.name) {
+                let text = format!("waiting: {}", waiting.reason);
+                let status = entry.status.clone().unwrap_or_default();
+                let needs_phase = status.phase.is_none();
+                if status.message != text || needs_phase {
+                    let created = entry.meta().creation_timestamp.as_ref().map(|t| t.0);
+                    self.write(entry, |s| {
+                        if s.phase.is_none() {
+                            s.phase = Some(EntryPhase::Queued);
+                            s.last_transition_time = Some(created.unwrap_or(now));
+                        }
+                        s.message = text;
+                    })
+                    .await;
+                }
+            }
+        }
+        // Workers whose entry is gone or no longer in their phase.
+        let wanted: HashMap<String, WorkerKind> = self
+            .entries()
+            .iter()
+            .filter(|e| !e.spec.cancel)
+            .filter_map(|e| {
+                let kind = match e.phase() {
+                    EntryPhase::Draining => WorkerKind::Drain,
+                    EntryPhase::Rebooting
+                        if e.status
+                            .as_ref()
+                            .and_then(|s| s.reboot.as_ref())
+                            .is_some_and(|r| r.method == RebootMethod::Command) =>
+                    {
+                        WorkerKind::Command
+                    }
+                    _ => return None,
+                };
+                Some((e.uid()?, kind))
+            })
+            .collect();
+        let stale: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(uid, w)| wanted.get(*uid) != Some(&w.kind))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in stale {
+            if let Some(w) = self.workers.remove(&uid) {
+                w.cancel.cancel();
+            }
+        }
+    }
+
+    async fn dequeue(&mut self, entry: &RebootQueueEntry, why: &DequeueReason, now: Timestamp) {
+        self.stop_worker(entry);
+        if *why == DequeueReason::NodeNotFound {
+            // The cache may lag a Node created a moment ago: ask the API server.
+            let nodes: Api<Node> = Api::all(self.shared.client.clone());
+            match nodes.get_opt(&entry.spec.node).await {
+                Ok(None) => {}
+                Ok(Some(_)) => return,
+                Err(e) => {
+                    tracing::warn!(node = %entry.spec.node, error = %e, "cannot confirm the node is gone");
+                    self.retry_soon = true;
+                    return;
+                }
+            }
+        }
+        let mut current = entry.clone();
+        if *why == DequeueReason::Cancelled && entry.phase() != EntryPhase::Cancelled {
+            match self
+                .write(entry, |s| {
+                    s.phase = Some(EntryPhase::Cancelled);
+                    s.last_transition_time = Some(now);
+                    s.message = "cancelled; removing the entry".into();
+                })
+                .await
+            {
+                Some(written) => current = written,
+                None => return,
+            }
+        }
+        let (kind, event_reason, label) = match why {
+            DequeueReason::Cancelled => (EventKind::Normal, reason::CANCELLED, "Cancelled"),
+            DequeueReason::NodeNotFound => {
+                (EventKind::Warning, reason::NODE_NOT_FOUND, "NodeNotFound")
+            }
+            DequeueReason::Duplicate { .. } => {
+                (EventKind::Warning, reason::DUPLICATE_ENTRY, "Duplicate")
+            }
+        };
+        let note = match (why, entry.phase()) {
+            (DequeueReason::Cancelled, EntryPhase::Rebooting) => format!(
+                "entry {} for node {} cancelled while rebooting; the reboot already requested \
+                 completes on its own, the node is uncordoned",
+                entry.spec.index, entry.spec.node
+            ),
+            (DequeueReason::Cancelled, EntryPhase::Draining) => format!(
+                "entry {} for node {} cancelled while draining; the node is uncordoned and not \
+                 rebooted",
+                entry.spec.index, entry.spec.node
+            ),
+            _ => format!(
+                "entry {} for node {} removed: {why}",
+                entry.spec.index, entry.spec.node
+            ),
+        };
+        if self.delete(&current).await {
+            self.clear_host_marker(&current).await;
+            self.event_entry(&current, kind, event_reason, &note).await;
+            self.shared
+                .metrics
+                .queue
+                .dequeued
+                .get_or_create(&ReasonLabels {
+                    reason: label.into(),
+                })
+                .inc();
+        }
+    }
+
+    async fn start_drain(
+        &mut self,
+        entry: &RebootQueueEntry,
+        snapshot: &QueueSnapshot,
+        now: Timestamp,
+    ) {
+        let written = self
+            .write(entry, |s| {
+                s.phase = Some(EntryPhase::Draining);
+                s.last_transition_time = Some(now);
+                s.message = "draining: cordoning the node".into();
+                s.reboot = None;
+                s.conditions.clear();
+            })
+            .await;
+        let Some(written) = written else { return };
+        let node = &entry.spec.node;
+        let text = format!(
+            "cordoning and draining node {node} (entry {}, attempt {})",
+            entry.spec.index,
+            written
+                .status
+                .as_ref()
+                .map(|s| s.drain_backoff_count + 1)
+                .unwrap_or(1)
+        );
+        self.event_entry(&written, EventKind::Normal, reason::DRAIN_STARTED, &text)
+            .await;
+        self.shared
+            .publish(&node_ref(node), EventKind::Normal, reason::DRAIN_STARTED, &text)
+            .await;
+        self.spawn_drain(&written, snapshot);
+    }
+
+    /// A drain in progress: its worker runs, and its timeout is enforced here.
+    async fn follow_drain(
+        &mut self,
+        entry: &RebootQueueEntry,
+        snapshot: &QueueSnapshot,
+        now: Timestamp,
+    ) {
+        let view = EntryView::from_entry(entry);
+        let timeout = snapshot.config.eviction_timeout;
+        let since = view.last_transition.unwrap_or(now);
+        if elapsed(since, now) >= timeout {
+            let last = view.message.trim_start_matches("draining: ").to_string();
+            let text = format!(
+                "drain timed out after {}s (evictionTimeoutSeconds): {last}",
+                timeout.as_secs()
+            );
+            self.stop_worker(entry);
+            self.back_off(entry, &snapshot.config, now, &text, "timeout")
+                .await;
+            return;
+        }
+        let uid = entry.uid().unwrap_or_default();
+        if !self.workers.contains_key(&uid) {
+            self.spawn_drain(entry, snapshot);
+        }
+    }
+
+    fn spawn_drain(&mut self, entry: &RebootQueueEntry, snapshot: &QueueSnapshot) {
+        let Some(uid) = entry.uid() else { return };
+        if self.workers.contains_key(&uid) {
+            return;
+        }
+        let cancel = CancellationToken::new();
+        let job = DrainJob {
+            entry: entry.name_any(),
+            entry_uid: uid.clone(),
+            node: entry.spec.node.clone(),
+            config: snapshot.config.clone(),
+        };
+        let handle = tokio::spawn(drain::run(
+            self.shared.clone(),
+            self.stores.nodes.clone(),
+            job,
+            self.reports_tx.clone(),
+            cancel.clone(),
+        ));
+        self.workers.insert(
+            uid,
+            Worker {
+                kind: WorkerKind::Drain,
+                cancel,
+                handle,
+            },
+        );
+    }
+
+    fn stop_worker(&mut self, entry: &RebootQueueEntry) {
+        if let Some(w) = entry.uid().and_then(|uid| self.workers.remove(&uid)) {
+            w.cancel.cancel();
+        }
+    }
+
+    async fn back_off(
+        &mut self,
+        entry: &RebootQueueEntry,
+        config: &QueueConfig,
+        now: Timestamp,
+        why: &str,
+        kind: &str,
+    ) {
+        self.stop_worker(entry);
+        let previous = entry
+            .status
+            .as_ref()
+            .map(|s| s.drain_backoff_count)
+            .unwrap_or(0);
+        let (count, expire) = next_backoff(previous, &config.backoff, now, rand::random::<f64>());
+        let text = format!("drain failed ({why}); trying again after {expire} (failure {count})");
+        let written = self
+            .write(entry, |s| {
+                s.phase = Some(EntryPhase::Queued);
+                s.last_transition_time = Some(now);
+                s.drain_backoff_count = count;
+                s.drain_backoff_expire = Some(expire);
+                s.message = text.clone();
+                s.reboot = None;
+            })
+            .await;
+        if let Some(written) = written {
+            self.shared
+                .metrics
+                .queue
+                .drain_backoffs
+                .get_or_create(&ReasonLabels {
+                    reason: kind.into(),
+                })
+                .inc();
+            self.event_entry(&written, EventKind::Warning, reason::DRAIN_BACKOFF, &text)
+                .await;
+            self.shared
+                .publish(
+                    &node_ref(&entry.spec.node),
+                    EventKind::Warning,
+                    reason::DRAIN_BACKOFF,
+                    &text,
+                )
+                .await;
+            // The node is uncordoned by the next plan (no entry is processing it).
+            self.retry_soon = true;
+        }
+    }
+
+    /// The drain is complete: record `Rebooting` with everything a restart needs
+    /// (write-ahead), then request the reboot.
+    async fn start_reboot(&mut self, entry: &RebootQueueEntry, config: &QueueConfig, now: Timestamp) {
+        let snapshot = self.snapshot(config);
+        let node = &entry.spec.node;
+        let target = snapshot
+            .reboot_targets
+            .get(node)
+            .cloned()
+            .unwrap_or(RebootTarget::NoHost);
+        let method = match resolve_method(&config.reboot, &target) {
+            Ok(m) => m,
+            Err(why) => {
+                let text = format!("node {node} cannot be rebooted: {why}");
+                self.event_entry(entry, EventKind::Warning, reason::REBOOT_BLOCKED, &text)
+                    .await;
+                self.back_off(entry, config, now, &text, "reboot_blocked").await;
+                return;
+            }
+        };
+        let drained_in = entry
+            .status
+            .as_ref()
+            .and_then(|s| s.last_transition_time)
+            .map(|t| elapsed(t, now));
+        let mut progress = RebootProgress::new(method);
+        progress.boot_id = snapshot.nodes.get(node).and_then(|n| n.boot_id.clone());
+        progress.requested_at = Some(now);
+        let message = match (&target, method) {
+            (RebootTarget::Host(host), RebootMethod::Bmc) => {
+                progress.host = Some(host.clone());
+                format!("rebooting through BareMetalHost {host}")
+            }
+            _ => {
+                progress.command_attempts = 1;
+                format!(
+                    "rebooting with the reboot command (attempt 1 of {})",
+                    config.reboot.command_retries + 1
+                )
+            }
+        };
+        let Some(written) = self
+            .write(entry, |s| {
+                s.phase = Some(EntryPhase::Rebooting);
+                s.last_transition_time = Some(now);
+                s.message = message.clone();
+                s.reboot = Some(progress.clone());
+            })
+            .await
+        else {
+            return;
+        };
+        if let Some(d) = drained_in {
+            self.shared
+                .metrics
+                .queue
+                .drain_duration
+                .observe(d.as_secs_f64());
+        }
+        self.event_entry(
+            &written,
+            EventKind::Normal,
+            reason::DRAIN_COMPLETED,
+            &format!("node {node} drained"),
+        )
+        .await;
+        self.event_entry(&written, EventKind::Normal, reason::REBOOT_STARTED, &message)
+            .await;
+        self.shared
+            .publish(&node_ref(node), EventKind::Normal, reason::REBOOT_STARTED, &message)
+            .await;
+        match method {
+            RebootMethod::Bmc => self.follow_reboot(&written, &snapshot, now).await,
+            RebootMethod::Command => self.spawn_command(&written, &snapshot, Some(1)),
+        }
+    }
+
+    /// A reboot in progress: BMC steps are taken here; a Command worker runs; the boot
+    /// timeout is raised once.
+    async fn follow_reboot(
+        &mut self,
+        entry: &RebootQueueEntry,
+        snapshot: &QueueSnapshot,
+        now: Timestamp,
+    ) {
+        let view = EntryView::from_entry(entry);
+        let Some(progress) = view.reboot.clone() else {
+            // Rebooting without a record (written by an older version, or by hand): the
+            // safest reading is that the reboot may have been requested; wait for a boot.
+            self.set_message(entry, "rebooting: no reboot record; cancel the entry to give up")
+                .await;
+            return;
+        };
+        let since = view.last_transition.unwrap_or(now);
+        let mut entry = entry.clone();
+        if !view.boot_timed_out && boot_overdue(since, now, snapshot.config.reboot.boot_timeout)
+        {
+            entry = self.raise_boot_timeout(&entry, snapshot, since).await;
+        }
+        match progress.method {
+            RebootMethod::Command => {
+                let run = match reboot_command_step(&progress) {
+                    RebootCommandStep::Run { attempt } => Some(attempt),
+                    RebootCommandStep::AlreadyRequested => None,
+                };
+                self.spawn_command(&entry, snapshot, run);
+            }
+            RebootMethod::Bmc => {
+                let host = progress.host.as_ref().and_then(|h| {
+                    self.stores
+                        .hosts
+                        .get(&ObjectRef::new(&h.name).within(&h.namespace))
+                });
+                let Some(node) = snapshot.nodes.get(&entry.spec.node) else {
+                    return;
+                };
+                let uid = entry.uid().unwrap_or_default();
+                let step = bmc_reboot_step(
+                    &uid,
+                    since,
+                    &progress,
+                    host.as_deref().map(host_view).as_ref(),
+                    node,
+                    now,
+                );
+                match step {
+                    BmcRebootStep::Request { record } => {
+                        let mut entry = entry.clone();
+                        if record {
+                            match self
+                                .write(&entry, |s| {
+                                    if let Some(r) = s.reboot.as_mut() {
+                                        r.requested_at = Some(now);
+                                    }
+                                })
+                                .await
+                            {
+                                Some(w) => entry = w,
+                                None => return,
+                            }
+                        }
+                        if let Some(host) = &host {
+                            self.request_host_reboot(&entry, host).await;
+                        }
+                    }
+                    BmcRebootStep::RecordPowerOff { at } => {
+                        self.write(&entry, |s| {
+                            if let Some(r) = s.reboot.as_mut() {
+                                r.host_powered_off_at = Some(at);
+                            }
+                            s.message = "rebooting: the host is powered off; waiting for it to \
+                                         power on"
+                                .into();
+                        })
+                        .await;
+                    }
+                    BmcRebootStep::Booted { boot_started } => {
+                        let detail = format!(
+                            "node {} is Ready after a boot that started at {boot_started}",
+                            entry.spec.node
+                        );
+                        self.complete(&entry, now, &detail).await;
+                    }
+                    BmcRebootStep::Wait(text) => {
+                        self.set_message(&entry, &format!("rebooting: {text}")).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn raise_boot_timeout(
+        &mut self,
+        entry: &RebootQueueEntry,
+        snapshot: &QueueSnapshot,
+        since: Timestamp,
+    ) -> RebootQueueEntry {
+        let timeout = snapshot.config.reboot.boot_timeout;
+        let text = format!(
+            "node {} has not confirmed a boot {}s (bootTimeoutSeconds) after the reboot began at \
+             {since}; the entry keeps waiting and the node stays cordoned; check the host, or \
+             cancel the entry",
+            entry.spec.node,
+            timeout.as_secs()
+        );
+        let now = Timestamp::now();
+        let condition = Condition {
+            type_: queue_condition::BOOT_TIMED_OUT.into(),
+            status: "True".into(),
+            reason: queue_condition::BOOT_NOT_CONFIRMED.into(),
+            message: text.clone(),
+            last_transition_time: Time(Timestamp::from_second(now.as_second()).unwrap_or(now)),
+            observed_generation: entry.metadata.generation,
+        };
+        match self
+            .write(entry, |s| {
+                s.conditions
+                    .retain(|c| c.type_ != queue_condition::BOOT_TIMED_OUT);
+                s.conditions.push(condition);
+            })
+            .await
+        {
+            Some(written) => {
+                self.shared.metrics.queue.boot_timeouts.inc();
+                self.event_entry(&written, EventKind::Warning, reason::BOOT_TIMED_OUT, &text)
+                    .await;
+                self.shared
+                    .publish(
+                        &node_ref(&entry.spec.node),
+                        EventKind::Warning,
+                        reason::BOOT_TIMED_OUT,
+                        &text,
+                    )
+                    .await;
+                written
+            }
+            None => entry.clone(),
+        }
+    }
+
+    fn spawn_command(
+        &mut self,
+        entry: &RebootQueueEntry,
+        snapshot: &QueueSnapshot,
+        run_attempt: Option<u32>,
+    ) {
+        let Some(uid) = entry.uid() else { return };
+        if self.workers.contains_key(&uid) {
+            return;
+        }
+        let node = &entry.spec.node;
+        let Some(address) = snapshot.nodes.get(node).map(|n| n.address.clone()) else {
+            return;
+        };
+        let rebooting_since = entry
+            .status
+            .as_ref()
+            .and_then(|s| s.last_transition_time)
+            .unwrap_or_else(Timestamp::now);
+        let cancel = CancellationToken::new();
+        let job = CommandJob {
+            entry: entry.name_any(),
+            entry_uid: uid.clone(),
+            node: node.clone(),
+            address,
+            rebooting_since,
+            config: snapshot.config.reboot.clone(),
+            run_attempt,
+        };
+        let handle = tokio::spawn(command::run(job, self.reports_tx.clone(), cancel.clone()));
+        self.workers.insert(
+            uid,
+            Worker {
+                kind: WorkerKind::Command,
+                cancel,
+                handle,
+            },
+        );
+    }
+
+    /// Adds the suffixless reboot annotation and the request marker in one patch.
+    async fn request_host_reboot(&mut self, entry: &RebootQueueEntry, host: &BareMetalHost) {
+        let Some(uid) = entry.uid() else { return };
+        let api: Api<BareMetalHost> = Api::namespaced(
+            self.shared.client.clone(),
+            &host.namespace().unwrap_or_default(),
+        );
+        let patch = json!({ "metadata": { "annotations": {
+            REBOOT_ANNOTATION: "",
+            REQUEST_MARKER_ANNOTATION: uid,
+        }}});
+        match api
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(node = %entry.spec.node, host = %format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any()), "reboot requested through the BareMetalHost"),
+            Err(e) => {
+                tracing::warn!(node = %entry.spec.node, error = %e, "cannot annotate the BareMetalHost; retrying");
+                self.retry_soon = true;
+            }
+        }
+    }
+
+    /// Removes the request marker this entry left on its host (best effort).
+    async fn clear_host_marker(&self, entry: &RebootQueueEntry) {
+        let Some(host) = entry
+            .status
+            .as_ref()
+            .and_then(|s| s.reboot.as_ref())
+            .and_then(|r| r.host.clone())
+        else {
+            return;
+        };
+        let Some(cached) = self
+            .stores
+            .hosts
+            .get(&ObjectRef::new(&host.name).within(&host.namespace))
+        else {
+            return;
+        };
+        if cached.annotations().get(REQUEST_MARKER_ANNOTATION) != entry.uid().as_ref() {
+            return;
+        }
+        let api: Api<BareMetalHost> =
+            Api::namespaced(self.shared.client.clone(), &host.namespace);
+        let patch = json!({ "metadata": {
+            "resourceVersion": cached.resource_version(),
+            "annotations": { REQUEST_MARKER_ANNOTATION: null },
+        }});
+        if let Err(e) = api
+            .patch(&host.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(host = %host, error = %e, "request marker left on the host");
+        }
+    }
+
+    /// The node booted: uncordon (if the queue cordoned it), remove the entry.
+    async fn complete(&mut self, entry: &RebootQueueEntry, now: Timestamp, detail: &str) {
+        self.stop_worker(entry);
+        let node = entry.spec.node.clone();
+        // Uncordon first: if the removal is lost to a crash, the next round repeats both.
+        let nodes: Api<Node> = Api::all(self.shared.client.clone());
+        let uncordoned = match cordon::uncordon(&nodes, &node).await {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::warn!(node = %node, error = %e, "cannot uncordon; retrying");
+                self.retry_soon = true;
+                return;
+            }
+        };
+        if !self.delete(entry).await {
+            return;
+        }
+        self.clear_host_marker(entry).await;
+        let since = entry.status.as_ref().and_then(|s| s.last_transition_time);
+        if let Some(since) = since {
+            self.shared
+                .metrics
+                .queue
+                .reboot_duration
+                .observe(elapsed(since, now).as_secs_f64());
+        }
+        self.shared
+            .metrics
+            .queue
+            .dequeued
+            .get_or_create(&ReasonLabels {
+                reason: "Completed".into(),
+            })
+            .inc();
+        let text = format!("node {node} rebooted: {detail}");
+        self.event_entry(entry, EventKind::Normal, reason::BOOT_CONFIRMED, &text)
+            .await;
+        self.shared
+            .publish(&node_ref(&node), EventKind::Normal, reason::BOOT_CONFIRMED, &text)
+            .await;
+        if uncordoned {
+            self.shared
+                .publish(
+                    &node_ref(&node),
+                    EventKind::Normal,
+                    reason::UNCORDONED,
+                    &format!("uncordoned node {node} after its reboot (the reboot queue had cordoned it)"),
+                )
+                .await;
+        }
+        self.event_entry(
+            entry,
+            EventKind::Normal,
+            reason::COMPLETED,
+            &format!(
+                "entry {} for node {node} done; the entry is removed",
+                entry.spec.index
+            ),
+        )
+        .await;
+    }
+
+    async fn uncordon(&mut self, node: &str, why: &str) {
+        let nodes: Api<Node> = Api::all(self.shared.client.clone());
+        match cordon::uncordon(&nodes, node).await {
+            Ok(true) => {
+                self.shared
+                    .publish(
+                        &node_ref(node),
+                        EventKind::Normal,
+                        reason::UNCORDONED,
+                        &format!("uncordoned node {node}: {why}"),
+                    )
+                    .await
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(node, error = %e, "cannot uncordon; retrying");
+                self.retry_soon = true;
+            }
+        }
+    }
+
+    // ----- writes --------------------------------------------------------------------
+
+    async fn set_message(&mut self, entry: &RebootQueueEntry, text: &str) {
+        if entry.status.as_ref().map(|s| s.message.as_str()) == Some(text) {
+            return;
+        }
+        self.write(entry, |s| s.message = text.to_string()).await;
+    }
+
+    /// Writes the entry's status with its resourceVersion as a precondition. `None` when the
+    /// write failed (a conflict: the entry changed, e.g. it was cancelled; the next round
+    /// sees the change).
+    async fn write(
+        &mut self,
+        entry: &RebootQueueEntry,
+        change: impl FnOnce(&mut RebootQueueEntryStatus),
+    ) -> Option<RebootQueueEntry> {
+        let mut next = entry.clone();
+        let mut status = next.status.take().unwrap_or_default();
+        change(&mut status);
+        status.message = bounded_message(&status.message);
+        next.status = Some(status);
+        let api: Api<RebootQueueEntry> = Api::all(self.shared.client.clone());
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        match api.replace_status(&entry.name_any(), &params, &next).await {
+            Ok(written) => {
+                self.written.insert(written.name_any(), written.clone());
+                Some(written)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                tracing::debug!(entry = %entry.name_any(), "entry changed meanwhile; deciding again");
+                self.retry_soon = true;
+                None
+            }
+            Err(e) => {
+                tracing::warn!(entry = %entry.name_any(), node = %entry.spec.node, error = %e, "cannot write the entry's status; retrying");
+                self.retry_soon = true;
+                None
+            }
+        }
+    }
+
+    /// Deletes the entry (UID precondition). True when it is gone.
+    async fn delete(&mut self, entry: &RebootQueueEntry) -> bool {
+        let api: Api<RebootQueueEntry> = Api::all(self.shared.client.clone());
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: entry.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&entry.name_any(), &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(entry = %entry.name_any(), error = %e, "cannot remove the entry; retrying");
+                self.retry_soon = true;
+                return false;
+            }
+        }
+        if let Some(uid) = entry.uid() {
+            self.deleted.insert(uid);
+        }
+        self.written.remove(&entry.name_any());
+        self.forget_node_phase(&entry.spec.node);
+        true
+    }
+
+    async fn event_entry(
+        &self,
+        entry: &RebootQueueEntry,
+        kind: EventKind,
+        event_reason: &str,
+        note: &str,
+    ) {
+        self.shared
+            .publish(&entry_ref(entry), kind, event_reason, note)
+            .await;
+    }
+
+    // ----- queue status and metrics ---------------------------------------------------
+
+    async fn publish_queue_status(&mut self, snapshot: &QueueSnapshot, plan: &Plan, now: Timestamp) {
+        let entries = self.entries();
+        let mut status = RebootQueueStatus {
+            enabled: snapshot.config.enabled,
+            running: snapshot.config.enabled && !entries.is_empty(),
+            ..Default::default()
+        };
+        let mut phases: BTreeMap<&'static str, i64> =
+            EntryPhase::ALL.iter().map(|p| (p.as_str(), 0)).collect();
+        let mut overdue = 0;
+        let mut node_phases: HashSet<NodePhaseLabels> = HashSet::new();
+        for e in &entries {
+            let view = EntryView::from_entry(e);
+            *phases.entry(view.phase.as_str()).or_default() += 1;
+            match view.phase {
+                EntryPhase::Queued => {
+                    status.queued += 1;
+                    if view.backed_off(now) {
+                        status.backed_off += 1;
+                    }
+                }
+                EntryPhase::Draining => status.draining += 1,
+                EntryPhase::Rebooting => status.rebooting += 1,
+                EntryPhase::Cancelled => status.cancelled += 1,
+                EntryPhase::Unknown => {}
+            }
+            if view.boot_timed_out {
+                overdue += 1;
+            }
+            node_phases.insert(NodePhaseLabels {
+                node: view.node.clone(),
+                phase: view.phase.as_str().into(),
+            });
+        }
+        status.message = queue_message(snapshot, plan, &status);
+        let metrics = &self.shared.metrics.queue;
+        metrics.enabled.set(i64::from(snapshot.config.enabled));
+        for (phase, count) in phases {
+            metrics
+                .entries
+                .get_or_create(&PhaseLabels {
+                    phase: phase.into(),
+                })
+                .set(count);
+        }
+        metrics.boot_overdue.set(overdue);
+        for gone in self.node_phase_series.difference(&node_phases) {
+            metrics.node_phase.remove(gone);
+        }
+        for labels in &node_phases {
+            metrics.node_phase.get_or_create(labels).set(1);
+        }
+        self.node_phase_series = node_phases;
+
+        if self.last_queue_status.as_ref() == Some(&status) {
+            return;
+        }
+        let api: Api<RebootQueue> = Api::all(self.shared.client.clone());
+        let mut body = status.clone();
+        body.last_updated = Some(now);
+        body.observed_generation = self
+            .stores
+            .queues
+            .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
+            .and_then(|q| q.metadata.generation);
+        let patch = json!({ "status": body });
+        match api
+            .patch_status(
+                REBOOT_QUEUE_NAME,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => self.last_queue_status = Some(status),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                self.ensure_queue_object().await;
+                self.retry_soon = true;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot write the RebootQueue status; retrying");
+                self.retry_soon = true;
+            }
+        }
+    }
+
+    fn forget_node_phase(&mut self, node: &str) {
+        let gone: Vec<NodePhaseLabels> = self
+            .node_phase_series
+            .iter()
+            .filter(|l| l.node == node)
+            .cloned()
+            .collect();
+        for labels in gone {
+            self.shared.metrics.queue.node_phase.remove(&labels);
+            self.node_phase_series.remove(&labels);
+        }
+    }
+
+    /// The next moment the queue must look again without being woken: a backoff expiring,
+    /// a drain or boot timing out, or the resync.
+    fn next_wake(&self, snapshot: &QueueSnapshot, now: Timestamp) -> Duration {
+        if self.retry_soon {
+            return RETRY_SOON;
+        }
+        let mut next = add(now, self.config.resync);
+        for e in &snapshot.entries {
+            let candidate = match e.phase {
+                EntryPhase::Queued => e.backoff_expire.filter(|t| *t > now),
+                EntryPhase::Draining => e
+                    .last_transition
+                    .map(|t| drain_deadline(t, snapshot.config.eviction_timeout)),
+                EntryPhase::Rebooting if !e.boot_timed_out => e
+                    .last_transition
+                    .map(|t| boot_deadline(t, snapshot.config.reboot.boot_timeout)),
+                _ => None,
+            };
+            if let Some(t) = candidate {
+                next = next.min(t);
+            }
+        }
+        // A few milliseconds late rather than early: deadlines are checked with `>=`.
+        elapsed(now, next) + Duration::from_millis(5)
+    }
+}
+
+/// True when `mine` is newer than `cached` (resourceVersions are etcd revisions; when
+/// they do not parse, the cache wins).
+fn newer(mine: &RebootQueueEntry, cached: &RebootQueueEntry) -> bool {
+    let parse = |e: &RebootQueueEntry| -> Option<u64> { e.resource_version()?.parse().ok() };
+    match (parse(mine), parse(cached)) {
+        (Some(a), Some(b)) => a > b,
+        _ => false,
+    }
+}
+
+fn entry_ref(entry: &RebootQueueEntry) -> ObjectReference {
+    let mut r = entry.object_ref(&());
+    r.namespace = None;
+    r
+}
+
+fn backoff_kind(reason: &str) -> &'static str {
+    if reason.contains("Job pod") {
+        "job_pods"
+    } else if reason.contains("eviction") || reason.contains("PodDisruptionBudget") {
+        "eviction"
+    } else {
+        "error"
+    }
+}
+
+/// Status messages stay short: they are shown in `kubectl get` columns.
+fn bounded_message(text: &str) -> String {
+    const MAX: usize = 1024;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+fn queue_message(snapshot: &QueueSnapshot, plan: &Plan, status: &RebootQueueStatus) -> String {
+    if !snapshot.config.enabled {
+        return format!(
+            "disabled: no new drains ({} rebooting, {} queued)",
+            status.rebooting, status.queued
+        );
+    }
+    if snapshot.entries.is_empty() {
+        return "idle: the queue is empty".into();
+    }
+    let waiting_reasons: BTreeSet<String> = plan
+        .waiting
+        .iter()
+        .map(|w| w.reason.to_string())
+        .collect();
+    let mut text = format!(
+        "{} draining, {} rebooting, {} queued ({} backed off)",
+        status.draining, status.rebooting, status.queued, status.backed_off
+    );
+    if status.draining + status.rebooting == 0
+        && let Some(first) = waiting_reasons.iter().next()
+    {
+        text.push_str(&format!("; waiting: {first}"));
+    }
+    text
+}
