@@ -48,7 +48,8 @@ impl std::fmt::Display for ControllerName {
 }
 
 impl ControllerName {
-    pub const ALL: [ControllerName; 2] = [ControllerName::BareMetalHost, ControllerName::RebootQueue];
+    pub const ALL: [ControllerName; 2] =
+        [ControllerName::BareMetalHost, ControllerName::RebootQueue];
 }
 
 /// Everything the operator process needs.

@@ -114,13 +114,21 @@ impl QueueMetrics {
 
     fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("reboot_queue");
-        r.register("enabled", "1 while the reboot queue is enabled", self.enabled.clone());
+        r.register(
+            "enabled",
+            "1 while the reboot queue is enabled",
+            self.enabled.clone(),
+        );
         r.register(
             "running",
             "1 while this replica processes the reboot queue",
             self.running.clone(),
         );
-        r.register("entries", "Reboot queue entries by phase", self.entries.clone());
+        r.register(
+            "entries",
+            "Reboot queue entries by phase",
+            self.entries.clone(),
+        );
         r.register(
             "node_phase",
             "1 for the current phase of each queued node",
@@ -141,7 +149,11 @@ impl QueueMetrics {
             "Failed drains that backed off, by reason",
             self.drain_backoffs.clone(),
         );
-        r.register("evictions", "Pod evictions by result", self.evictions.clone());
+        r.register(
+            "evictions",
+            "Pod evictions by result",
+            self.evictions.clone(),
+        );
         r.register(
             "boot_timeouts",
             "Reboots not confirmed within bootTimeoutSeconds",

@@ -4,6 +4,8 @@
 //! reports them, so tests can count power cycles.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod queue;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -71,6 +73,28 @@ pub struct Lab {
     histories: Vec<Arc<Mutex<PowerHistory>>>,
     sampler_stop: CancellationToken,
     operator_starts: usize,
+    /// Extra `hostcycle operator` flags (kept across restarts).
+    operator_args: Vec<String>,
+}
+
+/// How to start a [`Lab`].
+#[derive(Clone)]
+pub struct LabOptions {
+    pub cluster: ClusterOptions,
+    /// Extra `hostcycle operator` flags.
+    pub operator_args: Vec<String>,
+    /// Wait until the operator reports every host on and OK (needs the host controller).
+    pub wait_hosts_ok: bool,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        LabOptions {
+            cluster: ClusterOptions::default(),
+            operator_args: Vec::new(),
+            wait_hosts_ok: true,
+        }
+    }
 }
 
 pub fn init_logging() {
@@ -84,10 +108,13 @@ impl Lab {
     /// Starts everything with one BareMetalHost per name (online, externally provisioned,
     /// powered on) and waits until the operator reports each one on and OK.
     pub async fn start(names: &[&str]) -> Lab {
+        Lab::start_with(names, LabOptions::default()).await
+    }
+
+    /// Like [`Lab::start`], with options.
+    pub async fn start_with(names: &[&str], options: LabOptions) -> Lab {
         init_logging();
-        let cluster = LocalCluster::start(ClusterOptions::default())
-            .await
-            .unwrap();
+        let cluster = LocalCluster::start(options.cluster.clone()).await.unwrap();
         let systems: Vec<FakeSystem> = names
             .iter()
             .map(|n| FakeSystem::new(*n, FakePower::On))
@@ -152,8 +179,12 @@ impl Lab {
             histories,
             sampler_stop,
             operator_starts: 0,
+            operator_args: options.operator_args.clone(),
         };
         lab.start_operator();
+        if !options.wait_hosts_ok {
+            return lab;
+        }
         for name in names {
             lab.wait_host(
                 name,
@@ -193,6 +224,7 @@ impl Lab {
                 "--bmc-call-deadline",
                 "8s",
             ])
+            .args(&self.operator_args)
             .env(
                 "RUST_LOG",
                 "info,hostcycle_operator=debug,kube_client=warn,kube_runtime=warn",

@@ -34,7 +34,11 @@ pub struct CommandJob {
     pub run_attempt: Option<u32>,
 }
 
-pub async fn run(job: CommandJob, reports: mpsc::UnboundedSender<Report>, cancel: CancellationToken) {
+pub async fn run(
+    job: CommandJob,
+    reports: mpsc::UnboundedSender<Report>,
+    cancel: CancellationToken,
+) {
     tokio::select! {
         _ = cancel.cancelled() => {}
         _ = work(&job, &reports) => {}

@@ -44,9 +44,7 @@ use super::command::{self, CommandJob};
 use super::cordon;
 use super::drain::{self, DrainJob};
 use super::eviction::Evictor;
-use super::observe::{
-    host_summary, host_view, machine_resources, machine_summary, reboot_targets,
-};
+use super::observe::{host_summary, host_view, machine_resources, machine_summary, reboot_targets};
 use super::{QueueControllerConfig, Report, ReportKind, Shared, node_ref};
 use crate::events::{EventKind, EventPublisher};
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
@@ -98,7 +96,10 @@ pub async fn run(
             }
         }
     };
-    tracing::info!(eviction = evictor.api_version(), "reboot queue controller starting");
+    tracing::info!(
+        eviction = evictor.api_version(),
+        "reboot queue controller starting"
+    );
     let shared = Arc::new(Shared {
         client: client.clone(),
         events: EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
@@ -311,7 +312,9 @@ impl Controller {
         match api.create(&PostParams::default(), &queue).await {
             Ok(_) => tracing::info!("created RebootQueue default with the default settings"),
             Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => tracing::warn!(error = %e, "cannot create RebootQueue default; its status stays unwritten until it exists"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create RebootQueue default; its status stays unwritten until it exists")
+            }
         }
     }
 
@@ -427,7 +430,8 @@ impl Controller {
         match report.kind {
             ReportKind::DrainProgress { message } => {
                 if view.phase == EntryPhase::Draining && !view.cancel {
-                    self.set_message(&entry, &format!("draining: {message}")).await;
+                    self.set_message(&entry, &format!("draining: {message}"))
+                        .await;
                 }
             }
             ReportKind::DrainFailed { reason } => {
@@ -504,7 +508,8 @@ impl Controller {
                     self.complete(&entry, now, "the boot check printed true")
                         .await;
                 } else {
-                    self.set_message(&entry, &format!("rebooting: {detail}")).await;
+                    self.set_message(&entry, &format!("rebooting: {detail}"))
+                        .await;
                 }
             }
         }
@@ -710,7 +715,12 @@ impl Controller {
         self.event_entry(&written, EventKind::Normal, reason::DRAIN_STARTED, &text)
             .await;
         self.shared
-            .publish(&node_ref(node), EventKind::Normal, reason::DRAIN_STARTED, &text)
+            .publish(
+                &node_ref(node),
+                EventKind::Normal,
+                reason::DRAIN_STARTED,
+                &text,
+            )
             .await;
         self.spawn_drain(&written, snapshot);
     }
@@ -829,7 +839,12 @@ impl Controller {
 
     /// The drain is complete: record `Rebooting` with everything a restart needs
     /// (write-ahead), then request the reboot.
-    async fn start_reboot(&mut self, entry: &RebootQueueEntry, config: &QueueConfig, now: Timestamp) {
+    async fn start_reboot(
+        &mut self,
+        entry: &RebootQueueEntry,
+        config: &QueueConfig,
+        now: Timestamp,
+    ) {
         let snapshot = self.snapshot(config);
         let node = &entry.spec.node;
         let target = snapshot
@@ -843,7 +858,8 @@ impl Controller {
                 let text = format!("node {node} cannot be rebooted: {why}");
                 self.event_entry(entry, EventKind::Warning, reason::REBOOT_BLOCKED, &text)
                     .await;
-                self.back_off(entry, config, now, &text, "reboot_blocked").await;
+                self.back_off(entry, config, now, &text, "reboot_blocked")
+                    .await;
                 return;
             }
         };
@@ -893,10 +909,20 @@ impl Controller {
             &format!("node {node} drained"),
         )
         .await;
-        self.event_entry(&written, EventKind::Normal, reason::REBOOT_STARTED, &message)
-            .await;
+        self.event_entry(
+            &written,
+            EventKind::Normal,
+            reason::REBOOT_STARTED,
+            &message,
+        )
+        .await;
         self.shared
-            .publish(&node_ref(node), EventKind::Normal, reason::REBOOT_STARTED, &message)
+            .publish(
+                &node_ref(node),
+                EventKind::Normal,
+                reason::REBOOT_STARTED,
+                &message,
+            )
             .await;
         match method {
             RebootMethod::Bmc => self.follow_reboot(&written, &snapshot, now).await,
@@ -916,14 +942,16 @@ impl Controller {
         let Some(progress) = view.reboot.clone() else {
             // Rebooting without a record (written by an older version, or by hand): the
             // safest reading is that the reboot may have been requested; wait for a boot.
-            self.set_message(entry, "rebooting: no reboot record; cancel the entry to give up")
-                .await;
+            self.set_message(
+                entry,
+                "rebooting: no reboot record; cancel the entry to give up",
+            )
+            .await;
             return;
         };
         let since = view.last_transition.unwrap_or(now);
         let mut entry = entry.clone();
-        if !view.boot_timed_out && boot_overdue(since, now, snapshot.config.reboot.boot_timeout)
-        {
+        if !view.boot_timed_out && boot_overdue(since, now, snapshot.config.reboot.boot_timeout) {
             entry = self.raise_boot_timeout(&entry, snapshot, since).await;
         }
         match progress.method {
@@ -991,7 +1019,8 @@ impl Controller {
                         self.complete(&entry, now, &detail).await;
                     }
                     BmcRebootStep::Wait(text) => {
-                        self.set_message(&entry, &format!("rebooting: {text}")).await;
+                        self.set_message(&entry, &format!("rebooting: {text}"))
+                            .await;
                     }
                 }
             }
@@ -1106,7 +1135,9 @@ impl Controller {
             )
             .await
         {
-            Ok(_) => tracing::info!(node = %entry.spec.node, host = %format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any()), "reboot requested through the BareMetalHost"),
+            Ok(_) => {
+                tracing::info!(node = %entry.spec.node, host = %format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any()), "reboot requested through the BareMetalHost")
+            }
             Err(e) => {
                 tracing::warn!(node = %entry.spec.node, error = %e, "cannot annotate the BareMetalHost; retrying");
                 self.retry_soon = true;
@@ -1134,8 +1165,7 @@ impl Controller {
         if cached.annotations().get(REQUEST_MARKER_ANNOTATION) != entry.uid().as_ref() {
             return;
         }
-        let api: Api<BareMetalHost> =
-            Api::namespaced(self.shared.client.clone(), &host.namespace);
+        let api: Api<BareMetalHost> = Api::namespaced(self.shared.client.clone(), &host.namespace);
         let patch = json!({ "metadata": {
             "resourceVersion": cached.resource_version(),
             "annotations": { REQUEST_MARKER_ANNOTATION: null },
@@ -1186,7 +1216,12 @@ impl Controller {
         self.event_entry(entry, EventKind::Normal, reason::BOOT_CONFIRMED, &text)
             .await;
         self.shared
-            .publish(&node_ref(&node), EventKind::Normal, reason::BOOT_CONFIRMED, &text)
+            .publish(
+                &node_ref(&node),
+                EventKind::Normal,
+                reason::BOOT_CONFIRMED,
+                &text,
+            )
             .await;
         if uncordoned {
             self.shared
@@ -1194,7 +1229,9 @@ impl Controller {
                     &node_ref(&node),
                     EventKind::Normal,
                     reason::UNCORDONED,
-                    &format!("uncordoned node {node} after its reboot (the reboot queue had cordoned it)"),
+                    &format!(
+                        "uncordoned node {node} after its reboot (the reboot queue had cordoned it)"
+                    ),
                 )
                 .await;
         }
@@ -1317,7 +1354,12 @@ impl Controller {
 
     // ----- queue status and metrics ---------------------------------------------------
 
-    async fn publish_queue_status(&mut self, snapshot: &QueueSnapshot, plan: &Plan, now: Timestamp) {
+    async fn publish_queue_status(
+        &mut self,
+        snapshot: &QueueSnapshot,
+        plan: &Plan,
+        now: Timestamp,
+    ) {
         let entries = self.entries();
         let mut status = RebootQueueStatus {
             enabled: snapshot.config.enabled,
@@ -1492,11 +1534,8 @@ fn queue_message(snapshot: &QueueSnapshot, plan: &Plan, status: &RebootQueueStat
     if snapshot.entries.is_empty() {
         return "idle: the queue is empty".into();
     }
-    let waiting_reasons: BTreeSet<String> = plan
-        .waiting
-        .iter()
-        .map(|w| w.reason.to_string())
-        .collect();
+    let waiting_reasons: BTreeSet<String> =
+        plan.waiting.iter().map(|w| w.reason.to_string()).collect();
     let mut text = format!(
         "{} draining, {} rebooting, {} queued ({} backed off)",
         status.draining, status.rebooting, status.queued, status.backed_off

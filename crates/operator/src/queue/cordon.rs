@@ -3,8 +3,8 @@
 
 use hostcycle_api::queue::CORDONED_BY_ANNOTATION;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 /// What [`cordon`] found or did.

@@ -1,6 +1,7 @@
 //! The drain worker: one task per draining node. It never writes the entry; it reports to
 //! the controller loop, which records every transition.
 //!
+//! 0. Cordon the node, recording on it that the queue did (unless it already was cordoned).
 //! 1. List the node's pods and sort them with `hostcycle_core::queue::drain::drain_work`.
 //!    Protected running Job pods → fail (back off) before anything is touched.
 //! 2. Eviction dry-run of every pod to evict, so a node that cannot be drained loses no pods.
@@ -22,15 +23,16 @@ use hostcycle_core::queue::drain::{
     EvictionStep, PodView, after_dry_run, after_eviction, drain_work, job_pod_blockers,
     namespace_protected,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
-use kube::runtime::reflector::Store;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::cordon::{Cordon, cordon};
 use super::{Report, ReportKind, Shared, node_ref};
 use crate::events::EventKind;
 use crate::metrics::EvictionLabels;
@@ -92,6 +94,19 @@ async fn drain(
             kind: ReportKind::DrainProgress { message },
         });
     };
+    // Cordon first, recording that the queue did it (an administrator's cordon is kept).
+    let nodes_api: Api<Node> = Api::all(shared.client.clone());
+    match cordon(&nodes_api, &job.node, &job.entry)
+        .await
+        .map_err(|e| format!("cordoning node {}: {e}", job.node))?
+    {
+        Cordon::Cordoned => progress("cordoned; listing pods".into()),
+        Cordon::AlreadyOurs => progress("cordoned (resumed); listing pods".into()),
+        Cordon::ByAdministrator => progress(
+            "the node was already cordoned by someone else; it stays cordoned after the reboot"
+                .into(),
+        ),
+    }
     let pods_api: Api<Pod> = Api::all(shared.client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={}", job.node));
     let pods: Vec<PodView> = pods_api
@@ -127,9 +142,9 @@ async fn drain(
             })
             .collect();
         futures::stream::iter(dry_runs)
-        .buffer_unordered(EVICTION_CONCURRENCY)
-        .try_collect::<Vec<()>>()
-        .await?;
+            .buffer_unordered(EVICTION_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
     }
 
     // Evict and delete, then follow the node until it is empty.
@@ -165,8 +180,13 @@ async fn drain(
                 }
             ));
             for pod in &fresh_delete {
-                delete_pod(shared, job, pod, "it is a running Job pod outside protectedJobPods")
-                    .await?;
+                delete_pod(
+                    shared,
+                    job,
+                    pod,
+                    "it is a running Job pod outside protectedJobPods",
+                )
+                .await?;
                 handled.insert(pod.uid.clone());
             }
             let evictions: Vec<_> = fresh_evict
@@ -177,9 +197,9 @@ async fn drain(
                 })
                 .collect();
             futures::stream::iter(evictions)
-            .buffer_unordered(EVICTION_CONCURRENCY)
-            .try_collect::<Vec<()>>()
-            .await?;
+                .buffer_unordered(EVICTION_CONCURRENCY)
+                .try_collect::<Vec<()>>()
+                .await?;
             handled.extend(fresh_evict.iter().map(|p| p.uid.clone()));
         }
 
@@ -334,7 +354,12 @@ async fn evict_one(
 
 /// Deletes a pod (UID precondition: never a replacement with the same name), with a Warning
 /// Event on the Node.
-async fn delete_pod(shared: &Shared, job: &DrainJob, pod: &PodView, why: &str) -> Result<(), String> {
+async fn delete_pod(
+    shared: &Shared,
+    job: &DrainJob,
+    pod: &PodView,
+    why: &str,
+) -> Result<(), String> {
     let api: Api<Pod> = Api::namespaced(shared.client.clone(), &pod.namespace);
     let params = DeleteParams {
         preconditions: Some(Preconditions {
@@ -361,7 +386,10 @@ async fn delete_pod(shared: &Shared, job: &DrainJob, pod: &PodView, why: &str) -
             &node_ref(&job.node),
             EventKind::Warning,
             reason::POD_DELETED,
-            &format!("deleted pod {} while draining for a reboot: {why}", pod.key()),
+            &format!(
+                "deleted pod {} while draining for a reboot: {why}",
+                pod.key()
+            ),
         )
         .await;
     Ok(())

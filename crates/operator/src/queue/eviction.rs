@@ -20,10 +20,7 @@ impl Evictor {
     /// Discovers the Eviction version: `policy/v1` if served, else `policy/v1beta1`.
     pub async fn discover(client: Client) -> Result<Evictor, kube::Error> {
         let versions = match kube::discovery::group(&client, "policy").await {
-            Ok(group) => group
-                .versions()
-                .map(str::to_string)
-                .collect::<Vec<_>>(),
+            Ok(group) => group.versions().map(str::to_string).collect::<Vec<_>>(),
             Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
             Err(e) => return Err(e),
         };
@@ -59,12 +56,14 @@ impl Evictor {
             path_segment(namespace),
             path_segment(name)
         );
-        let request = match serde_json::to_vec(&body).map_err(|e| e.to_string()).and_then(|b| {
-            http::Request::post(url)
-                .header("Content-Type", "application/json")
-                .body(b)
-                .map_err(|e| e.to_string())
-        }) {
+        let request = match serde_json::to_vec(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                http::Request::post(url)
+                    .header("Content-Type", "application/json")
+                    .body(b)
+                    .map_err(|e| e.to_string())
+            }) {
             Ok(r) => r,
             Err(e) => return EvictionAnswer::Failed(format!("building the eviction request: {e}")),
         };
@@ -83,9 +82,7 @@ impl Evictor {
 fn path_segment(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
-                (b as char).to_string()
-            }
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
         .collect()

@@ -107,9 +107,13 @@ pub struct Report {
 #[derive(Debug)]
 pub enum ReportKind {
     /// The drain is under way; the text says what it waits for.
-    DrainProgress { message: String },
+    DrainProgress {
+        message: String,
+    },
     DrainCompleted,
-    DrainFailed { reason: String },
+    DrainFailed {
+        reason: String,
+    },
     /// Record attempt `attempt` of the reboot command, then answer `true` on `ack` (write-
     /// ahead); `false` stops the worker.
     RecordCommandAttempt {
@@ -118,8 +122,13 @@ pub enum ReportKind {
         ack: oneshot::Sender<bool>,
     },
     RebootCommandSucceeded,
-    RebootCommandGaveUp { message: String },
-    BootCheck { booted: bool, detail: String },
+    RebootCommandGaveUp {
+        message: String,
+    },
+    BootCheck {
+        booted: bool,
+        detail: String,
+    },
 }
 
 pub use controller::run;
