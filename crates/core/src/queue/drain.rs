@@ -329,13 +329,16 @@ pub fn backoff_delay(failures: u32, config: &BackoffConfig, jitter_fraction: f64
     } else {
         0.0
     };
-    // [0, jitter): never the full jitter.
-    let jitter = config.jitter.mul_f64(fraction).min(
-        config
-            .jitter
-            .saturating_sub(Duration::from_nanos(1))
-            .max(Duration::ZERO),
-    );
+    // [0, jitter): never the full jitter. (`mul_f64` would panic when the product rounds
+    // past `Duration::MAX`.)
+    let jitter = Duration::try_from_secs_f64(config.jitter.as_secs_f64() * fraction)
+        .unwrap_or(config.jitter)
+        .min(
+            config
+                .jitter
+                .saturating_sub(Duration::from_nanos(1))
+                .max(Duration::ZERO),
+        );
     exponential.saturating_add(jitter)
 }
 

@@ -134,11 +134,10 @@ pub fn find_host(
         let consumers: Vec<&ObjectKey> = std::iter::once(&machine.key)
             .chain(machine.infrastructure.iter())
             .collect();
-        if let Some(host) = hosts.iter().find(|h| {
-            h.consumer
-                .as_ref()
-                .is_some_and(|c| consumers.contains(&c))
-        }) {
+        if let Some(host) = hosts
+            .iter()
+            .find(|h| h.consumer.as_ref().is_some_and(|c| consumers.contains(&c)))
+        {
             return Some((host.reference.clone(), HostMatch::Machine));
         }
     }

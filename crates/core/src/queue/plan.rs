@@ -355,7 +355,9 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
             reason,
         });
     }
-    out.waiting.sort_by(|a, b| a.entry.cmp(&b.entry));
+    // Index order (object names need not follow the index).
+    out.waiting
+        .sort_by(|a, b| (a.entry.index, &a.entry.name).cmp(&(b.entry.index, &b.entry.name)));
 
     // Stray cordons: the queue's cordon on a node nobody is processing.
     let starting: BTreeSet<&str> = out.start_draining.iter().map(|e| e.node.as_str()).collect();

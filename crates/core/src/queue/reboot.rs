@@ -148,9 +148,11 @@ pub fn reboot_command_step(progress: &RebootProgress) -> RebootCommandStep {
 }
 
 /// After a failed run of the reboot command: the next attempt, or `None` when
-/// `commandRetries` are used up.
+/// `commandRetries` are used up (or the count would overflow).
 pub fn next_command_attempt(attempt: u32, retries: u32) -> Option<u32> {
-    (attempt <= retries).then(|| attempt + 1)
+    (attempt <= retries)
+        .then(|| attempt.checked_add(1))
+        .flatten()
 }
 
 /// The boot check's verdict: booted when it exits 0 and prints `true` (whitespace around it

@@ -1,0 +1,1636 @@
+//! Rules of the reboot queue's `plan`, as tables: one snapshot in, the whole plan out
+//! (starts, removals, waits with their reasons, entries in progress, stopped drains, stray
+//! cordons). Every case checks every field of the plan, so a rule cannot leak into another.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hostcycle_api::queue::{EntryPhase, HostReference, RebootMethod, RebootQueueSpec};
+use hostcycle_core::queue::{
+    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootConfig,
+    RebootTarget, WaitReason, plan, resolve_method,
+};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------------------------------
+// Builders.
+
+/// A fixed instant plus `s` seconds.
+fn ts(s: i64) -> Timestamp {
+    Timestamp::from_second(1_750_000_000 + s).unwrap()
+}
+
+fn now() -> Timestamp {
+    ts(0)
+}
+
+/// A Ready worker node with a fresh heartbeat.
+fn node(name: &str) -> NodeView {
+    NodeView {
+        name: name.to_string(),
+        api_server: false,
+        ready: true,
+        ready_heartbeat: Some(ts(-10)),
+        boot_id: Some(format!("boot-{name}")),
+        unschedulable: false,
+        cordoned_by_queue: false,
+        volumes_in_use: 0,
+        address: format!("{name}.example"),
+    }
+}
+
+/// A Ready API-server (control-plane) node.
+fn api(name: &str) -> NodeView {
+    node(name).api_server()
+}
+
+trait NodeBuild {
+    fn api_server(self) -> Self;
+    /// Ready condition not True (False, Unknown or absent: all the same to the queue).
+    fn not_ready(self) -> Self;
+    /// Cordoned by the queue (carries the annotation).
+    fn queue_cordoned(self) -> Self;
+    /// Cordoned by an administrator (no annotation).
+    fn admin_cordoned(self) -> Self;
+}
+
+impl NodeBuild for NodeView {
+    fn api_server(mut self) -> Self {
+        self.api_server = true;
+        self
+    }
+    fn not_ready(mut self) -> Self {
+        self.ready = false;
+        self
+    }
+    fn queue_cordoned(mut self) -> Self {
+        self.unschedulable = true;
+        self.cordoned_by_queue = true;
+        self
+    }
+    fn admin_cordoned(mut self) -> Self {
+        self.unschedulable = true;
+        self.cordoned_by_queue = false;
+        self
+    }
+}
+
+/// A queued entry with the canonical name.
+fn entry(index: u64, node: &str) -> EntryView {
+    EntryView {
+        name: format!("rqe-{index:010}"),
+        uid: Some(format!("uid-{index}")),
+        node: node.to_string(),
+        index,
+        cancel: false,
+        phase: EntryPhase::Queued,
+        last_transition: None,
+        backoff_count: 0,
+        backoff_expire: None,
+        reboot: None,
+        boot_timed_out: false,
+        message: String::new(),
+    }
+}
+
+trait EntryBuild {
+    fn phase(self, phase: EntryPhase) -> Self;
+    fn draining(self) -> Self;
+    fn rebooting(self) -> Self;
+    fn cancelled(self) -> Self;
+    /// Backed off until `now + until_s` after `failures` failed drains.
+    fn backed_off(self, until_s: i64, failures: u32) -> Self;
+    fn named(self, name: &str) -> Self;
+}
+
+impl EntryBuild for EntryView {
+    fn phase(mut self, phase: EntryPhase) -> Self {
+        self.phase = phase;
+        self.last_transition = Some(ts(-100));
+        self
+    }
+    fn draining(self) -> Self {
+        self.phase(EntryPhase::Draining)
+    }
+    fn rebooting(self) -> Self {
+        self.phase(EntryPhase::Rebooting)
+    }
+    fn cancelled(mut self) -> Self {
+        self.cancel = true;
+        self
+    }
+    fn backed_off(mut self, until_s: i64, failures: u32) -> Self {
+        self.backoff_expire = Some(ts(until_s));
+        self.backoff_count = failures;
+        self
+    }
+    fn named(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+}
+
+fn config(max_concurrent: u32, max_unreachable: u32) -> QueueConfig {
+    QueueConfig {
+        max_concurrent_reboots: max_concurrent,
+        max_unreachable_nodes: max_unreachable,
+        ..QueueConfig::default()
+    }
+}
+
+fn disabled() -> QueueConfig {
+    QueueConfig {
+        enabled: false,
+        ..QueueConfig::default()
+    }
+}
+
+fn host_ref(name: &str) -> HostReference {
+    HostReference {
+        namespace: "metal".into(),
+        name: name.into(),
+    }
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+// Expected wait reasons.
+
+fn behind(free_slots: u32) -> WaitReason {
+    WaitReason::BehindEarlierEntries { free_slots }
+}
+fn no_slot(in_progress: &[&str], max: u32) -> WaitReason {
+    WaitReason::NoFreeSlot {
+        in_progress: names(in_progress),
+        max,
+    }
+}
+fn after_workers(workers: &[&str]) -> WaitReason {
+    WaitReason::ApiServerAfterWorkers {
+        workers: names(workers),
+    }
+}
+fn api_busy(node: &str) -> WaitReason {
+    WaitReason::ApiServerInProgress {
+        node: node.to_string(),
+    }
+}
+fn one_at_a_time(first: &str) -> WaitReason {
+    WaitReason::ApiServerOneAtATime {
+        first: first.to_string(),
+    }
+}
+fn unreachable(nodes: &[&str], max: u32) -> WaitReason {
+    WaitReason::TooManyUnreachable {
+        nodes: names(nodes),
+        max,
+    }
+}
+fn backed_off(until_s: i64, failures: u32) -> WaitReason {
+    WaitReason::BackedOff {
+        until: ts(until_s),
+        failures,
+    }
+}
+/// What `resolve_method` says about this target under this config.
+fn cannot(config: &QueueConfig, target: &RebootTarget) -> WaitReason {
+    WaitReason::CannotReboot {
+        why: resolve_method(&config.reboot, target).unwrap_err(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The table machinery.
+
+/// The plan, with entries named by index.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Want {
+    start: Vec<u64>,
+    dequeue: Vec<(u64, DequeueReason)>,
+    waiting: Vec<(u64, WaitReason)>,
+    in_progress: Vec<(u64, EntryPhase)>,
+    stop_draining: Vec<u64>,
+    uncordon: Vec<&'static str>,
+}
+
+#[derive(Default)]
+struct Case {
+    name: &'static str,
+    config: QueueConfig,
+    nodes: Vec<NodeView>,
+    entries: Vec<EntryView>,
+    targets: Vec<(&'static str, RebootTarget)>,
+    want: Want,
+}
+
+fn snapshot_of(case: &Case) -> QueueSnapshot {
+    QueueSnapshot {
+        config: case.config.clone(),
+        nodes: case
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.clone()))
+            .collect(),
+        entries: case.entries.clone(),
+        reboot_targets: case
+            .targets
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect(),
+    }
+}
+
+/// The plan in the table's terms (`uncordon` left empty: `run` compares it apart); also
+/// checks every reference names the input entry.
+fn project(p: &Plan, entries: &[EntryView]) -> Want {
+    let by_index: BTreeMap<u64, &EntryView> = entries.iter().map(|e| (e.index, e)).collect();
+    let check = |r: &hostcycle_core::queue::EntryRef| -> u64 {
+        let e = by_index
+            .get(&r.index)
+            .unwrap_or_else(|| panic!("plan names an unknown entry {r:?}"));
+        assert_eq!((&r.name, &r.node), (&e.name, &e.node), "reference {r:?}");
+        r.index
+    };
+    Want {
+        start: p.start_draining.iter().map(check).collect(),
+        dequeue: p
+            .dequeue
+            .iter()
+            .map(|d| {
+                assert_eq!(d.phase, by_index[&d.entry.index].phase, "dequeue phase");
+                (check(&d.entry), d.reason.clone())
+            })
+            .collect(),
+        waiting: p
+            .waiting
+            .iter()
+            .map(|w| (check(&w.entry), w.reason.clone()))
+            .collect(),
+        in_progress: p
+            .in_progress
+            .iter()
+            .map(|(r, ph)| (check(r), *ph))
+            .collect(),
+        stop_draining: p.stop_draining.iter().map(check).collect(),
+        uncordon: Vec::new(),
+    }
+}
+
+fn run(cases: Vec<Case>) {
+    let mut failures = Vec::new();
+    for case in cases {
+        let snapshot = snapshot_of(&case);
+        let p = plan(&snapshot, now());
+        let got = project(&p, &case.entries);
+        let want = Want {
+            uncordon: Vec::new(),
+            ..case.want.clone()
+        };
+        let got_uncordon: Vec<&str> = p.uncordon.iter().map(String::as_str).collect();
+        if got != want || got_uncordon != case.want.uncordon {
+            failures.push(format!(
+                "case {:?}\n  want {:#?}\n  want uncordon {:?}\n  got  {:#?}\n  got uncordon {:?}",
+                case.name, want, case.want.uncordon, got, got_uncordon
+            ));
+        }
+        // Pure: the same snapshot and time give the same plan.
+        assert_eq!(
+            plan(&snapshot, now()),
+            p,
+            "case {:?}: not deterministic",
+            case.name
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Removals.
+
+#[test]
+fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
+    run(vec![
+        Case {
+            name: "cancelled entries leave whatever their phase; in-progress ones are uncordoned",
+            config: config(3, 0),
+            nodes: vec![
+                node("w1"),
+                node("w2").queue_cordoned(),
+                node("w3").queue_cordoned(),
+            ],
+            entries: vec![
+                entry(1, "w1").cancelled(),
+                entry(2, "w2").rebooting().cancelled(),
+                entry(3, "w3").draining().cancelled(),
+            ],
+            want: Want {
+                dequeue: vec![
+                    (1, DequeueReason::Cancelled),
+                    (2, DequeueReason::Cancelled),
+                    (3, DequeueReason::Cancelled),
+                ],
+                uncordon: vec!["w2", "w3"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an entry whose node does not exist leaves the queue; the next one starts",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "ghost"), entry(2, "w1")],
+            want: Want {
+                start: vec![2],
+                dequeue: vec![(1, DequeueReason::NodeNotFound)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a missing node's entry leaves even when rebooting",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "ghost").rebooting(), entry(2, "w1")],
+            want: Want {
+                start: vec![2],
+                dequeue: vec![(1, DequeueReason::NodeNotFound)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "later entries for a queued node are duplicates of the first index",
+            config: config(3, 0),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1"), entry(2, "w1"), entry(3, "w1")],
+            want: Want {
+                start: vec![1],
+                dequeue: vec![
+                    (2, DequeueReason::Duplicate { first_index: 1 }),
+                    (3, DequeueReason::Duplicate { first_index: 1 }),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the first index wins whatever the input order",
+            config: config(3, 0),
+            nodes: vec![node("w1")],
+            entries: vec![entry(7, "w1"), entry(3, "w1")],
+            want: Want {
+                start: vec![3],
+                dequeue: vec![(7, DequeueReason::Duplicate { first_index: 3 })],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a cancelled entry does not count as the first: the later one is live",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").cancelled(), entry(2, "w1")],
+            want: Want {
+                start: vec![2],
+                dequeue: vec![(1, DequeueReason::Cancelled)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a cancelled first and a queued duplicate: the second live one is the duplicate",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").cancelled(), entry(2, "w1"), entry(3, "w1")],
+            want: Want {
+                start: vec![2],
+                dequeue: vec![
+                    (1, DequeueReason::Cancelled),
+                    (3, DequeueReason::Duplicate { first_index: 2 }),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an in-progress duplicate leaves and frees its slot for the first",
+            nodes: vec![node("w1").queue_cordoned()],
+            entries: vec![entry(1, "w1"), entry(2, "w1").draining()],
+            want: Want {
+                start: vec![1],
+                dequeue: vec![(2, DequeueReason::Duplicate { first_index: 1 })],
+                // w1 starts draining again under entry 1: its cordon stays.
+                uncordon: vec![],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+#[test]
+fn dequeue_records_the_phase_the_entry_had() {
+    let case = Case {
+        nodes: vec![node("w1"), node("w2")],
+        entries: vec![
+            entry(1, "w1").rebooting().cancelled(),
+            entry(2, "w2").draining().cancelled(),
+        ],
+        ..Default::default()
+    };
+    let p = plan(&snapshot_of(&case), now());
+    let phases: Vec<EntryPhase> = p.dequeue.iter().map(|d| d.phase).collect();
+    assert_eq!(phases, vec![EntryPhase::Rebooting, EntryPhase::Draining]);
+    assert_eq!(
+        p.dequeue
+            .iter()
+            .map(|d| d.reason.code())
+            .collect::<Vec<_>>(),
+        vec!["Cancelled", "Cancelled"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Disabled.
+
+#[test]
+fn disabled_queue_starts_nothing_stops_drains_and_lets_reboots_finish() {
+    run(vec![
+        Case {
+            name: "disabled: queued entries wait with Disabled, nothing starts",
+            config: disabled(),
+            nodes: vec![node("w1"), api("cp1")],
+            entries: vec![entry(1, "w1"), entry(2, "cp1")],
+            want: Want {
+                waiting: vec![(1, WaitReason::Disabled), (2, WaitReason::Disabled)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "disabled: a draining entry stops, waits as Disabled, and its node is uncordoned",
+            config: disabled(),
+            nodes: vec![node("w1").queue_cordoned()],
+            entries: vec![entry(1, "w1").draining()],
+            want: Want {
+                waiting: vec![(1, WaitReason::Disabled)],
+                stop_draining: vec![1],
+                uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "disabled: a rebooting entry carries on and keeps its cordon",
+            config: disabled(),
+            nodes: vec![node("w1").queue_cordoned(), node("w2")],
+            entries: vec![entry(1, "w1").rebooting(), entry(2, "w2")],
+            want: Want {
+                waiting: vec![(2, WaitReason::Disabled)],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "disabled: cancels, missing nodes and duplicates are still removed",
+            config: disabled(),
+            nodes: vec![node("w1"), node("w2")],
+            entries: vec![
+                entry(1, "w1").cancelled(),
+                entry(2, "ghost"),
+                entry(3, "w2"),
+                entry(4, "w2"),
+            ],
+            want: Want {
+                dequeue: vec![
+                    (1, DequeueReason::Cancelled),
+                    (2, DequeueReason::NodeNotFound),
+                    (4, DequeueReason::Duplicate { first_index: 3 }),
+                ],
+                waiting: vec![(3, WaitReason::Disabled)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "disabled: Disabled is the reason even for a backed-off entry",
+            config: disabled(),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").backed_off(60, 1)],
+            want: Want {
+                waiting: vec![(1, WaitReason::Disabled)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. maxConcurrentReboots.
+
+#[test]
+fn max_concurrent_reboots_limits_draining_plus_rebooting() {
+    run(vec![
+        Case {
+            name: "one slot (default): the first starts, the next waits behind it",
+            nodes: vec![node("w1"), node("w2")],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            want: Want {
+                start: vec![1],
+                waiting: vec![(2, behind(1))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "several start at once, up to the free slots, in index order",
+            config: config(3, 0),
+            nodes: vec![node("w1"), node("w2"), node("w3"), node("w4")],
+            entries: vec![
+                entry(1, "w1"),
+                entry(2, "w2"),
+                entry(3, "w3"),
+                entry(4, "w4"),
+            ],
+            want: Want {
+                start: vec![1, 2, 3],
+                waiting: vec![(4, behind(3))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "every slot taken: NoFreeSlot names the entries in progress",
+            config: config(2, 0),
+            nodes: vec![node("w1"), node("w2"), node("w3")],
+            entries: vec![
+                entry(1, "w1").draining(),
+                entry(2, "w2").rebooting(),
+                entry(3, "w3"),
+            ],
+            want: Want {
+                waiting: vec![(3, no_slot(&["w1", "w2"], 2))],
+                in_progress: vec![(1, EntryPhase::Draining), (2, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "partly full: the remaining slots are filled, the rest waits behind",
+            config: config(3, 0),
+            nodes: vec![node("w1"), node("w2"), node("w3"), node("w4")],
+            entries: vec![
+                entry(1, "w1").rebooting(),
+                entry(2, "w2"),
+                entry(3, "w3"),
+                entry(4, "w4"),
+            ],
+            want: Want {
+                start: vec![2, 3],
+                waiting: vec![(4, behind(2))],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "more in progress than the (lowered) maximum: nothing starts",
+            config: config(1, 0),
+            nodes: vec![node("w1"), node("w2"), node("w3")],
+            entries: vec![
+                entry(1, "w1").draining(),
+                entry(2, "w2").draining(),
+                entry(3, "w3"),
+            ],
+            want: Want {
+                waiting: vec![(3, no_slot(&["w1", "w2"], 1))],
+                in_progress: vec![(1, EntryPhase::Draining), (2, EntryPhase::Draining)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a later in-progress entry still takes its slot from an earlier queued one",
+            config: config(1, 0),
+            nodes: vec![node("w1"), node("w2")],
+            entries: vec![entry(1, "w1"), entry(2, "w2").rebooting()],
+            want: Want {
+                waiting: vec![(1, no_slot(&["w2"], 1))],
+                in_progress: vec![(2, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an Unknown phase (a newer writer) is treated as Queued",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").phase(EntryPhase::Unknown)],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Backoff.
+
+#[test]
+fn backed_off_entries_neither_count_nor_block() {
+    run(vec![
+        Case {
+            name: "a backed-off entry waits with its expiry and failures; the next one starts",
+            nodes: vec![node("w1"), node("w2")],
+            entries: vec![entry(1, "w1").backed_off(60, 2), entry(2, "w2")],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, backed_off(60, 2))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "backed-off entries take no slot",
+            config: config(1, 0),
+            nodes: vec![node("w1"), node("w2"), node("w3")],
+            entries: vec![
+                entry(1, "w1").backed_off(600, 1),
+                entry(2, "w2").backed_off(1, 3),
+                entry(3, "w3"),
+            ],
+            want: Want {
+                start: vec![3],
+                waiting: vec![(1, backed_off(600, 1)), (2, backed_off(1, 3))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an expired backoff no longer holds",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").backed_off(-1, 4)],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a backoff expiring exactly now has expired",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").backed_off(0, 1)],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a backed-off worker does not hold back an API server",
+            nodes: vec![node("w1"), api("cp1")],
+            entries: vec![entry(1, "w1").backed_off(60, 1), entry(2, "cp1")],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, backed_off(60, 1))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+// ---------------------------------------------------------------------------------------
+// API servers.
+
+#[test]
+fn api_servers_go_last_alone_and_one_at_a_time() {
+    run(vec![
+        Case {
+            name: "an API server queued first still waits for every eligible worker",
+            config: config(3, 0),
+            nodes: vec![api("cp1"), node("w1"), node("w2")],
+            entries: vec![entry(1, "cp1"), entry(2, "w1"), entry(3, "w2")],
+            want: Want {
+                start: vec![2, 3],
+                waiting: vec![(1, after_workers(&["w1", "w2"]))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an API server never starts while a worker is in progress, even with free slots",
+            config: config(3, 0),
+            nodes: vec![node("w1"), api("cp1")],
+            entries: vec![entry(1, "w1").rebooting(), entry(2, "cp1")],
+            want: Want {
+                waiting: vec![(2, after_workers(&["w1"]))],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "workers waiting for a slot also hold the API server back",
+            config: config(1, 0),
+            nodes: vec![node("w1"), node("w2"), api("cp1")],
+            entries: vec![entry(1, "w1").draining(), entry(2, "cp1"), entry(3, "w2")],
+            want: Want {
+                waiting: vec![(2, after_workers(&["w1", "w2"])), (3, no_slot(&["w1"], 1))],
+                in_progress: vec![(1, EntryPhase::Draining)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "API servers alone in the queue: only the first starts, even with free slots",
+            config: config(3, 0),
+            nodes: vec![api("cp1"), api("cp2"), api("cp3")],
+            entries: vec![entry(1, "cp1"), entry(2, "cp2"), entry(3, "cp3")],
+            want: Want {
+                start: vec![1],
+                waiting: vec![(2, one_at_a_time("cp1")), (3, one_at_a_time("cp1"))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an API server in progress holds back the other API servers",
+            config: config(3, 0),
+            nodes: vec![api("cp1"), api("cp2")],
+            entries: vec![entry(1, "cp1").rebooting(), entry(2, "cp2")],
+            want: Want {
+                waiting: vec![(2, api_busy("cp1"))],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an API server in progress holds back workers too",
+            config: config(3, 0),
+            nodes: vec![api("cp1"), node("w1"), node("w2")],
+            entries: vec![entry(1, "cp1").draining(), entry(2, "w1"), entry(3, "w2")],
+            want: Want {
+                waiting: vec![(2, api_busy("cp1")), (3, api_busy("cp1"))],
+                in_progress: vec![(1, EntryPhase::Draining)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "API servers may go while the workers are only backed off",
+            config: config(3, 0),
+            nodes: vec![node("w1"), node("w2"), api("cp1"), api("cp2")],
+            entries: vec![
+                entry(1, "w1").backed_off(30, 1),
+                entry(2, "cp1"),
+                entry(3, "w2").backed_off(90, 2),
+                entry(4, "cp2"),
+            ],
+            want: Want {
+                start: vec![2],
+                waiting: vec![
+                    (1, backed_off(30, 1)),
+                    (3, backed_off(90, 2)),
+                    (4, one_at_a_time("cp1")),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a backed-off API server does not hold back the next API server",
+            nodes: vec![api("cp1"), api("cp2")],
+            entries: vec![entry(1, "cp1").backed_off(30, 1), entry(2, "cp2")],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, backed_off(30, 1))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the API server goes once the last worker has left the queue",
+            nodes: vec![node("w1").queue_cordoned(), api("cp1")],
+            entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "cp1")],
+            want: Want {
+                start: vec![2],
+                dequeue: vec![(1, DequeueReason::Cancelled)],
+                uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+#[test]
+fn master_label_and_control_plane_label_both_make_an_api_server() {
+    let node_json = |name: &str, label: Option<&str>| -> Node {
+        let mut labels = serde_json::Map::new();
+        labels.insert("kubernetes.io/hostname".into(), name.into());
+        if let Some(l) = label {
+            labels.insert(l.into(), "".into());
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": { "name": name, "labels": labels },
+            "status": { "conditions": [
+                { "type": "Ready", "status": "True",
+                  "lastHeartbeatTime": "2025-06-15T14:00:00Z" }
+            ] }
+        }))
+        .unwrap()
+    };
+    let nodes = vec![
+        node_json("old-master", Some(hostcycle_core::queue::MASTER_LABEL)),
+        node_json("cp", Some(hostcycle_core::queue::CONTROL_PLANE_LABEL)),
+        node_json("w", None),
+    ];
+    let entries = vec![
+        hostcycle_api::queue::RebootQueueEntry::for_node("old-master", 1),
+        hostcycle_api::queue::RebootQueueEntry::for_node("cp", 2),
+        hostcycle_api::queue::RebootQueueEntry::for_node("w", 3),
+    ];
+    let queue = hostcycle_api::queue::RebootQueue::new(
+        "default",
+        RebootQueueSpec {
+            max_concurrent_reboots: Some(5),
+            ..Default::default()
+        },
+    );
+    let snapshot = QueueSnapshot::from_objects(Some(&queue), &nodes, &entries);
+    let p = plan(&snapshot, now());
+    assert_eq!(
+        p.start_draining
+            .iter()
+            .map(|e| e.node.as_str())
+            .collect::<Vec<_>>(),
+        vec!["w"],
+        "only the worker starts"
+    );
+    let reasons: Vec<(&str, &WaitReason)> = p
+        .waiting
+        .iter()
+        .map(|w| (w.entry.node.as_str(), &w.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            ("old-master", &after_workers(&["w"])),
+            ("cp", &after_workers(&["w"])),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. The unreachable gate.
+
+#[test]
+fn too_many_unreachable_nodes_block_every_start() {
+    run(vec![
+        Case {
+            name: "a NotReady node outside the queue blocks every start (max 0)",
+            config: config(3, 0),
+            nodes: vec![node("w1"), node("w2"), api("cp1"), node("x").not_ready()],
+            entries: vec![entry(1, "w1"), entry(2, "w2"), entry(3, "cp1")],
+            want: Want {
+                waiting: vec![
+                    (1, unreachable(&["x"], 0)),
+                    (2, unreachable(&["x"], 0)),
+                    (3, unreachable(&["x"], 0)),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "as many unreachable nodes as allowed: starts go on",
+            config: config(1, 1),
+            nodes: vec![node("w1"), node("x").not_ready()],
+            entries: vec![entry(1, "w1")],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "one more than allowed: blocked, every unreachable node named",
+            config: config(1, 1),
+            nodes: vec![node("w1"), node("x").not_ready(), node("y").not_ready()],
+            entries: vec![entry(1, "w1")],
+            want: Want {
+                waiting: vec![(1, unreachable(&["x", "y"], 1))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the candidate itself counts when it is unreachable",
+            nodes: vec![node("w1").not_ready()],
+            entries: vec![entry(1, "w1")],
+            want: Want {
+                waiting: vec![(1, unreachable(&["w1"], 0))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "powered-off node being rebooted is not counted: the next drain may start",
+            config: config(2, 0),
+            nodes: vec![node("w1").not_ready().queue_cordoned(), node("w2")],
+            entries: vec![entry(1, "w1").rebooting(), entry(2, "w2")],
+            want: Want {
+                start: vec![2],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a draining node that went unreachable is not counted either",
+            config: config(2, 0),
+            nodes: vec![node("w1").not_ready(), node("w2")],
+            entries: vec![entry(1, "w1").draining(), entry(2, "w2")],
+            want: Want {
+                start: vec![2],
+                in_progress: vec![(1, EntryPhase::Draining)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "powered-off node whose reboot was cancelled counts again and blocks",
+            config: config(2, 0),
+            nodes: vec![node("w1").not_ready().queue_cordoned(), node("w2")],
+            entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "w2")],
+            want: Want {
+                dequeue: vec![(1, DequeueReason::Cancelled)],
+                waiting: vec![(2, unreachable(&["w1"], 0))],
+                uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "powered-off node with only a queued entry blocks everyone, itself included",
+            config: config(2, 0),
+            nodes: vec![node("w1").not_ready(), node("w2")],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            want: Want {
+                waiting: vec![(1, unreachable(&["w1"], 0)), (2, unreachable(&["w1"], 0))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the gate does not touch entries already in progress",
+            config: config(2, 0),
+            nodes: vec![node("w1"), node("w2"), node("x").not_ready()],
+            entries: vec![entry(1, "w1").draining(), entry(2, "w2")],
+            want: Want {
+                waiting: vec![(2, unreachable(&["x"], 0))],
+                in_progress: vec![(1, EntryPhase::Draining)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a backed-off entry keeps its own reason behind the gate",
+            nodes: vec![node("w1"), node("x").not_ready()],
+            entries: vec![entry(1, "w1").backed_off(60, 1)],
+            want: Want {
+                waiting: vec![(1, backed_off(60, 1))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Stray cordons.
+
+#[test]
+fn the_queue_uncordons_only_its_own_stray_cordons() {
+    run(vec![
+        Case {
+            name: "a queue cordon with no entry is lifted",
+            nodes: vec![node("w1").queue_cordoned(), node("w2")],
+            want: Want {
+                uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an administrator's cordon is never lifted",
+            nodes: vec![node("w1").admin_cordoned()],
+            want: Want::default(),
+            ..Default::default()
+        },
+        Case {
+            name: "nodes draining or rebooting keep the queue's cordon",
+            config: config(2, 0),
+            nodes: vec![node("w1").queue_cordoned(), node("w2").queue_cordoned()],
+            entries: vec![entry(1, "w1").draining(), entry(2, "w2").rebooting()],
+            want: Want {
+                in_progress: vec![(1, EntryPhase::Draining), (2, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a node starting to drain now keeps the queue's cordon",
+            nodes: vec![node("w1").queue_cordoned()],
+            entries: vec![entry(1, "w1")],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "queued nodes that wait (behind others or backed off) lose the queue's cordon",
+            nodes: vec![
+                node("w1"),
+                node("w2").queue_cordoned(),
+                node("w3").queue_cordoned(),
+            ],
+            entries: vec![
+                entry(1, "w1"),
+                entry(2, "w2"),
+                entry(3, "w3").backed_off(60, 1),
+            ],
+            want: Want {
+                start: vec![1],
+                waiting: vec![(2, behind(1)), (3, backed_off(60, 1))],
+                uncordon: vec!["w2", "w3"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "nodes of dequeued in-progress entries are uncordoned",
+            config: config(3, 0),
+            nodes: vec![
+                node("w1").queue_cordoned(),
+                node("w2").queue_cordoned(),
+                node("w3").queue_cordoned(),
+            ],
+            entries: vec![
+                entry(1, "w1").draining().cancelled(),
+                entry(2, "w2").rebooting().cancelled(),
+                entry(3, "w3").rebooting(),
+            ],
+            want: Want {
+                dequeue: vec![(1, DequeueReason::Cancelled), (2, DequeueReason::Cancelled)],
+                in_progress: vec![(3, EntryPhase::Rebooting)],
+                uncordon: vec!["w1", "w2"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "nodes of stopped drains (queue disabled) are uncordoned, rebooting ones not",
+            config: disabled(),
+            nodes: vec![node("w1").queue_cordoned(), node("w2").queue_cordoned()],
+            entries: vec![entry(1, "w1").draining(), entry(2, "w2").rebooting()],
+            want: Want {
+                waiting: vec![(1, WaitReason::Disabled)],
+                in_progress: vec![(2, EntryPhase::Rebooting)],
+                stop_draining: vec![1],
+                uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+// ---------------------------------------------------------------------------------------
+// CannotReboot.
+
+fn unusable(name: &str) -> RebootTarget {
+    RebootTarget::UnusableHost {
+        host: host_ref(name),
+        why: "is paused".into(),
+    }
+}
+
+fn with_commands(method: Option<RebootMethod>) -> QueueConfig {
+    QueueConfig {
+        reboot: RebootConfig {
+            method,
+            reboot_command: names(&["ipmi-reboot"]),
+            boot_check_command: names(&["check-boot"]),
+            ..QueueConfig::default().reboot
+        },
+        ..QueueConfig::default()
+    }
+}
+
+#[test]
+fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
+    let plain = QueueConfig::default();
+    let commands = with_commands(None);
+    run(vec![
+        Case {
+            name: "no host and no commands: CannotReboot; the next entry starts",
+            config: plain.clone(),
+            nodes: vec![node("w1"), node("w2")],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            targets: vec![
+                ("w1", RebootTarget::NoHost),
+                ("w2", RebootTarget::Host(host_ref("w2"))),
+            ],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, cannot(&plain, &RebootTarget::NoHost))],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "unusable host: CannotReboot naming it",
+            config: plain.clone(),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            targets: vec![("w1", unusable("w1"))],
+            want: Want {
+                waiting: vec![(1, cannot(&plain, &unusable("w1")))],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "no host but both commands set: starts (Command method)",
+            config: commands.clone(),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            targets: vec![("w1", RebootTarget::NoHost)],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "reboot target unknown (offline snapshot): the plan does not wait for it",
+            config: plain.clone(),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a worker that cannot be rebooted does not hold back an API server",
+            config: plain.clone(),
+            nodes: vec![node("w1"), api("cp1")],
+            entries: vec![entry(1, "w1"), entry(2, "cp1")],
+            targets: vec![
+                ("w1", RebootTarget::NoHost),
+                ("cp1", RebootTarget::Host(host_ref("cp1"))),
+            ],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, cannot(&plain, &RebootTarget::NoHost))],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "an API server that cannot be rebooted waits as CannotReboot",
+            config: plain.clone(),
+            nodes: vec![api("cp1"), api("cp2")],
+            entries: vec![entry(1, "cp1"), entry(2, "cp2")],
+            targets: vec![("cp1", unusable("cp1"))],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, cannot(&plain, &unusable("cp1")))],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "backed off wins over CannotReboot",
+            config: plain.clone(),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").backed_off(60, 1)],
+            targets: vec![("w1", RebootTarget::NoHost)],
+            want: Want {
+                waiting: vec![(1, backed_off(60, 1))],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "entries in progress are not re-judged",
+            config: plain.clone(),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").rebooting()],
+            targets: vec![("w1", RebootTarget::NoHost)],
+            want: Want {
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+        },
+    ]);
+}
+
+/// (name, config, target, the method or words the reason must contain)
+type MethodCase<'a> = (
+    &'a str,
+    &'a QueueConfig,
+    &'a RebootTarget,
+    Result<RebootMethod, &'a [&'a str]>,
+);
+
+#[test]
+fn resolve_method_picks_bmc_for_hosts_and_command_only_when_both_commands_are_set() {
+    let host = RebootTarget::Host(host_ref("h"));
+    let unusable_host = unusable("h");
+    let no_host = RebootTarget::NoHost;
+    let only_reboot = QueueConfig {
+        reboot: RebootConfig {
+            reboot_command: names(&["reboot"]),
+            ..QueueConfig::default().reboot
+        },
+        ..QueueConfig::default()
+    };
+    let bmc = QueueConfig {
+        reboot: RebootConfig {
+            method: Some(RebootMethod::Bmc),
+            ..QueueConfig::default().reboot
+        },
+        ..QueueConfig::default()
+    };
+    let command_without_commands = QueueConfig {
+        reboot: RebootConfig {
+            method: Some(RebootMethod::Command),
+            ..QueueConfig::default().reboot
+        },
+        ..QueueConfig::default()
+    };
+    let plain = QueueConfig::default();
+    let cmds = with_commands(None);
+    let bmc_cmds = with_commands(Some(RebootMethod::Bmc));
+    let command_cmds = with_commands(Some(RebootMethod::Command));
+    #[rustfmt::skip]
+    let cases: Vec<MethodCase> = vec![
+        ("unset + usable host → BMC", &plain, &host, Ok(RebootMethod::Bmc)),
+        ("unset + usable host + commands → BMC", &cmds, &host, Ok(RebootMethod::Bmc)),
+        ("unset + no host + commands → Command", &cmds, &no_host, Ok(RebootMethod::Command)),
+        ("unset + no host, no commands → Err", &plain, &no_host, Err(&["no BareMetalHost", "rebootCommand"])),
+        ("unset + no host + reboot command only → Err", &only_reboot, &no_host, Err(&["bootCheckCommand"])),
+        ("unset + unusable host → Err naming the host", &plain, &unusable_host, Err(&["metal/h", "is paused"])),
+        ("unset + unusable host + commands → Err (the host's method)", &cmds, &unusable_host, Err(&["metal/h", "is paused"])),
+        ("BMC + usable host → BMC", &bmc, &host, Ok(RebootMethod::Bmc)),
+        ("BMC + no host → Err", &bmc, &no_host, Err(&["no BareMetalHost found"])),
+        ("BMC + no host + commands → Err", &bmc_cmds, &no_host, Err(&["no BareMetalHost found"])),
+        ("BMC + unusable host → Err", &bmc, &unusable_host, Err(&["metal/h", "is paused"])),
+        ("Command + commands + usable host → Command", &command_cmds, &host, Ok(RebootMethod::Command)),
+        ("Command + commands + unusable host → Command", &command_cmds, &unusable_host, Ok(RebootMethod::Command)),
+        ("Command + commands + no host → Command", &command_cmds, &no_host, Ok(RebootMethod::Command)),
+        ("Command without commands → Err", &command_without_commands, &host, Err(&["method is Command", "empty"])),
+    ];
+    for (name, config, target, want) in cases {
+        let got = resolve_method(&config.reboot, target);
+        match (want, got) {
+            (Ok(w), Ok(g)) => assert_eq!(g, w, "{name}"),
+            (Err(words), Err(why)) => {
+                for word in words {
+                    assert!(why.contains(word), "{name}: {why:?} lacks {word:?}");
+                }
+            }
+            (want, got) => panic!("{name}: want {want:?}, got {got:?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// FIFO.
+
+#[test]
+fn fifo_by_index_regardless_of_input_order_and_object_names() {
+    // Names sort the other way round from indexes: only the index may decide.
+    run(vec![Case {
+        name: "reverse input, reverse names",
+        config: config(2, 0),
+        nodes: vec![
+            node("w1"),
+            node("w2"),
+            node("w3"),
+            node("w4"),
+            node("w5"),
+            node("w6"),
+        ],
+        entries: vec![
+            entry(60, "w6").named("a-six").draining(),
+            entry(50, "w5").named("b-five"),
+            entry(40, "w4").named("c-four"),
+            entry(30, "w3").named("d-three"),
+            entry(20, "w2").named("e-two"),
+            entry(10, "w1").named("f-one").cancelled(),
+            entry(11, "w1").named("g-one-again"),
+            entry(12, "w1").named("h-dup"),
+        ],
+        want: Want {
+            start: vec![11],
+            dequeue: vec![
+                (10, DequeueReason::Cancelled),
+                (12, DequeueReason::Duplicate { first_index: 11 }),
+            ],
+            waiting: vec![
+                (20, behind(1)),
+                (30, behind(1)),
+                (40, behind(1)),
+                (50, behind(1)),
+            ],
+            in_progress: vec![(60, EntryPhase::Draining)],
+            ..Default::default()
+        },
+        ..Default::default()
+    }]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Texts.
+
+#[test]
+fn wait_and_dequeue_reasons_read_as_sentences() {
+    #[rustfmt::skip]
+    let cases: Vec<(WaitReason, &[&str])> = vec![
+        (WaitReason::Disabled, &["disabled"]),
+        (backed_off(60, 1), &["backed off", "1 failed attempt ", "until 2025-06-15T15:07:40Z"]),
+        (backed_off(60, 3), &["3 failed attempts"]),
+        (no_slot(&["w1"], 1), &["all 1 slot (maxConcurrentReboots)", "w1"]),
+        (no_slot(&["w1", "w2"], 2), &["2 slots", "w1, w2"]),
+        (behind(1), &["the 1 free slot goes to entries queued earlier"]),
+        (behind(3), &["the 3 free slots go to entries queued earlier"]),
+        (after_workers(&["w1", "w2"]), &["API-server", "worker", "w1, w2"]),
+        (api_busy("cp1"), &["API-server node cp1 is being processed"]),
+        (one_at_a_time("cp1"), &["one at a time", "cp1 is first"]),
+        (unreachable(&["x"], 0), &["1 unreachable node not being rebooted (x) exceeds maxUnreachableNodes=0"]),
+        (unreachable(&["x", "y"], 1), &["2 unreachable nodes", "(x, y) exceed maxUnreachableNodes=1"]),
+        (
+            unreachable(&["a", "b", "c", "d", "e", "f", "g"], 0),
+            &["a, b, c, d, e and 2 more"],
+        ),
+        (WaitReason::CannotReboot { why: "its BareMetalHost metal/h is paused".into() },
+            &["cannot be rebooted: its BareMetalHost metal/h is paused"]),
+    ];
+    for (reason, words) in cases {
+        let text = reason.to_string();
+        for word in words {
+            assert!(text.contains(word), "{reason:?}: {text:?} lacks {word:?}");
+        }
+        assert!(!text.contains("{"), "{text:?} looks like Debug output");
+    }
+    assert_eq!(DequeueReason::Cancelled.to_string(), "cancelled");
+    assert!(
+        DequeueReason::NodeNotFound
+            .to_string()
+            .contains("not found")
+    );
+    let dup = DequeueReason::Duplicate { first_index: 7 };
+    assert!(dup.to_string().contains("entry 7"));
+    assert_eq!(dup.code(), "Duplicate");
+    assert_eq!(DequeueReason::NodeNotFound.code(), "NodeNotFound");
+}
+
+// ---------------------------------------------------------------------------------------
+// Properties over random snapshots.
+
+const NODE_NAMES: [&str; 6] = ["n0", "n1", "n2", "n3", "n4", "n5"];
+
+fn arb_node(name: &'static str) -> impl Strategy<Value = NodeView> {
+    (any::<bool>(), prop::bool::weighted(0.8), any::<bool>()).prop_map(
+        move |(api_server, ready, cordoned)| {
+            let mut n = node(name);
+            n.api_server = api_server;
+            n.ready = ready;
+            n.cordoned_by_queue = cordoned;
+            n.unschedulable = cordoned;
+            n
+        },
+    )
+}
+
+fn arb_target() -> impl Strategy<Value = Option<RebootTarget>> {
+    prop_oneof![
+        3 => Just(None),
+        3 => Just(Some(RebootTarget::Host(host_ref("h")))),
+        1 => Just(Some(RebootTarget::NoHost)),
+        1 => Just(Some(unusable("h"))),
+    ]
+}
+
+fn arb_entry() -> impl Strategy<Value = EntryView> {
+    (
+        // Node: one of the six, or one that does not exist.
+        0..NODE_NAMES.len() + 1,
+        prop_oneof![
+            4 => Just(EntryPhase::Queued),
+            2 => Just(EntryPhase::Draining),
+            2 => Just(EntryPhase::Rebooting),
+            1 => Just(EntryPhase::Unknown),
+        ],
+        prop::bool::weighted(0.15),
+        prop::option::weighted(0.3, -100_i64..100),
+        0_u32..5,
+    )
+        .prop_map(|(n, phase, cancel, expire, failures)| {
+            let node = NODE_NAMES.get(n).copied().unwrap_or("ghost");
+            let mut e = entry(0, node).phase(phase);
+            e.cancel = cancel;
+            e.backoff_expire = expire.map(ts);
+            e.backoff_count = failures;
+            e
+        })
+}
+
+fn arb_snapshot() -> impl Strategy<Value = QueueSnapshot> {
+    let nodes = (
+        arb_node(NODE_NAMES[0]),
+        arb_node(NODE_NAMES[1]),
+        arb_node(NODE_NAMES[2]),
+        arb_node(NODE_NAMES[3]),
+        arb_node(NODE_NAMES[4]),
+        arb_node(NODE_NAMES[5]),
+    );
+    let targets = prop::collection::vec(arb_target(), NODE_NAMES.len());
+    let entries = prop::collection::vec(arb_entry(), 0..10)
+        // Unique indexes, handed out in a shuffled order; object names from another
+        // shuffle, so that they need not sort like the indexes.
+        .prop_flat_map(|entries| {
+            let n = entries.len() as u64;
+            (
+                Just(entries),
+                Just((1..=n).collect::<Vec<u64>>()).prop_shuffle(),
+                Just((1..=n).collect::<Vec<u64>>()).prop_shuffle(),
+                any::<bool>(),
+            )
+        })
+        .prop_map(|(mut entries, indexes, name_order, canonical)| {
+            for ((e, i), k) in entries.iter_mut().zip(indexes).zip(name_order) {
+                e.index = i * 10;
+                e.name = if canonical {
+                    format!("rqe-{:010}", e.index)
+                } else {
+                    format!("entry-{k}")
+                };
+            }
+            entries
+        });
+    (
+        nodes,
+        targets,
+        entries,
+        prop::bool::weighted(0.85),
+        1_u32..4,
+        0_u32..3,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(nodes, targets, entries, enabled, max_concurrent, max_unreachable, cmds)| {
+                let mut config = if cmds {
+                    with_commands(None)
+                } else {
+                    QueueConfig::default()
+                };
+                config.enabled = enabled;
+                config.max_concurrent_reboots = max_concurrent;
+                config.max_unreachable_nodes = max_unreachable;
+                let (a, b, c, d, e, f) = nodes;
+                QueueSnapshot {
+                    config,
+                    nodes: [a, b, c, d, e, f]
+                        .into_iter()
+                        .map(|n| (n.name.clone(), n))
+                        .collect(),
+                    entries,
+                    reboot_targets: NODE_NAMES
+                        .iter()
+                        .zip(targets)
+                        .filter_map(|(n, t)| t.map(|t| (n.to_string(), t)))
+                        .collect(),
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn plan_invariants(s in arb_snapshot()) {
+        let now = now();
+        let p = plan(&s, now);
+        let is_api = |node: &str| s.nodes.get(node).is_some_and(|n| n.api_server);
+        let max = s.config.max_concurrent_reboots as usize;
+
+        let in_progress: Vec<&str> = p.in_progress.iter().map(|(r, _)| r.node.as_str()).collect();
+        let starting: Vec<&str> = p.start_draining.iter().map(|r| r.node.as_str()).collect();
+
+        // Never more than maxConcurrentReboots in progress once the starts are made (a
+        // queue already over the limit, e.g. after the limit was lowered, starts nothing).
+        let after = in_progress.len() + starting.len();
+        prop_assert!(after <= max.max(in_progress.len()), "{after} > {max}: {p:#?}");
+        if !starting.is_empty() {
+            prop_assert!(after <= max, "{after} > {max}: {p:#?}");
+        }
+
+        // At most one API server in progress + starting (none added to one already there).
+        let api_in_progress = in_progress.iter().filter(|n| is_api(n)).count();
+        let api_starting = starting.iter().filter(|n| is_api(n)).count();
+        prop_assert!(api_starting <= 1, "{p:#?}");
+        if api_starting > 0 {
+            prop_assert_eq!(api_in_progress, 0, "{:#?}", p);
+            // Never an API server starting while any worker is in progress or starting.
+            prop_assert!(in_progress.iter().all(|n| is_api(n)), "{:#?}", p);
+            prop_assert_eq!(starting.len(), 1, "{:#?}", p);
+        }
+        // Nothing starts next to an API server in progress.
+        if api_in_progress > 0 {
+            prop_assert!(starting.is_empty(), "{:#?}", p);
+        }
+
+        // A started entry is live, queued, not backed off, not cancelled, not a duplicate,
+        // and the queue is enabled.
+        let by_index: BTreeMap<u64, &EntryView> = s.entries.iter().map(|e| (e.index, e)).collect();
+        for r in &p.start_draining {
+            let e = by_index[&r.index];
+            prop_assert!(s.config.enabled);
+            prop_assert!(!e.cancel);
+            prop_assert!(!e.backed_off(now));
+            prop_assert!(!e.phase.in_progress());
+            prop_assert!(s.nodes.contains_key(&e.node));
+            let earlier_live = s.entries.iter().any(|f| {
+                f.node == e.node && !f.cancel && f.index < e.index
+            });
+            prop_assert!(!earlier_live, "started a duplicate: {r:?}");
+            if let Some(target) = s.reboot_targets.get(&e.node) {
+                prop_assert!(resolve_method(&s.config.reboot, target).is_ok());
+            }
+        }
+        // Starts pass the unreachable gate.
+        if !starting.is_empty() {
+            let unreachable = s.nodes.values()
+                .filter(|n| !n.ready && !in_progress.contains(&n.name.as_str()))
+                .count();
+            prop_assert!(unreachable <= s.config.max_unreachable_nodes as usize);
+        }
+
+        // Every entry lands in exactly one of: dequeue, in progress, start, waiting; every
+        // live queued entry (stopped drains included) in exactly one of start or waiting.
+        let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+        for i in p.dequeue.iter().map(|d| d.entry.index)
+            .chain(p.in_progress.iter().map(|(r, _)| r.index))
+            .chain(p.start_draining.iter().map(|r| r.index))
+            .chain(p.waiting.iter().map(|w| w.entry.index))
+        {
+            *seen.entry(i).or_default() += 1;
+        }
+        let indexes: BTreeSet<u64> = by_index.keys().copied().collect();
+        prop_assert_eq!(seen.keys().copied().collect::<BTreeSet<u64>>(), indexes);
+        prop_assert!(seen.values().all(|&n| n == 1), "{:?}", seen);
+        let dequeued: BTreeSet<u64> = p.dequeue.iter().map(|d| d.entry.index).collect();
+        for e in &s.entries {
+            let queued_live = !dequeued.contains(&e.index)
+                && (!e.phase.in_progress() || (!s.config.enabled && e.phase == EntryPhase::Draining));
+            let in_start_or_wait = p.start_draining.iter().any(|r| r.index == e.index)
+                || p.waiting.iter().any(|w| w.entry.index == e.index);
+            prop_assert_eq!(queued_live, in_start_or_wait, "entry {}", e.index);
+        }
+        // Stopped drains only when disabled, and they are listed as waiting (Disabled).
+        for r in &p.stop_draining {
+            prop_assert!(!s.config.enabled);
+            prop_assert!(p.waiting.iter().any(|w| w.entry == *r && w.reason == WaitReason::Disabled));
+        }
+        if !s.config.enabled {
+            prop_assert!(starting.is_empty());
+            prop_assert!(p.in_progress.iter().all(|(_, ph)| *ph == EntryPhase::Rebooting));
+        }
+
+        // Lists are in index order.
+        let sorted = |v: Vec<u64>| v.windows(2).all(|w| w[0] < w[1]);
+        prop_assert!(sorted(p.start_draining.iter().map(|r| r.index).collect()));
+        prop_assert!(sorted(p.waiting.iter().map(|w| w.entry.index).collect()));
+        prop_assert!(sorted(p.dequeue.iter().map(|d| d.entry.index).collect()));
+        prop_assert!(sorted(p.in_progress.iter().map(|(r, _)| r.index).collect()));
+
+        // Uncordon: only the queue's cordons, never a node in progress or starting.
+        for n in &p.uncordon {
+            prop_assert!(s.nodes[n].cordoned_by_queue);
+            prop_assert!(!in_progress.contains(&n.as_str()));
+            prop_assert!(!starting.contains(&n.as_str()));
+        }
+
+        // Pure.
+        prop_assert_eq!(plan(&s, now), p);
+    }
+}
