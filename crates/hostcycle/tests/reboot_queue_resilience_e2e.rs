@@ -1,0 +1,383 @@
+//! The reboot queue when things go wrong or look different: rebooting by command (CKE's
+//! way), the operator SIGKILLed mid-drain, mid-reboot and mid-command, and hosts managed by
+//! metal3's baremetal-operator (no `lastPoweredOn`) with `--controllers reboot-queue`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::queue::*;
+use common::{LabOptions, PASSWORD, USER};
+use hostcycle_api::queue::{EntryPhase, RebootMethod};
+use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
+use hostcycle_testkit::bmc_emulators::RedfishEmulator;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Writes an executable shell script.
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\nset -eu\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// `case` arms mapping each simulated node's InternalIP to a value.
+fn by_address(hosts: &[HostSpec], value: impl Fn(usize, &HostSpec) -> String) -> String {
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| format!("  192.0.2.{}) {} ;;\n", 10 + i, value(i, h)))
+        .collect()
+}
+
+/// A reboot command (power cycle through the BMC with `hostcycle bmc cycle`, after an
+/// optional delay) and a boot check (the Node is Ready, and Ready since a boot after the given
+/// Unix time: the simulated kubelet stamps its conditions with its boot time), both keyed by
+/// the node's address as CKE passes it.
+fn command_scripts(
+    dir: &Path,
+    hosts: &[HostSpec],
+    redfish: &RedfishEmulator,
+    kubeconfig: &Path,
+    reboot_delay_secs: u32,
+) -> (String, String) {
+    let password = dir.join("bmc-password");
+    std::fs::write(&password, PASSWORD).unwrap();
+    let hostcycle = env!("CARGO_BIN_EXE_hostcycle");
+    let reboot = script(
+        dir,
+        "reboot.sh",
+        &format!(
+            "echo \"$(date +%s.%N) $1\" >> {log}\ncase \"$1\" in\n{arms}  *) echo \"unknown node $1\" >&2; exit 2 ;;\nesac\nsleep {reboot_delay_secs}\nexec {hostcycle} bmc cycle --hard --address \"$addr\" --username {USER} --password-file {pw} --wait-timeout 60s\n",
+            log = dir.join("reboots.log").display(),
+            arms = by_address(hosts, |i, _| format!(
+                "addr='{}'",
+                redfish.system_address(i).unwrap()
+            )),
+            pw = password.display(),
+        ),
+    );
+    let boot_check = script(
+        dir,
+        "boot-check.sh",
+        &format!(
+            "case \"$1\" in\n{arms}  *) exit 2 ;;\nesac\nstate=$(/usr/bin/kubectl --kubeconfig {kc} get node \"$node\" -o jsonpath='{{.status.conditions[?(@.type==\"Ready\")].status}} {{.status.conditions[?(@.type==\"Ready\")].lastTransitionTime}}')\nready=${{state%% *}}\nsince=$(date -d \"${{state#* }}\" +%s)\nif [ \"$ready\" = True ] && [ \"$since\" -gt \"$2\" ]; then echo true; else echo false; fi\n",
+            arms = by_address(hosts, |_, h| format!("node='{}'", h.name)),
+            kc = kubeconfig.display(),
+        ),
+    );
+    (reboot, boot_check)
+}
+
+fn reboot_runs(dir: &Path, address: &str) -> usize {
+    std::fs::read_to_string(dir.join("reboots.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.ends_with(&format!(" {address}")))
+        .count()
+}
+
+/// CKE's way: `rebootCommand <address>` and `bootCheckCommand <address> <unix-time>`. Two
+/// workers reboot one after the other; the operator is SIGKILLed while the second one's
+/// reboot command runs, and the restarted operator does not run it again: the boot check
+/// confirms the boot and the entry completes. Exactly one power cycle per node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
+    let hosts = [worker("c-0"), worker("c-1")];
+    let mut lab = QueueLab::start(&hosts, fast_queue()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (reboot, boot_check) = command_scripts(
+        dir.path(),
+        &hosts,
+        &lab.lab.redfish,
+        lab.lab.cluster.kubeconfig_path(),
+        3,
+    );
+    lab.patch_queue(json!({ "reboot": {
+        "method": "Command",
+        "rebootCommand": [reboot],
+        "bootCheckCommand": [boot_check],
+        "commandTimeoutSeconds": 90,
+        "bootCheckIntervalSeconds": 1,
+    }}))
+    .await;
+    lab.queue("c-0").await;
+    lab.queue("c-1").await;
+
+    let rebooting = lab
+        .wait_phase("c-0", EntryPhase::Rebooting, REBOOT_TIMEOUT)
+        .await;
+    let progress = rebooting.status.unwrap().reboot.unwrap();
+    assert_eq!(progress.method, RebootMethod::Command);
+    assert_eq!(
+        progress.command_attempts, 1,
+        "the attempt is recorded first"
+    );
+    lab.wait_entry_gone("c-0", REBOOT_TIMEOUT).await;
+
+    // c-1: kill the operator while its reboot command sleeps before cycling the host.
+    lab.wait_phase("c-1", EntryPhase::Rebooting, REBOOT_TIMEOUT)
+        .await;
+    let what = "the reboot command for c-1 (192.0.2.11) to start";
+    hostcycle_testkit::wait_until(what, Duration::from_secs(30), || async {
+        (reboot_runs(dir.path(), "192.0.2.11") == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    lab.lab.kill_operator();
+    lab.lab.start_operator();
+    lab.wait_entry_gone("c-1", REBOOT_TIMEOUT).await;
+
+    for (node, address) in [("c-0", "192.0.2.10"), ("c-1", "192.0.2.11")] {
+        assert_eq!(
+            reboot_runs(dir.path(), address),
+            1,
+            "{node}: the reboot command ran once"
+        );
+        assert_eq!(lab.power_cycles(node).await, 1, "{node}: one power cycle");
+        assert!(!cordoned(&lab.node(node).await), "{node} uncordoned");
+        let reasons = lab.event_reasons_about(node).await;
+        assert!(
+            reasons.iter().any(|r| r == "BootConfirmed"),
+            "{node}: {reasons:?}"
+        );
+    }
+}
+
+/// A pod that stays Terminating until `release` removes its finalizer.
+async fn hold_pod(lab: &QueueLab, ns: &str, app: &str) -> Pod {
+    let api: Api<Pod> = Api::namespaced(lab.client.clone(), ns);
+    let pods = api
+        .list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap();
+    let pod = pods.items.into_iter().next().expect("a pod to hold");
+    api.patch(
+        &pod.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "metadata": { "finalizers": ["hostcycle.io/e2e-hold"] } })),
+    )
+    .await
+    .unwrap()
+}
+
+async fn release(lab: &QueueLab, pod: &Pod) {
+    let api: Api<Pod> = Api::namespaced(lab.client.clone(), &pod.namespace().unwrap());
+    let _ = api
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "metadata": { "finalizers": null } })),
+        )
+        .await;
+}
+
+/// SIGKILL at three points — mid-drain, right after the reboot was requested, and while the
+/// host is powered off — and the restarted operator finishes each without a second power
+/// cycle and without leaving the node cordoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_killed_mid_drain_and_mid_reboot_resumes_without_a_second_reboot() {
+    let hosts = [worker("k-0"), worker("k-1"), worker("k-2")];
+    let mut lab = QueueLab::start(&hosts, fast_queue()).await;
+    lab.namespace("work", &[]).await;
+    lab.deployment("work", "held", 1, Some("k-0")).await;
+    lab.wait_running("work", "held", 1).await;
+    let held = hold_pod(&lab, "work", "held").await;
+
+    // Mid-drain: k-0's only pod stays Terminating until released.
+    lab.queue("k-0").await;
+    lab.wait_entry(
+        "k-0",
+        "draining, waiting for the held pod",
+        REBOOT_TIMEOUT,
+        |e| {
+            e.phase() == EntryPhase::Draining
+                && e.status
+                    .as_ref()
+                    .is_some_and(|s| s.message.contains("waiting for"))
+        },
+    )
+    .await;
+    lab.lab.kill_operator();
+    assert!(cordoned_by_queue(&lab.node("k-0").await));
+    lab.lab.start_operator();
+    release(&lab, &held).await;
+    lab.wait_entry_gone("k-0", REBOOT_TIMEOUT).await;
+    assert_eq!(lab.power_cycles("k-0").await, 1, "k-0: one power cycle");
+    assert!(!cordoned(&lab.node("k-0").await), "k-0 uncordoned");
+
+    // Right after the reboot was requested (the host may not even be off yet).
+    let hosts_api: Api<BareMetalHost> = Api::namespaced(lab.client.clone(), common::NS);
+    lab.queue("k-1").await;
+    lab.wait_entry("k-1", "reboot requested", REBOOT_TIMEOUT, |e| {
+        e.status
+            .as_ref()
+            .and_then(|s| s.reboot.as_ref())
+            .is_some_and(|r| r.requested_at.is_some())
+    })
+    .await;
+    let what = "the reboot annotation on k-1's host";
+    hostcycle_testkit::wait_until(what, Duration::from_secs(30), || async {
+        let h = hosts_api.get("k-1").await.ok()?;
+        let annotated = h.annotations().contains_key(REBOOT_ANNOTATION)
+            || h.status
+                .as_ref()
+                .and_then(|s| s.provisioning.pending_reboot_since)
+                .is_some();
+        annotated.then_some(())
+    })
+    .await
+    .unwrap();
+    lab.lab.kill_operator();
+    lab.lab.start_operator();
+    lab.wait_entry_gone("k-1", REBOOT_TIMEOUT).await;
+    assert_eq!(lab.power_cycles("k-1").await, 1, "k-1: one power cycle");
+    assert!(!cordoned(&lab.node("k-1").await), "k-1 uncordoned");
+
+    // While the host is off.
+    let before = Timestamp::now();
+    lab.queue("k-2").await;
+    lab.wait_phase("k-2", EntryPhase::Rebooting, REBOOT_TIMEOUT)
+        .await;
+    let what = "k-2's host to be seen Off";
+    hostcycle_testkit::wait_until(what, REBOOT_TIMEOUT, || async {
+        lab.off_after("k-2", before)
+    })
+    .await
+    .unwrap();
+    lab.lab.kill_operator();
+    // The host controller is down too: the host stays off until the operator is back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.lab.start_operator();
+    lab.wait_entry_gone("k-2", REBOOT_TIMEOUT).await;
+    assert_eq!(lab.power_cycles("k-2").await, 1, "k-2: one power cycle");
+    assert!(!cordoned(&lab.node("k-2").await), "k-2 uncordoned");
+}
+
+/// A stand-in for metal3's baremetal-operator, as far as the reboot API goes: it writes
+/// `status.poweredOn` from the BMC, powers a host off while the suffixless reboot annotation
+/// is present, removes the annotation once the host is off, then powers it on. Like metal3
+/// it never writes `lastPoweredOn` or `pendingRebootSince`.
+async fn fake_baremetal_operator(
+    hosts: Api<BareMetalHost>,
+    redfish: Arc<RedfishEmulator>,
+    names: Vec<String>,
+    stop: CancellationToken,
+) {
+    let mut requested: BTreeMap<String, &'static str> = BTreeMap::new();
+    loop {
+        for (i, name) in names.iter().enumerate() {
+            let (Ok(host), Ok(power)) = (hosts.get(name).await, redfish.power_state(i).await)
+            else {
+                continue;
+            };
+            let on = power == "On";
+            if host.status.as_ref().and_then(|s| s.powered_on) != Some(on) {
+                let _ = hosts
+                    .patch_status(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({ "status": { "poweredOn": on } })),
+                    )
+                    .await;
+            }
+            let annotated = host.annotations().contains_key(REBOOT_ANNOTATION);
+            let want = if annotated { "Off" } else { "On" };
+            if annotated && !on {
+                let _ = hosts
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(
+                            &json!({ "metadata": { "annotations": { REBOOT_ANNOTATION: null } } }),
+                        ),
+                    )
+                    .await;
+                requested.remove(name);
+                continue;
+            }
+            if power != want && requested.get(name) != Some(&want) {
+                let reset = if want == "Off" { "ForceOff" } else { "On" };
+                if redfish.reset(i, reset).await.is_ok() {
+                    requested.insert(name.clone(), want);
+                }
+            } else if power == want {
+                requested.remove(name);
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+        }
+    }
+}
+
+/// Where metal3's baremetal-operator manages the hosts, the operator runs only the queue
+/// (`--controllers reboot-queue`). The host never gets a `lastPoweredOn`; the queue sees the
+/// host off after the reboot began (recorded in the entry, so a restart keeps it), then on,
+/// then the Node Ready with a newer heartbeat. The operator is also killed while the host is
+/// off: the record survives and the entry completes with one power cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queue_works_with_metal3s_baremetal_operator_managing_the_hosts() {
+    let hosts = [worker("m-0"), worker("m-1")];
+    let options = LabOptions {
+        operator_args: vec!["--controllers".into(), "reboot-queue".into()],
+        wait_hosts_ok: false,
+        ..LabOptions::default()
+    };
+    let mut lab = QueueLab::start_with(&hosts, fast_queue(), options).await;
+    let stop = CancellationToken::new();
+    let bmo = tokio::spawn(fake_baremetal_operator(
+        lab.lab.hosts.clone(),
+        lab.lab.redfish.clone(),
+        hosts.iter().map(|h| h.name.to_string()).collect(),
+        stop.clone(),
+    ));
+
+    lab.queue("m-0").await;
+    lab.wait_entry_gone("m-0", REBOOT_TIMEOUT).await;
+    assert_eq!(lab.power_cycles("m-0").await, 1, "m-0: one power cycle");
+
+    // Killed while the host is off: hostPoweredOffAt is already recorded.
+    lab.queue("m-1").await;
+    lab.wait_entry("m-1", "the host seen off", REBOOT_TIMEOUT, |e| {
+        e.status
+            .as_ref()
+            .and_then(|s| s.reboot.as_ref())
+            .is_some_and(|r| r.host_powered_off_at.is_some())
+    })
+    .await;
+    lab.lab.kill_operator();
+    lab.lab.start_operator();
+    lab.wait_entry_gone("m-1", REBOOT_TIMEOUT).await;
+    assert_eq!(lab.power_cycles("m-1").await, 1, "m-1: one power cycle");
+
+    for node in ["m-0", "m-1"] {
+        let host = lab.lab.get(node).await;
+        let provisioning = host.status.as_ref().map(|s| &s.provisioning);
+        assert_eq!(
+            provisioning.and_then(|p| p.last_powered_on),
+            None,
+            "{node}: nothing wrote lastPoweredOn (the host controller is not running)"
+        );
+        assert!(!cordoned(&lab.node(node).await), "{node} uncordoned");
+        assert!(
+            !host
+                .annotations()
+                .contains_key("hostcycle.io/reboot-queue-request"),
+            "{node}: the request marker is cleaned up"
+        );
+    }
+    stop.cancel();
+    let _ = bmo.await;
+}
