@@ -210,9 +210,13 @@ async fn run_lab() -> anyhow::Result<()> {
     );
     println!("  kubectl annotate bmh worker-1 reboot.metal3.io/mine-      # release: powers on");
     println!("  kubectl get events --sort-by=.metadata.creationTimestamp");
-    println!("\nWatch a rolling reboot through the reboot queue (cordon, drain, reboot, uncordon):\n");
+    println!(
+        "\nWatch a rolling reboot through the reboot queue (cordon, drain, reboot, uncordon):\n"
+    );
     println!("  cargo run -q -p hostcycle -- lab rolling-reboot   # queues every node");
-    println!("  cargo run -q -p hostcycle -- rq wait              # progress until the queue is empty");
+    println!(
+        "  cargo run -q -p hostcycle -- rq wait              # progress until the queue is empty"
+    );
     println!("  kubectl get rqe,nodes,pods -o wide -w");
     println!("\nOperator metrics: http://127.0.0.1:{metrics_port}/metrics");
     println!(
@@ -259,7 +263,10 @@ async fn rolling_reboot() -> anyhow::Result<()> {
     if !status.success() {
         bail!("queueing the lab's nodes failed ({status})");
     }
-    println!("\nQueued {} nodes. Watch the rolling reboot:\n", nodes.len());
+    println!(
+        "\nQueued {} nodes. Watch the rolling reboot:\n",
+        nodes.len()
+    );
     println!("  hostcycle rq wait        # or: cargo run -q -p hostcycle -- rq wait");
     println!("  kubectl get rqe,nodes -w");
     Ok(())

@@ -1,6 +1,7 @@
 //! `hostcycle`: the operator, the admin CLI, the node simulator and the local lab in one binary.
 
 mod lab;
+mod reboot_queue;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -42,12 +43,14 @@ enum Command {
     Sim(hostcycle_sim::cli::SimArgs),
     /// Run a local lab: control plane, Redfish emulator, simulated nodes and the operator.
     Lab(lab::LabArgs),
+    /// Manage the reboot queue: add nodes, list, cancel, enable/disable, wait, plan.
+    #[command(alias = "rq")]
+    RebootQueue(reboot_queue::RebootQueueArgs),
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,kube_client=warn,kube_runtime=warn")
-    });
+fn init_logging(format: LogFormat, default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -60,7 +63,12 @@ fn init_logging(format: LogFormat) {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // The admin CLI reports API errors itself; the client's own logs would repeat them.
+    let default_filter = match cli.command {
+        Command::RebootQueue(_) => "warn,kube_client=off,kube_runtime=off",
+        _ => "info,kube_client=warn,kube_runtime=warn",
+    };
+    init_logging(cli.log_format, default_filter);
     // One crypto provider for every TLS client in the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let result = match cli.command {
@@ -76,6 +84,7 @@ async fn main() -> std::process::ExitCode {
             Err(e) => Err(e),
         },
         Command::Lab(args) => lab::run(args).await,
+        Command::RebootQueue(args) => reboot_queue::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

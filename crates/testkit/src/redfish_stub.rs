@@ -1,7 +1,7 @@
-//! A fast in-process Redfish BMC fleet for benchmarks: power changes apply at once, and the
-//! arrival time of every reset request is recorded, so a benchmark can measure how long a
-//! request took to reach "the BMC". Load generation, not a test double for functional tests
-//! (those use sushy-tools).
+//! A fast in-process Redfish BMC fleet for benchmarks: power changes apply at once (or after
+//! a fixed, deterministic delay), and the arrival time of every reset request is recorded, so
+//! a benchmark can measure how long a request took to reach "the BMC". Load generation, not a
+//! test double for functional tests (those use sushy-tools).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,8 +28,38 @@ pub struct ResetRecord {
 
 struct Fleet {
     powered_on: Vec<AtomicBool>,
+    /// A requested power state and when it takes effect.
+    pending: Vec<Mutex<Option<(bool, std::time::Instant)>>>,
+    /// How long a power change takes.
+    transition: std::time::Duration,
     resets: Vec<Mutex<Vec<ResetRecord>>>,
     reads: AtomicU64,
+}
+
+impl Fleet {
+    /// System `id`'s power, applying a pending change whose time has come.
+    fn power(&self, id: usize) -> Option<bool> {
+        let power = self.powered_on.get(id)?;
+        let mut pending = lock(self.pending.get(id)?);
+        if let Some((target, at)) = *pending
+            && std::time::Instant::now() >= at
+        {
+            power.store(target, Ordering::SeqCst);
+            *pending = None;
+        }
+        Some(power.load(Ordering::SeqCst))
+    }
+
+    fn set_power(&self, id: usize, on: bool) {
+        let (Some(power), Some(pending)) = (self.powered_on.get(id), self.pending.get(id)) else {
+            return;
+        };
+        if self.transition.is_zero() {
+            power.store(on, Ordering::SeqCst);
+        } else {
+            *lock(pending) = Some((on, std::time::Instant::now() + self.transition));
+        }
+    }
 }
 
 /// A fleet of fast Redfish systems `0..n`, spread over `endpoints` loopback ports.
@@ -54,8 +84,20 @@ impl RedfishStub {
     /// Serves `systems` systems (all powered on) on `endpoints` ports; system `i` lives on
     /// port `i % endpoints`.
     pub async fn start(systems: usize, endpoints: usize) -> Result<RedfishStub, TestkitError> {
+        Self::start_with_transition(systems, endpoints, std::time::Duration::ZERO).await
+    }
+
+    /// Like [`RedfishStub::start`], but every power change takes `transition` to happen (as
+    /// on real hardware), always the same, so a benchmark has a known ideal schedule.
+    pub async fn start_with_transition(
+        systems: usize,
+        endpoints: usize,
+        transition: std::time::Duration,
+    ) -> Result<RedfishStub, TestkitError> {
         let fleet = Arc::new(Fleet {
             powered_on: (0..systems).map(|_| AtomicBool::new(true)).collect(),
+            pending: (0..systems).map(|_| Mutex::new(None)).collect(),
+            transition,
             resets: (0..systems).map(|_| Mutex::new(Vec::new())).collect(),
             reads: AtomicU64::new(0),
         });
@@ -127,11 +169,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 async fn system(State(state): State<AppState>, Path(id): Path<usize>) -> Response {
-    let Some(power) = state.fleet.powered_on.get(id) else {
+    let Some(power) = state.fleet.power(id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     state.fleet.reads.fetch_add(1, Ordering::Relaxed);
-    let power = if power.load(Ordering::SeqCst) {
+    let power = if power {
         "On"
     } else {
         "Off"
@@ -155,8 +197,7 @@ async fn reset(
     body: axum::body::Bytes,
 ) -> Response {
     let at = Timestamp::now();
-    let (Some(power), Some(log)) = (state.fleet.powered_on.get(id), state.fleet.resets.get(id))
-    else {
+    let Some(log) = state.fleet.resets.get(id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let reset_type = serde_json::from_slice::<serde_json::Value>(&body)
@@ -168,8 +209,8 @@ async fn reset(
         })
         .unwrap_or_default();
     match reset_type.as_str() {
-        "On" | "ForceOn" => power.store(true, Ordering::SeqCst),
-        "ForceOff" | "GracefulShutdown" => power.store(false, Ordering::SeqCst),
+        "On" | "ForceOn" => state.fleet.set_power(id, true),
+        "ForceOff" | "GracefulShutdown" => state.fleet.set_power(id, false),
         "ForceRestart" => {}
         _ => return StatusCode::BAD_REQUEST.into_response(),
     }
