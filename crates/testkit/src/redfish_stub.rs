@@ -173,11 +173,7 @@ async fn system(State(state): State<AppState>, Path(id): Path<usize>) -> Respons
         return StatusCode::NOT_FOUND.into_response();
     };
     state.fleet.reads.fetch_add(1, Ordering::Relaxed);
-    let power = if power {
-        "On"
-    } else {
-        "Off"
-    };
+    let power = if power { "On" } else { "Off" };
     axum::Json(json!({
         "@odata.id": format!("/redfish/v1/Systems/{id}"),
         "Id": id.to_string(),
