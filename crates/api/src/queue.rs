@@ -358,6 +358,9 @@ pub struct RebootQueueEntryStatus {
     /// The entry is not drained again before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_backoff_expire: Option<Timestamp>,
+    /// Why the last drain failed (kept while the entry waits out its backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drain_failure: Option<String>,
     /// In words: what the entry is doing or waiting for.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

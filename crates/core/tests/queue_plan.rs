@@ -89,6 +89,7 @@ fn entry(index: u64, node: &str) -> EntryView {
         last_transition: None,
         backoff_count: 0,
         backoff_expire: None,
+        last_drain_failure: None,
         reboot: None,
         boot_timed_out: false,
         message: String::new(),
@@ -194,6 +195,7 @@ fn backed_off(until_s: i64, failures: u32) -> WaitReason {
     WaitReason::BackedOff {
         until: ts(until_s),
         failures,
+        last_failure: None,
     }
 }
 /// What `resolve_method` says about this target under this config.

@@ -312,6 +312,7 @@ fn an_entry_without_status_is_queued() {
             last_transition: None,
             backoff_count: 0,
             backoff_expire: None,
+            last_drain_failure: None,
             reboot: None,
             boot_timed_out: false,
             message: String::new(),

@@ -98,19 +98,20 @@ async fn main() -> std::process::ExitCode {
 /// A client for `--kubeconfig`, or for `$KUBECONFIG` / the in-cluster config without it.
 async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
     use anyhow::Context;
-    match kubeconfig {
+    let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
                 .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?;
-            kube::Client::try_from(config).context("building the Kubernetes client")
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        None => kube::Client::try_default().await.context(
+        None => kube::Config::infer().await.context(
             "connecting to Kubernetes (set --kubeconfig or KUBECONFIG, or run in a cluster)",
-        ),
-    }
+        )?,
+    };
+    kube::Client::try_from(hostcycle_operator::client_config(config))
+        .context("building the Kubernetes client")
 }
 
 fn print_manifests(namespace: &str) -> anyhow::Result<()> {

@@ -52,6 +52,15 @@ impl ControllerName {
         [ControllerName::BareMetalHost, ControllerName::RebootQueue];
 }
 
+/// The client settings the operator needs. kube retries 429 answers on its own by default;
+/// for an eviction a 429 is a PodDisruptionBudget's refusal, which the reboot queue must see
+/// at once (and retry per `evictRetries`, or delete, or back off) — not after 15 hidden
+/// retries. Every controller here retries failed calls itself, with backoff.
+pub fn client_config(mut config: kube::Config) -> kube::Config {
+    config.default_retry = false;
+    config
+}
+
 /// Everything the operator process needs.
 #[derive(Debug, Clone)]
 pub struct OperatorConfig {

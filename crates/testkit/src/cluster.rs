@@ -606,9 +606,12 @@ fn write_kubeconfig(
 pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, TestkitError> {
     let kc = Kubeconfig::read_from(path)
         .map_err(|e| other(&format!("reading kubeconfig {}", path.display()), e))?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| other(&format!("loading kubeconfig {}", path.display()), e))?;
+    // As the operator's client (see `hostcycle_operator::client_config`): a 429 from an
+    // eviction is a PodDisruptionBudget's answer, not something to retry blindly.
+    config.default_retry = false;
     Client::try_from(config).map_err(|e| other("building Kubernetes client", e))
 }
 

@@ -50,6 +50,8 @@ pub enum WaitReason {
     BackedOff {
         until: Timestamp,
         failures: u32,
+        /// Why the last drain failed, when recorded.
+        last_failure: Option<String>,
     },
     /// Every slot is taken by entries in progress.
     NoFreeSlot {
@@ -87,11 +89,21 @@ impl fmt::Display for WaitReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Disabled => f.write_str("the reboot queue is disabled"),
-            Self::BackedOff { until, failures } => write!(
-                f,
-                "drain backed off after {failures} failed attempt{} until {until}",
-                if *failures == 1 { "" } else { "s" }
-            ),
+            Self::BackedOff {
+                until,
+                failures,
+                last_failure,
+            } => {
+                write!(
+                    f,
+                    "drain backed off after {failures} failed attempt{} until {until}",
+                    if *failures == 1 { "" } else { "s" }
+                )?;
+                match last_failure {
+                    Some(why) => write!(f, "; last failure: {why}"),
+                    None => Ok(()),
+                }
+            }
             Self::NoFreeSlot { in_progress, max } => write!(
                 f,
                 "all {max} slot{} (maxConcurrentReboots) taken by {}",
@@ -257,6 +269,7 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
             Some(WaitReason::BackedOff {
                 until: entry.backoff_expire.unwrap_or(now),
                 failures: entry.backoff_count,
+                last_failure: entry.last_drain_failure.clone(),
             })
         } else {
             cannot_reboot(snapshot, &entry.node).map(|why| WaitReason::CannotReboot { why })

@@ -99,6 +99,8 @@ pub struct EntryView {
     pub last_transition: Option<Timestamp>,
     pub backoff_count: u32,
     pub backoff_expire: Option<Timestamp>,
+    /// Why the last drain failed.
+    pub last_drain_failure: Option<String>,
     pub reboot: Option<RebootProgress>,
     /// The `BootTimedOut` condition is already True.
     pub boot_timed_out: bool,
@@ -118,6 +120,7 @@ impl EntryView {
             last_transition: status.last_transition_time,
             backoff_count: status.drain_backoff_count,
             backoff_expire: status.drain_backoff_expire,
+            last_drain_failure: status.last_drain_failure.clone(),
             boot_timed_out: status.conditions.iter().any(|c| {
                 c.type_ == hostcycle_api::reasons::queue_condition::BOOT_TIMED_OUT
                     && c.status == "True"

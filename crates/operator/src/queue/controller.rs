@@ -809,6 +809,7 @@ impl Controller {
                 s.last_transition_time = Some(now);
                 s.drain_backoff_count = count;
                 s.drain_backoff_expire = Some(expire);
+                s.last_drain_failure = Some(bounded_message(why));
                 s.message = text.clone();
                 s.reboot = None;
             })
@@ -1285,7 +1286,12 @@ impl Controller {
         entry: &RebootQueueEntry,
         change: impl FnOnce(&mut RebootQueueEntryStatus),
     ) -> Option<RebootQueueEntry> {
-        let mut next = entry.clone();
+        // Build on the newest version the loop knows: its own last write may be newer than
+        // the copy a caller holds (several steps of one round write the same entry).
+        let mut next = match self.written.get(&entry.name_any()) {
+            Some(mine) if mine.uid() == entry.uid() && newer(mine, entry) => mine.clone(),
+            _ => entry.clone(),
+        };
         let mut status = next.status.take().unwrap_or_default();
         change(&mut status);
         status.message = bounded_message(&status.message);
@@ -1295,7 +1301,7 @@ impl Controller {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PostParams::default()
         };
-        match api.replace_status(&entry.name_any(), &params, &next).await {
+        match api.replace_status(&next.name_any(), &params, &next).await {
             Ok(written) => {
                 self.written.insert(written.name_any(), written.clone());
                 Some(written)

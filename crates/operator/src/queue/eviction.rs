@@ -1,6 +1,9 @@
 //! The Eviction API, posted by hand: kube's `Api::<Pod>::evict` sends delete options under a
 //! key the API server ignores (so a dry run would evict for real). The version is chosen by
 //! discovery: `policy/v1` where served, else `policy/v1beta1` (Kubernetes 1.20).
+//!
+//! The client must not retry 429 answers by itself (`crate::client_config`): a 429 here is a
+//! PodDisruptionBudget's refusal, which the drain rules act on at once.
 
 use hostcycle_core::queue::drain::EvictionAnswer;
 use kube::Client;
