@@ -125,6 +125,13 @@ struct SimKubelet {
     started_pods: HashSet<String>,
     next_ip: u32,
     last_power_error: Option<String>,
+    /// Set by the pod watch: a pod bound to this node changed (a real kubelet watches its
+    /// pods, so it starts and stops them at once, not at the next periodic sync).
+    pods_changed: Arc<tokio::sync::Notify>,
+    pods_dirty: bool,
+    /// When the next terminating pod's containers exit.
+    next_pod_exit: Option<Timestamp>,
+    last_power_read: Option<Instant>,
 }
 
 impl SimKubelet {
@@ -146,23 +153,59 @@ impl SimKubelet {
             started_pods: HashSet::new(),
             next_ip: 2,
             last_power_error: None,
+            pods_changed: Arc::new(tokio::sync::Notify::new()),
+            pods_dirty: false,
+            next_pod_exit: None,
+            last_power_read: None,
         }
     }
 
     async fn run(mut self, cancel: CancellationToken) {
         let node = self.host.node_name.clone();
         tracing::info!(node = %node, bmc = %self.host.bmc.description(), "simulated host started");
+        let watch = tokio::spawn(watch_pods(
+            self.pods.clone(),
+            node.clone(),
+            self.pods_changed.clone(),
+        ));
         loop {
+            let wait = self.next_wait();
+            let changed = self.pods_changed.clone();
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(self.config.power_poll_interval) => {}
+                _ = tokio::time::sleep(wait) => {}
+                _ = changed.notified() => self.pods_dirty = true,
             }
             self.tick().await;
         }
+        watch.abort();
         tracing::info!(node = %node, "simulated host stopped");
     }
 
+    /// Until the next power read or the next pod exit, whichever comes first.
+    fn next_wait(&self) -> Duration {
+        let power = self
+            .last_power_read
+            .map(|t| self.config.power_poll_interval.saturating_sub(t.elapsed()))
+            .unwrap_or_default();
+        let exit = self
+            .next_pod_exit
+            .map(|at| Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or_default());
+        exit.map_or(power, |e| e.min(power))
+    }
+
     async fn tick(&mut self) {
+        if !due(
+            self.last_power_read,
+            self.config.power_poll_interval,
+            Instant::now(),
+        ) {
+            if let HostLifecycle::Running { .. } = self.state {
+                self.kubelet_work().await;
+            }
+            return;
+        }
+        self.last_power_read = Some(Instant::now());
         let observed = match read_power(self.host.bmc.as_ref()).await {
             Ok(p) => {
                 self.last_power_error = None;
@@ -242,7 +285,12 @@ impl SimKubelet {
                 }
             }
         }
-        if due(self.last_pod_sync, self.config.pod_sync_interval, now) {
+        let exit_due = self.next_pod_exit.is_some_and(|at| Timestamp::now() >= at);
+        if self.pods_dirty
+            || exit_due
+            || due(self.last_pod_sync, self.config.pod_sync_interval, now)
+        {
+            self.pods_dirty = false;
             if let Err(e) = self.sync_pods().await {
                 tracing::warn!(node = %self.host.node_name, error = %e, "pod sync failed");
             }
@@ -387,6 +435,7 @@ impl SimKubelet {
             .list(&ListParams::default().fields(&selector))
             .await?;
         let now = Timestamp::now();
+        self.next_pod_exit = None;
         for pod in pods.items {
             let (Some(ns), Some(name), Some(uid)) = (
                 pod.metadata.namespace.clone(),
@@ -408,6 +457,10 @@ impl SimKubelet {
                 let exit_after = Duration::from_secs(grace).min(self.config.pod_shutdown_delay);
                 let exits_at =
                     requested + jiff::SignedDuration::try_from(exit_after).unwrap_or_default();
+                if now < exits_at {
+                    self.next_pod_exit =
+                        Some(self.next_pod_exit.map_or(exits_at, |t| t.min(exits_at)));
+                }
                 if now >= exits_at {
                     let dp = DeleteParams {
                         grace_period_seconds: Some(0),
@@ -514,4 +567,18 @@ impl SimKubelet {
 
 fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
     last.is_none_or(|t| now.duration_since(t) >= every)
+}
+
+/// Wakes the node's kubelet whenever one of its pods changes.
+async fn watch_pods(pods: Api<Pod>, node: String, changed: Arc<tokio::sync::Notify>) {
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    let config = kube::runtime::watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let stream = kube::runtime::watcher(pods, config).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            changed.notify_one();
+        }
+    }
 }

@@ -100,12 +100,13 @@ pub async fn run(
         eviction = evictor.api_version(),
         "reboot queue controller starting"
     );
-    let shared = Arc::new(Shared {
-        client: client.clone(),
-        events: EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
+    let (shared, event_task) = Shared::new(
+        client.clone(),
         metrics,
         evictor,
-    });
+        EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
+    );
+    let shared = Arc::new(shared);
     let wake = Arc::new(Notify::new());
     let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
     let mut controller = Controller::new(shared.clone(), stores, config);
@@ -113,6 +114,10 @@ pub async fn run(
     for task in watch_tasks {
         task.abort();
     }
+    // Let the last Events go out, briefly.
+    drop(controller);
+    drop(shared);
+    let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
 }
 
 /// Starts one watch per kind; every relevant event wakes the loop.
@@ -896,6 +901,11 @@ impl Controller {
         else {
             return;
         };
+        // Request first: Events and metrics must not delay the reboot.
+        match method {
+            RebootMethod::Bmc => self.follow_reboot(&written, &snapshot, now).await,
+            RebootMethod::Command => self.spawn_command(&written, &snapshot, Some(1)),
+        }
         if let Some(d) = drained_in {
             self.shared
                 .metrics
@@ -925,10 +935,6 @@ impl Controller {
                 &message,
             )
             .await;
-        match method {
-            RebootMethod::Bmc => self.follow_reboot(&written, &snapshot, now).await,
-            RebootMethod::Command => self.spawn_command(&written, &snapshot, Some(1)),
-        }
     }
 
     /// A reboot in progress: BMC steps are taken here; a Command worker runs; the boot

@@ -20,14 +20,14 @@ use futures::{StreamExt, TryStreamExt};
 use hostcycle_api::reasons::queue_event_reason as reason;
 use hostcycle_core::queue::QueueConfig;
 use hostcycle_core::queue::drain::{
-    EvictionStep, PodView, after_dry_run, after_eviction, drain_work, job_pod_blockers,
+    DrainWork, EvictionStep, PodView, after_dry_run, after_eviction, drain_work, job_pod_blockers,
     namespace_protected,
 };
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::watcher::{self, watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -148,7 +148,7 @@ async fn drain(
     }
 
     // Evict and delete, then follow the node until it is empty.
-    let mut events = watch_pods(&pods_api, &job.node);
+    let mut watch = PodWatch::start(&pods_api, &job.node);
     let mut handled: HashSet<String> = HashSet::new();
     let mut current = work;
     loop {
@@ -206,7 +206,8 @@ async fn drain(
         let pods_left = current.remaining.len();
         if pods_left > 0 {
             progress(waiting_message(&current.remaining));
-            current = wait_for_pod_change(&mut events, job, &pods_api, &on_node, &current).await?;
+            current = wait_for_pod_change(&mut watch, job, &pods_api, &on_node, &current, &handled)
+                .await?;
             job_pod_blockers(&current).map_err(|f| f.0)?;
             continue;
         }
@@ -230,7 +231,7 @@ async fn list_work(
     pods_api: &Api<Pod>,
     on_node: &ListParams,
     job: &DrainJob,
-) -> Result<hostcycle_core::queue::drain::DrainWork, String> {
+) -> Result<DrainWork, String> {
     let pods: Vec<PodView> = pods_api
         .list(on_node)
         .await
@@ -242,52 +243,86 @@ async fn list_work(
     Ok(drain_work(&pods, job.config.protected_job_pods.as_ref()))
 }
 
-/// The node's pod watch: every change wakes the drain at once.
-type PodEvents = futures::stream::BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>;
-
-fn watch_pods(pods_api: &Api<Pod>, node: &str) -> PodEvents {
-    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    watcher(pods_api.clone(), config).default_backoff().boxed()
+/// The node's pods, kept current by a watch: every change wakes the drain at once, and
+/// the drain reads the cache instead of listing the node's pods again and again.
+struct PodWatch {
+    store: reflector::Store<Pod>,
+    events: futures::stream::BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>,
+    synced: bool,
 }
 
-/// Waits until the set of counted pods differs from `current` (or a new pod needs evicting)
-/// and returns the new work.
+impl PodWatch {
+    fn start(pods_api: &Api<Pod>, node: &str) -> PodWatch {
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let (store, writer) = reflector::store();
+        let events = reflector(writer, watcher(pods_api.clone(), config))
+            .default_backoff()
+            .boxed();
+        PodWatch {
+            store,
+            events,
+            synced: false,
+        }
+    }
+
+    fn work(&self, job: &DrainJob) -> DrainWork {
+        let pods: Vec<PodView> = self
+            .store
+            .state()
+            .iter()
+            .map(|p| PodView::from_pod(p))
+            .collect();
+        drain_work(&pods, job.config.protected_job_pods.as_ref())
+    }
+}
+
+/// Pods still counted, and whether each is already terminating.
+fn fingerprint(work: &DrainWork) -> Vec<(String, bool)> {
+    work.remaining
+        .iter()
+        .map(|p| (p.uid.clone(), p.terminating))
+        .collect()
+}
+
+/// Whether `work` holds a pod the drain has not evicted or deleted yet.
+fn has_new_pods(work: &DrainWork, handled: &HashSet<String>) -> bool {
+    work.evict
+        .iter()
+        .chain(work.delete.iter())
+        .any(|p| !handled.contains(&p.uid))
+}
+
+/// Waits until the counted pods differ from `current`, or a pod that was not handled yet
+/// needs evicting, and returns the new work.
 async fn wait_for_pod_change(
-    events: &mut PodEvents,
+    watch: &mut PodWatch,
     job: &DrainJob,
     pods_api: &Api<Pod>,
     on_node: &ListParams,
-    current: &hostcycle_core::queue::drain::DrainWork,
-) -> Result<hostcycle_core::queue::drain::DrainWork, String> {
-    let before: Vec<(String, bool)> = current
-        .remaining
-        .iter()
-        .map(|p| (p.uid.clone(), p.terminating))
-        .collect();
-    // A re-list now and then, in case an event is missed while the watch reconnects.
+    current: &DrainWork,
+    handled: &HashSet<String>,
+) -> Result<DrainWork, String> {
+    let before = fingerprint(current);
+    // A re-list now and then, in case the watch is stuck reconnecting.
     let resync = tokio::time::sleep(Duration::from_secs(10));
     tokio::pin!(resync);
     loop {
         tokio::select! {
             _ = &mut resync => return list_work(pods_api, on_node, job).await,
-            event = events.next() => match event {
-                Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)) => {
-                    let work = list_work(pods_api, on_node, job).await?;
-                    let after: Vec<(String, bool)> = work
-                        .remaining
-                        .iter()
-                        .map(|p| (p.uid.clone(), p.terminating))
-                        .collect();
-                    if after != before || !work.evict.is_empty() || !work.delete.is_empty() {
-                        return Ok(work);
-                    }
-                }
-                Some(Ok(_)) => {}
+            event = watch.events.next() => match event {
+                Some(Ok(watcher::Event::InitDone)) => watch.synced = true,
+                Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) if watch.synced => {}
+                Some(Ok(_)) => continue,
                 Some(Err(e)) => {
                     tracing::debug!(node = %job.node, error = %e, "pod watch error; retrying");
+                    continue;
                 }
                 None => return list_work(pods_api, on_node, job).await,
             }
+        }
+        let work = watch.work(job);
+        if fingerprint(&work) != before || has_new_pods(&work, handled) {
+            return Ok(work);
         }
     }
 }

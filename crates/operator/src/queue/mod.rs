@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::events::{EventKind, EventPublisher};
 use crate::metrics::Metrics;
@@ -50,13 +50,45 @@ impl Default for QueueControllerConfig {
 /// What the loop and its workers share.
 pub struct Shared {
     pub client: Client,
-    pub events: EventPublisher,
     pub metrics: Arc<Metrics>,
     pub evictor: Evictor,
+    /// Events go out through one background task, in order, so publishing never holds up the
+    /// loop (a slow events API must not delay a reboot request or an uncordon).
+    events: mpsc::UnboundedSender<(ObjectReference, EventKind, String, String)>,
 }
 
 impl Shared {
-    /// Logs and publishes an Event; a failure to publish is logged, never fatal.
+    /// `Shared` and the task that publishes its Events (stops when `Shared` is dropped).
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        evictor: Evictor,
+        publisher: EventPublisher,
+    ) -> (Shared, tokio::task::JoinHandle<()>) {
+        let (events, mut queue) =
+            mpsc::unbounded_channel::<(ObjectReference, EventKind, String, String)>();
+        let task = tokio::spawn(async move {
+            while let Some((regarding, kind, reason, note)) = queue.recv().await {
+                if let Err(e) = publisher
+                    .publish(&regarding, kind, &reason, "RebootQueue", &note)
+                    .await
+                {
+                    tracing::warn!(object = ?regarding.name, reason, error = %e, "could not publish event");
+                }
+            }
+        });
+        (
+            Shared {
+                client,
+                metrics,
+                evictor,
+                events,
+            },
+            task,
+        )
+    }
+
+    /// Logs an Event and hands it to the publisher task (best effort, never blocks).
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
@@ -73,13 +105,12 @@ impl Shared {
             EventKind::Normal => tracing::info!(%object, reason, note, "event"),
             EventKind::Warning => tracing::warn!(%object, reason, note, "event"),
         }
-        if let Err(e) = self
-            .events
-            .publish(regarding, kind, reason, "RebootQueue", note)
-            .await
-        {
-            tracing::warn!(%object, reason, error = %e, "could not publish event");
-        }
+        let _ = self.events.send((
+            regarding.clone(),
+            kind,
+            reason.to_string(),
+            note.to_string(),
+        ));
     }
 }
 
