@@ -303,3 +303,83 @@ status:
     assert_eq!(v["status"]["provisioning"]["state"], "inspecting");
     assert_eq!(v["status"]["operationalStatus"], "delayed");
 }
+
+fn columns(crd: &CustomResourceDefinition) -> Vec<(String, String)> {
+    crd.spec.versions[0]
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| (c.name.clone(), c.json_path.clone()))
+        .collect()
+}
+
+#[test]
+fn reboot_queue_crds_are_cluster_scoped_with_short_names_and_status() {
+    let crds = hostcycle_api::crds();
+    let names: Vec<&str> = crds
+        .iter()
+        .map(|c| c.metadata.name.as_deref().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "baremetalhosts.metal3.io",
+            "rebootqueues.hostcycle.io",
+            "rebootqueueentries.hostcycle.io"
+        ]
+    );
+    for (crd, short) in [(&crds[1], "rq"), (&crds[2], "rqe")] {
+        assert_eq!(crd.spec.group, "hostcycle.io");
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, Some(vec![short.to_owned()]));
+        assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+        assert!(
+            crd.spec.versions[0]
+                .subresources
+                .as_ref()
+                .is_some_and(|s| s.status.is_some()),
+            "{short}: status subresource (the controller writes only status)"
+        );
+    }
+}
+
+#[test]
+fn kubectl_get_rqe_shows_index_node_phase_backoff_and_message() {
+    let crds = hostcycle_api::crds();
+    let cols = columns(&crds[2]);
+    for (name, path) in [
+        ("Index", ".spec.index"),
+        ("Node", ".spec.node"),
+        ("Phase", ".status.phase"),
+        ("Backoff-Until", ".status.drainBackoffExpire"),
+        ("Message", ".status.message"),
+    ] {
+        assert!(
+            cols.contains(&(name.to_string(), path.to_string())),
+            "column {name} ({path}) in {cols:?}"
+        );
+    }
+    let queue_cols = columns(&crds[1]);
+    for path in [".status.enabled", ".status.running", ".status.queued"] {
+        assert!(
+            queue_cols.iter().any(|(_, p)| p == path),
+            "{path} in {queue_cols:?}"
+        );
+    }
+}
+
+#[test]
+fn an_empty_reboot_queue_spec_round_trips_as_defaults() {
+    use hostcycle_api::queue::{RebootQueueEntry, RebootQueueSpec};
+    let spec: RebootQueueSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert_eq!(spec, RebootQueueSpec::default());
+    assert_eq!(serde_json::to_value(&spec).unwrap(), serde_json::json!({}));
+    let entry = RebootQueueEntry::for_node("worker-3", 12);
+    let v = serde_json::to_value(&entry).unwrap();
+    assert_eq!(v["metadata"]["name"], "rqe-0000000012");
+    assert_eq!(
+        v["spec"],
+        serde_json::json!({ "node": "worker-3", "index": 12 })
+    );
+}

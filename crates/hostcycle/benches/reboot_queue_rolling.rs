@@ -337,6 +337,9 @@ async fn main() {
     let mut request_ms = Vec::new();
     let mut uncordon_ms = Vec::new();
     let mut eviction_spread_ms = Vec::new();
+    let mut cordon_to_first_eviction_ms = Vec::new();
+    let mut pod_exit_ms = Vec::new();
+    let mut drain_ms = Vec::new();
     let mut missing = Vec::new();
     for name in &names {
         let node_pods: Vec<&(String, Option<Timestamp>, Option<Timestamp>)> =
@@ -345,6 +348,17 @@ async fn main() {
         let evicted: Vec<Timestamp> = node_pods.iter().filter_map(|(_, t, _)| *t).collect();
         if let (Some(first), Some(last)) = (evicted.iter().min(), evicted.iter().max()) {
             eviction_spread_ms.push(last.duration_since(*first).as_secs_f64() * 1000.0);
+            if let Some(c) = s.cordoned.get(name) {
+                cordon_to_first_eviction_ms.push(first.duration_since(*c).as_secs_f64() * 1000.0);
+                if let Some(d) = drained {
+                    drain_ms.push(d.duration_since(*c).as_secs_f64() * 1000.0);
+                }
+            }
+        }
+        for (_, evicted_at, gone) in &node_pods {
+            if let (Some(e), Some(g)) = (evicted_at, gone) {
+                pod_exit_ms.push(g.duration_since(*e).as_secs_f64() * 1000.0);
+            }
         }
         match (drained, s.annotated.get(name)) {
             (Some(d), Some(a)) => request_ms.push(a.duration_since(d).as_secs_f64() * 1000.0),
@@ -359,7 +373,14 @@ async fn main() {
             _ => missing.push(format!("{name}: boot/uncordon")),
         }
     }
-    for v in [&mut request_ms, &mut uncordon_ms, &mut eviction_spread_ms] {
+    for v in [
+        &mut request_ms,
+        &mut uncordon_ms,
+        &mut eviction_spread_ms,
+        &mut cordon_to_first_eviction_ms,
+        &mut pod_exit_ms,
+        &mut drain_ms,
+    ] {
         v.sort_by(|a, b| a.total_cmp(b));
     }
     let waves = args.workers.div_ceil(args.max_concurrent as usize) as f64;
@@ -387,6 +408,12 @@ async fn main() {
         "a node's evictions, first → last issued",
         &eviction_spread_ms,
     );
+    row(
+        "cordon → first eviction (incl. the dry run)",
+        &cordon_to_first_eviction_ms,
+    );
+    row("a pod evicted → gone (simulated kubelet)", &pod_exit_ms);
+    row("cordon → drain complete", &drain_ms);
     println!("| total wall time | {:.1} s |", wall.as_secs_f64());
     println!(
         "| ideal schedule: {waves:.0} waves × ({} ms shutdown + 2 × {} ms power transition + {} ms boot) | {ideal:.1} s |",

@@ -152,6 +152,79 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
             "{node}: {reasons:?}"
         );
     }
+
+    // Entries the queue removes by itself, with a Warning: a node that does not exist, and a
+    // second entry for a node already queued (the first wins).
+    let ghost = lab.queue("ghost").await;
+    lab.wait_entry_gone("ghost", REBOOT_TIMEOUT).await;
+    let notes = lab.events_about(&ghost).await;
+    assert!(
+        notes.iter().any(|(r, _)| r == "NodeNotFound"),
+        "NodeNotFound Event: {notes:?}"
+    );
+
+    // A boot that is never confirmed: Warning, condition and metric; the entry keeps waiting
+    // and the node stays cordoned until the entry is cancelled.
+    lab.patch_queue(json!({ "reboot": {
+        "rebootCommand": ["/usr/bin/true"],
+        "bootCheckCommand": ["/usr/bin/echo", "false"],
+        "bootTimeoutSeconds": 5,
+    }}))
+    .await;
+    lab.queue("c-0").await;
+    let duplicate = lab.queue("c-0").await;
+    let what = "the duplicate entry for c-0 to be removed";
+    hostcycle_testkit::wait_until(what, REBOOT_TIMEOUT, || async {
+        lab.entries
+            .get_opt(&duplicate)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(
+        lab.event_reasons_about(&duplicate)
+            .await
+            .iter()
+            .any(|r| r == "DuplicateEntry"),
+        "DuplicateEntry Event"
+    );
+    let overdue = lab
+        .wait_entry("c-0", "BootTimedOut condition", REBOOT_TIMEOUT, |e| {
+            e.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "BootTimedOut" && c.status == "True")
+            })
+        })
+        .await;
+    assert_eq!(overdue.phase(), EntryPhase::Rebooting, "it keeps waiting");
+    assert!(
+        cordoned_by_queue(&lab.node("c-0").await),
+        "never uncordoned while not booted"
+    );
+    assert!(
+        lab.event_reasons_about("c-0")
+            .await
+            .iter()
+            .any(|r| r == "BootTimedOut"),
+        "BootTimedOut Warning on the Node"
+    );
+    let metrics = lab.lab.metrics().await;
+    assert!(
+        metrics.contains("hostcycle_reboot_queue_boot_timeouts_total 1")
+            && metrics.contains("hostcycle_reboot_queue_boot_overdue_entries 1"),
+        "boot timeout metrics in\n{metrics}"
+    );
+    lab.cancel("c-0").await;
+    lab.wait_entry_gone("c-0", REBOOT_TIMEOUT).await;
+    lab.wait_node("c-0", "uncordoned after the cancel", REBOOT_TIMEOUT, |n| {
+        !cordoned(n)
+    })
+    .await;
 }
 
 /// A pod that stays Terminating until `release` removes its finalizer.

@@ -140,6 +140,25 @@ impl fmt::Display for WaitReason {
     }
 }
 
+impl WaitReason {
+    /// The reason for an entry's `status.message`: like the `Display` text, but without the
+    /// lists of nodes that change with every start and finish elsewhere in the queue, so a
+    /// busy queue does not rewrite every waiting entry at every transition. `hostcycle rq
+    /// plan` shows the full text.
+    pub fn summary(&self) -> String {
+        match self {
+            Self::NoFreeSlot { max, .. } => format!(
+                "all {max} slot{} (maxConcurrentReboots) are taken",
+                if *max == 1 { "" } else { "s" }
+            ),
+            Self::ApiServerAfterWorkers { .. } => {
+                "API-server node waits until no worker is queued or in progress".into()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 fn list(names: &[String]) -> String {
     const SHOWN: usize = 5;
     let mut text = names

@@ -52,6 +52,8 @@ use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
 /// Retry soon after a failed write or a conflict.
 const RETRY_SOON: Duration = Duration::from_secs(1);
+/// Waiting-message writes sent at once.
+const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 
 /// The watch caches the loop decides from.
 #[derive(Clone)]
@@ -571,23 +573,35 @@ impl Controller {
                 _ => {}
             }
         }
+        // Waiting messages: many entries may need one at once (a burst of `rq add`), and
+        // none of them is a step of a reboot, so they are written concurrently.
+        let mut messages = Vec::new();
         for waiting in &plan.waiting {
             if let Some(entry) = by_name.get(&waiting.entry.name) {
-                let text = format!("waiting: {}", waiting.reason);
+                let text = format!("waiting: {}", waiting.reason.summary());
                 let status = entry.status.clone().unwrap_or_default();
-                let needs_phase = status.phase.is_none();
-                if status.message != text || needs_phase {
+                if status.message != text || status.phase.is_none() {
                     let created = entry.meta().creation_timestamp.as_ref().map(|t| t.0);
-                    self.write(entry, |s| {
+                    messages.push(self.with_status(entry, |s| {
                         if s.phase.is_none() {
                             s.phase = Some(EntryPhase::Queued);
                             s.last_transition_time = Some(created.unwrap_or(now));
                         }
                         s.message = text;
-                    })
-                    .await;
+                    }));
                 }
             }
+        }
+        let api: Api<RebootQueueEntry> = Api::all(self.shared.client.clone());
+        let results: Vec<_> = futures::stream::iter(messages.into_iter().map(|next| {
+            let api = api.clone();
+            async move { (replace_status(&api, &next).await, next) }
+        }))
+        .buffer_unordered(MESSAGE_WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+        for (result, next) in results {
+            self.record_write(&next, result);
         }
         // Workers whose entry is gone or no longer in their phase.
         let wanted: HashMap<String, WorkerKind> = self
@@ -1292,8 +1306,20 @@ impl Controller {
         entry: &RebootQueueEntry,
         change: impl FnOnce(&mut RebootQueueEntryStatus),
     ) -> Option<RebootQueueEntry> {
-        // Build on the newest version the loop knows: its own last write may be newer than
-        // the copy a caller holds (several steps of one round write the same entry).
+        let next = self.with_status(entry, change);
+        let api: Api<RebootQueueEntry> = Api::all(self.shared.client.clone());
+        let result = replace_status(&api, &next).await;
+        self.record_write(&next, result)
+    }
+
+    /// The entry with `change` applied to its status, built on the newest version the loop
+    /// knows: its own last write may be newer than the copy a caller holds (several steps of
+    /// one round write the same entry).
+    fn with_status(
+        &self,
+        entry: &RebootQueueEntry,
+        change: impl FnOnce(&mut RebootQueueEntryStatus),
+    ) -> RebootQueueEntry {
         let mut next = match self.written.get(&entry.name_any()) {
             Some(mine) if mine.uid() == entry.uid() && newer(mine, entry) => mine.clone(),
             _ => entry.clone(),
@@ -1302,23 +1328,28 @@ impl Controller {
         change(&mut status);
         status.message = bounded_message(&status.message);
         next.status = Some(status);
-        let api: Api<RebootQueueEntry> = Api::all(self.shared.client.clone());
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        match api.replace_status(&next.name_any(), &params, &next).await {
+        next
+    }
+
+    /// Keeps a successful write as the newest known version; a failed one makes the loop look
+    /// again soon (a conflict means the entry changed, e.g. it was cancelled).
+    fn record_write(
+        &mut self,
+        attempted: &RebootQueueEntry,
+        result: Result<RebootQueueEntry, kube::Error>,
+    ) -> Option<RebootQueueEntry> {
+        match result {
             Ok(written) => {
                 self.written.insert(written.name_any(), written.clone());
                 Some(written)
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-                tracing::debug!(entry = %entry.name_any(), "entry changed meanwhile; deciding again");
+                tracing::debug!(entry = %attempted.name_any(), "entry changed meanwhile; deciding again");
                 self.retry_soon = true;
                 None
             }
             Err(e) => {
-                tracing::warn!(entry = %entry.name_any(), node = %entry.spec.node, error = %e, "cannot write the entry's status; retrying");
+                tracing::warn!(entry = %attempted.name_any(), node = %attempted.spec.node, error = %e, "cannot write the entry's status; retrying");
                 self.retry_soon = true;
                 None
             }
@@ -1495,6 +1526,18 @@ impl Controller {
         // A few milliseconds late rather than early: deadlines are checked with `>=`.
         elapsed(now, next) + Duration::from_millis(5)
     }
+}
+
+/// Writes an entry's status with its resourceVersion as a precondition.
+async fn replace_status(
+    api: &Api<RebootQueueEntry>,
+    next: &RebootQueueEntry,
+) -> Result<RebootQueueEntry, kube::Error> {
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    api.replace_status(&next.name_any(), &params, next).await
 }
 
 /// True when `mine` is newer than `cached` (resourceVersions are etcd revisions; when

@@ -39,6 +39,8 @@ use crate::metrics::EvictionLabels;
 
 /// Evictions (and dry runs) in flight at once for one node.
 const EVICTION_CONCURRENCY: usize = 32;
+/// At most one "waiting for N pods" progress report this often.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How often "volumes still in use" is looked at again (the Node store has no per-node wake).
 const VOLUME_POLL: Duration = Duration::from_secs(1);
 
@@ -149,6 +151,7 @@ async fn drain(
 
     // Evict and delete, then follow the node until it is empty.
     let mut watch = PodWatch::start(&pods_api, &job.node);
+    let mut last_count_report: Option<Instant> = None;
     let mut handled: HashSet<String> = HashSet::new();
     let mut current = work;
     loop {
@@ -205,7 +208,11 @@ async fn drain(
 
         let pods_left = current.remaining.len();
         if pods_left > 0 {
-            progress(waiting_message(&current.remaining));
+            // Every pod that goes would be a status write; one a second is plenty to read.
+            if last_count_report.is_none_or(|t: Instant| t.elapsed() >= PROGRESS_EVERY) {
+                progress(waiting_message(&current.remaining));
+                last_count_report = Some(Instant::now());
+            }
             current = wait_for_pod_change(&mut watch, job, &pods_api, &on_node, &current, &handled)
                 .await?;
             job_pod_blockers(&current).map_err(|f| f.0)?;
