@@ -17,9 +17,12 @@
 //! 4. reports latency percentiles and the operator's peak RSS (VmHWM).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use common::{clock_ticks, cpu_ticks, percentile, proc_field};
 use futures::StreamExt;
 use hostcycle_api::BareMetalHost;
 use hostcycle_testkit::redfish_stub::RedfishStub;
@@ -45,26 +48,6 @@ struct Args {
     /// cargo bench passes --bench; ignore it.
     #[arg(long, hide = true)]
     bench: bool,
-}
-
-fn proc_field(pid: u32, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(key))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -158,10 +141,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let ticks = cpu_ticks(pid) - ticks_before;
     let idle_elapsed = idle_start.elapsed().as_secs_f64();
-    let clock_ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
+    let clock_ticks = clock_ticks();
     let idle_cpu = ticks as f64 / clock_ticks / idle_elapsed * 100.0;
     let idle_reads = (stub.reads() - reads_before) as f64 / idle_elapsed;
     let rss_idle = proc_field(pid, "VmRSS:").unwrap_or(0);

@@ -20,11 +20,14 @@
 //! - the operator's CPU and peak RSS over the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use common::{clock_ticks, cpu_ticks, percentile, proc_field};
 use futures::StreamExt;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{RebootQueue, RebootQueueEntry};
@@ -55,31 +58,14 @@ struct Args {
     boot_delay_ms: u64,
     #[arg(long, default_value_t = 1000)]
     shutdown_ms: u64,
+    /// `bare`: pods bound to their node, not recreated when evicted. `deployments`: one
+    /// Deployment per node, pinned to it (evicted pods are recreated and stay Pending until
+    /// their node is back).
+    #[arg(long, value_enum, default_value_t = Workload::Bare)]
+    workload: Workload,
     /// cargo bench passes --bench; ignore it.
     #[arg(long, hide = true)]
     bench: bool,
-}
-
-fn proc_field(pid: u32, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(key))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 /// What the watches saw, with the time each thing was seen.
@@ -98,6 +84,12 @@ struct Seen {
     uncordoned: HashMap<String, Timestamp>,
     /// Node Ready heartbeats seen (node → heartbeat values), to match with lastPoweredOn.
     heartbeats: HashMap<String, Vec<(Timestamp, Timestamp)>>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Workload {
+    Bare,
+    Deployments,
 }
 
 fn node_of_host(host: &str) -> String {
@@ -216,19 +208,50 @@ async fn main() {
         args.workers as i32 * args.pods,
         args.pods
     );
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    for name in &names {
-        let mut d = hostcycle_testkit::pause_deployment(&format!("app-{name}"), args.pods);
-        if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
-            spec.node_selector = Some(BTreeMap::from([(
-                "kubernetes.io/hostname".to_string(),
-                name.clone(),
-            )]));
+    match args.workload {
+        Workload::Bare => {
+            // Pods bound to their node with no controller: evicted pods are not recreated,
+            // so the run measures the queue, not the ReplicaSet controller and scheduler
+            // reacting to 1,000 evictions on the same 2 cores.
+            let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let pods: Vec<Pod> = names
+                .iter()
+                .flat_map(|node| (0..args.pods).map(move |i| (node.clone(), i)))
+                .map(|(node, i)| {
+                    serde_json::from_value(json!({
+                        "metadata": { "name": format!("{node}-pod-{i:02}"), "labels": { "app": "bench" } },
+                        "spec": {
+                            "nodeName": node,
+                            "containers": [{ "name": "app", "image": "registry.k8s.io/pause:3.2" }],
+                        },
+                    }))
+                    .unwrap()
+                })
+                .collect();
+            futures::stream::iter(pods.into_iter().map(|pod| {
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &pod).await.unwrap() }
+            }))
+            .buffer_unordered(16)
+            .collect::<Vec<_>>()
+            .await;
         }
-        deployments
-            .create(&PostParams::default(), &d)
-            .await
-            .unwrap();
+        Workload::Deployments => {
+            let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+            for name in &names {
+                let mut d = hostcycle_testkit::pause_deployment(&format!("app-{name}"), args.pods);
+                if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+                    spec.node_selector = Some(BTreeMap::from([(
+                        "kubernetes.io/hostname".to_string(),
+                        name.clone(),
+                    )]));
+                }
+                deployments
+                    .create(&PostParams::default(), &d)
+                    .await
+                    .unwrap();
+            }
+        }
     }
     let pods: Api<Pod> = Api::all(client.clone());
     let total_pods = args.workers * args.pods as usize;
@@ -321,10 +344,7 @@ async fn main() {
     .await
     .unwrap();
     let wall = run_start.elapsed();
-    let clock_ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
+    let clock_ticks = clock_ticks();
     let cpu = (cpu_ticks(pid) - ticks_before) as f64 / clock_ticks / wall.as_secs_f64() * 100.0;
     let peak_rss = proc_field(pid, "VmHWM:").unwrap_or(0);
     // Let the watches catch the last uncordons.
@@ -388,8 +408,8 @@ async fn main() {
     let ideal = waves * per_node;
 
     println!(
-        "\n## Reboot queue: rolling reboot of {} workers, {} pods each, maxConcurrentReboots {} (1 operator process, 2 cores)\n",
-        args.workers, args.pods, args.max_concurrent
+        "\n## Reboot queue: rolling reboot of {} workers, {} pods each ({:?}), maxConcurrentReboots {} (1 operator process, 2 cores)\n",
+        args.workers, args.pods, args.workload, args.max_concurrent
     );
     println!("| measure | value |");
     println!("|---|---|");

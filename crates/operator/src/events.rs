@@ -125,7 +125,7 @@ impl EventPublisher {
             reason: Some(reason.to_string()),
             action: Some(action.to_string()),
             // events.k8s.io/v1 limits the note to 1 KiB.
-            note: Some(truncate(note, 1024)),
+            note: Some(crate::text::bounded(note, 1024)),
             regarding: Some(regarding.clone()),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
@@ -141,29 +141,5 @@ impl EventPublisher {
             },
         );
         Ok(())
-    }
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub(3);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn truncation_keeps_char_boundaries() {
-        assert_eq!(truncate("short", 10), "short");
-        let long = "é".repeat(600);
-        let t = truncate(&long, 1024);
-        assert!(t.len() <= 1024 && t.ends_with("..."));
     }
 }

@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod queue;
 pub mod rbac;
+pub mod text;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

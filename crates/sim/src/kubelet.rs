@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -20,6 +21,8 @@ use crate::power::read_power;
 use hostcycle_bmc::PowerDriver;
 
 const FIELD_MANAGER: &str = "hostcycle-sim";
+/// Pod deletions or status updates one simulated kubelet sends at once.
+const POD_CALLS_IN_FLIGHT: usize = 16;
 /// Label marking Nodes that the simulator plays.
 pub const SIMULATED_LABEL: &str = "hostcycle.io/simulated";
 
@@ -129,6 +132,10 @@ struct SimKubelet {
     /// pods, so it starts and stops them at once, not at the next periodic sync).
     pods_changed: Arc<tokio::sync::Notify>,
     pods_dirty: bool,
+    /// The node's pods as the watch last saw them (filled once the watch has listed them).
+    pod_store: kube::runtime::reflector::Store<Pod>,
+    pod_store_writer: Option<kube::runtime::reflector::store::Writer<Pod>>,
+    pod_store_ready: Arc<std::sync::atomic::AtomicBool>,
     /// When the next terminating pod's containers exit.
     next_pod_exit: Option<Timestamp>,
     last_power_read: Option<Instant>,
@@ -136,6 +143,8 @@ struct SimKubelet {
 
 impl SimKubelet {
     fn new(client: Client, config: SimConfig, host: SimHost, index: usize) -> Self {
+        let pod_store_writer = kube::runtime::reflector::store::Writer::<Pod>::default();
+        let pod_store = pod_store_writer.as_reader();
         SimKubelet {
             nodes: Api::all(client.clone()),
             pods: Api::all(client.clone()),
@@ -155,6 +164,9 @@ impl SimKubelet {
             last_power_error: None,
             pods_changed: Arc::new(tokio::sync::Notify::new()),
             pods_dirty: false,
+            pod_store,
+            pod_store_writer: Some(pod_store_writer),
+            pod_store_ready: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             next_pod_exit: None,
             last_power_read: None,
         }
@@ -163,11 +175,16 @@ impl SimKubelet {
     async fn run(mut self, cancel: CancellationToken) {
         let node = self.host.node_name.clone();
         tracing::info!(node = %node, bmc = %self.host.bmc.description(), "simulated host started");
-        let watch = tokio::spawn(watch_pods(
-            self.pods.clone(),
-            node.clone(),
-            self.pods_changed.clone(),
-        ));
+        let watch = match self.pod_store_writer.take() {
+            Some(writer) => tokio::spawn(watch_pods(
+                self.pods.clone(),
+                node.clone(),
+                writer,
+                self.pods_changed.clone(),
+                self.pod_store_ready.clone(),
+            )),
+            None => tokio::spawn(async {}),
+        };
         loop {
             let wait = self.next_wait();
             let changed = self.pods_changed.clone();
@@ -429,14 +446,28 @@ impl SimKubelet {
     }
 
     async fn sync_pods(&mut self) -> Result<(), kube::Error> {
-        let selector = format!("spec.nodeName={}", self.host.node_name);
-        let pods = self
-            .pods
-            .list(&ListParams::default().fields(&selector))
-            .await?;
+        // The watch's cache once it has listed the node's pods; a LIST before that.
+        let pods: Vec<Pod> = if self
+            .pod_store_ready
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            self.pod_store
+                .state()
+                .iter()
+                .map(|p| (**p).clone())
+                .collect()
+        } else {
+            let selector = format!("spec.nodeName={}", self.host.node_name);
+            self.pods
+                .list(&ListParams::default().fields(&selector))
+                .await?
+                .items
+        };
         let now = Timestamp::now();
         self.next_pod_exit = None;
-        for pod in pods.items {
+        let mut deletes = Vec::new();
+        let mut starts = Vec::new();
+        for pod in pods {
             let (Some(ns), Some(name), Some(uid)) = (
                 pod.metadata.namespace.clone(),
                 pod.metadata.name.clone(),
@@ -462,6 +493,22 @@ impl SimKubelet {
                         Some(self.next_pod_exit.map_or(exits_at, |t| t.min(exits_at)));
                 }
                 if now >= exits_at {
+                    deletes.push((api, name, uid));
+                }
+                continue;
+            }
+            if self.started_pods.contains(&uid) {
+                continue;
+            }
+            let patch = self.running_status(&pod, now);
+            starts.push((api, name, uid, patch));
+        }
+        // Containers stop and start in parallel, as on a real node.
+        let node = self.host.node_name.clone();
+        let deleted: Vec<Result<String, kube::Error>> =
+            futures::stream::iter(deletes.into_iter().map(|(api, name, uid)| {
+                let node = node.clone();
+                async move {
                     let dp = DeleteParams {
                         grace_period_seconds: Some(0),
                         preconditions: Some(Preconditions {
@@ -472,23 +519,35 @@ impl SimKubelet {
                     };
                     match api.delete(&name, &dp).await {
                         Ok(_) => {
-                            tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod terminated")
+                            tracing::debug!(node = %node, pod = %name, "pod terminated");
+                            Ok(uid)
                         }
-                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                        Err(e) => return Err(e),
+                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(uid),
+                        Err(e) => Err(e),
                     }
-                    self.started_pods.remove(&uid);
                 }
-                continue;
-            }
-            if self.started_pods.contains(&uid) {
-                continue;
-            }
-            let patch = self.running_status(&pod, now);
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-            self.started_pods.insert(uid);
-            tracing::debug!(node = %self.host.node_name, pod = %format!("{ns}/{name}"), "pod running");
+            }))
+            .buffer_unordered(POD_CALLS_IN_FLIGHT)
+            .collect()
+            .await;
+        for result in deleted {
+            self.started_pods.remove(&result?);
+        }
+        let started: Vec<Result<String, kube::Error>> =
+            futures::stream::iter(starts.into_iter().map(|(api, name, uid, patch)| {
+                let node = node.clone();
+                async move {
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                    tracing::debug!(node = %node, pod = %name, "pod running");
+                    Ok(uid)
+                }
+            }))
+            .buffer_unordered(POD_CALLS_IN_FLIGHT)
+            .collect()
+            .await;
+        for result in started {
+            self.started_pods.insert(result?);
         }
         Ok(())
     }
@@ -569,16 +628,29 @@ fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
     last.is_none_or(|t| now.duration_since(t) >= every)
 }
 
-/// Wakes the node's kubelet whenever one of its pods changes.
-async fn watch_pods(pods: Api<Pod>, node: String, changed: Arc<tokio::sync::Notify>) {
+/// Keeps the node's pods in a cache and wakes its kubelet whenever one of them changes.
+async fn watch_pods(
+    pods: Api<Pod>,
+    node: String,
+    writer: kube::runtime::reflector::store::Writer<Pod>,
+    changed: Arc<tokio::sync::Notify>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+) {
     use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::Event;
     let config = kube::runtime::watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = kube::runtime::watcher(pods, config).default_backoff();
+    let stream =
+        kube::runtime::reflector(writer, kube::runtime::watcher(pods, config)).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
-        if event.is_ok() {
-            changed.notify_one();
+        match event {
+            Ok(Event::InitDone) => {
+                ready.store(true, std::sync::atomic::Ordering::Release);
+                changed.notify_one();
+            }
+            Ok(Event::Apply(_) | Event::Delete(_)) => changed.notify_one(),
+            _ => {}
         }
     }
 }

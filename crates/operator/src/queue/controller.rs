@@ -1568,15 +1568,7 @@ fn backoff_kind(reason: &str) -> &'static str {
 
 /// Status messages stay short: they are shown in `kubectl get` columns.
 fn bounded_message(text: &str) -> String {
-    const MAX: usize = 1024;
-    if text.len() <= MAX {
-        return text.to_string();
-    }
-    let mut end = MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    crate::text::bounded(text, 1024)
 }
 
 fn queue_message(snapshot: &QueueSnapshot, plan: &Plan, status: &RebootQueueStatus) -> String {

@@ -111,15 +111,7 @@ async fn drain(
     }
     let pods_api: Api<Pod> = Api::all(shared.client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={}", job.node));
-    let pods: Vec<PodView> = pods_api
-        .list(&on_node)
-        .await
-        .map_err(|e| format!("listing the pods on node {}: {e}", job.node))?
-        .items
-        .iter()
-        .map(PodView::from_pod)
-        .collect();
-    let work = drain_work(&pods, job.config.protected_job_pods.as_ref());
+    let work = list_work(&pods_api, &on_node, job).await?;
     job_pod_blockers(&work).map_err(|f| f.0)?;
     let protected = ProtectedNamespaces::load(shared, &job.config).await?;
 
