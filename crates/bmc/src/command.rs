@@ -201,6 +201,20 @@ fn truncate(text: &[u8]) -> String {
     }
 }
 
+/// Kills a command's whole process group when dropped armed (timeout, cancel, error).
+struct ProcessGroup(Option<u32>);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.and_then(|id| i32::try_from(id).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(id),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// Runs `argv… extra…` without a shell, capturing output, killed after `timeout`.
 async fn run(
     argv: &[String],
@@ -216,13 +230,22 @@ async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group, so a timeout or a cancel stops what it started too (a
+        // script's `sleep`, an `ipmitool` it runs), not just the command itself.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| BmcError::Spawn {
             program: program.clone(),
             detail: e.to_string(),
         })?;
-    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+    let mut group = ProcessGroup(child.id());
+    let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
+    if matches!(result, Ok(Ok(_))) {
+        // It finished by itself; whatever it left running on purpose is its business.
+        group.0 = None;
+    }
+    match result {
         Ok(Ok(output)) => Ok(CommandOutput {
             status: output.status.to_string(),
             success: output.status.success(),

@@ -222,6 +222,43 @@ async fn a_hanging_command_is_killed_at_the_timeout() {
     }
 }
 
+/// What a timed-out command started goes too: a script's `sleep`, an `ipmitool` it runs.
+#[tokio::test]
+async fn a_timeout_also_kills_what_the_command_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild");
+    let reboot = script(
+        dir.path(),
+        "reboot",
+        &format!("sleep 60 &\necho $! > {}\nwait", pid_file.display()),
+    );
+    let config = CommandDriverConfig {
+        reboot_command: vec![reboot.display().to_string()],
+        boot_check_command: vec!["true".into()],
+        command_timeout: Duration::from_millis(500),
+    };
+    let driver = CommandDriver::new(config, "node-4").unwrap();
+    let err = driver.reboot(PowerOffMode::Hard).await.unwrap_err();
+    assert!(matches!(err, BmcError::Timeout { .. }), "{err:?}");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let gone = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for init to reap it: either way no longer running.
+        if stat.is_empty() || stat.contains(") Z") {
+            break;
+        }
+        assert!(
+            Instant::now() < gone,
+            "timed out after 5s waiting for the command's child {pid} to die"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn power_on_and_off_are_unsupported() {
     let config = CommandDriverConfig {

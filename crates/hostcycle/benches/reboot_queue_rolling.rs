@@ -414,8 +414,13 @@ async fn main() {
     println!("| measure | value |");
     println!("|---|---|");
     let row = |label: &str, v: &[f64]| {
+        let unit = if label.contains("a pod") {
+            "pods"
+        } else {
+            "nodes"
+        };
         println!(
-            "| {label} | p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} nodes) |",
+            "| {label} | p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} {unit}) |",
             percentile(v, 0.5),
             percentile(v, 0.99),
             v.last().copied().unwrap_or(f64::NAN),

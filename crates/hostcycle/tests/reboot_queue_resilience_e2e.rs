@@ -49,7 +49,7 @@ fn command_scripts(
     hosts: &[HostSpec],
     redfish: &RedfishEmulator,
     kubeconfig: &Path,
-    reboot_delay_secs: u32,
+    reboot_delay_secs: impl Fn(&HostSpec) -> u32,
 ) -> (String, String) {
     let password = dir.join("bmc-password");
     std::fs::write(&password, PASSWORD).unwrap();
@@ -58,11 +58,12 @@ fn command_scripts(
         dir,
         "reboot.sh",
         &format!(
-            "echo \"$(date +%s.%N) $1\" >> {log}\ncase \"$1\" in\n{arms}  *) echo \"unknown node $1\" >&2; exit 2 ;;\nesac\nsleep {reboot_delay_secs}\nexec {hostcycle} bmc cycle --hard --address \"$addr\" --username {USER} --password-file {pw} --wait-timeout 60s\n",
+            "echo \"$(date +%s.%N) $1\" >> {log}\ncase \"$1\" in\n{arms}  *) echo \"unknown node $1\" >&2; exit 2 ;;\nesac\nsleep \"$delay\"\nexec {hostcycle} bmc cycle --hard --address \"$addr\" --username {USER} --password-file {pw} --wait-timeout 60s\n",
             log = dir.join("reboots.log").display(),
-            arms = by_address(hosts, |i, _| format!(
-                "addr='{}'",
-                redfish.system_address(i).unwrap()
+            arms = by_address(hosts, |i, h| format!(
+                "addr='{}'; delay={}",
+                redfish.system_address(i).unwrap(),
+                reboot_delay_secs(h)
             )),
             pw = password.display(),
         ),
@@ -101,7 +102,7 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
         &hosts,
         &lab.lab.redfish,
         lab.lab.cluster.kubeconfig_path(),
-        3,
+        |_| 3,
     );
     lab.patch_queue(json!({ "reboot": {
         "method": "Command",
@@ -225,6 +226,82 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
         !cordoned(n)
     })
     .await;
+}
+
+/// A reboot command that hangs is killed after `commandTimeoutSeconds`, retried
+/// `commandRetries` times, then reported (`RebootCommandFailed`); meanwhile another node's
+/// reboot goes through untouched — a hanging command stalls neither other entries nor the
+/// controller. The stuck entry keeps waiting for a boot until it is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hanging_reboot_command_stalls_nothing_else() {
+    let hosts = [worker("h-0"), worker("h-1")];
+    let lab = QueueLab::start(&hosts, fast_queue()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (reboot, boot_check) = command_scripts(
+        dir.path(),
+        &hosts,
+        &lab.lab.redfish,
+        lab.lab.cluster.kubeconfig_path(),
+        |h| if h.name == "h-0" { 600 } else { 0 },
+    );
+    lab.patch_queue(json!({
+        "maxConcurrentReboots": 2,
+        "reboot": {
+            "method": "Command",
+            "rebootCommand": [reboot],
+            "bootCheckCommand": [boot_check],
+            "commandTimeoutSeconds": 4,
+            "commandRetries": 1,
+            "commandIntervalSeconds": 1,
+            "bootCheckIntervalSeconds": 1,
+        },
+    }))
+    .await;
+    lab.queue("h-0").await;
+    lab.queue("h-1").await;
+    lab.wait_entry_gone("h-1", REBOOT_TIMEOUT).await;
+    assert_eq!(lab.power_cycles("h-1").await, 1, "h-1 rebooted");
+    let stuck = lab
+        .wait_entry("h-0", "reboot command given up", REBOOT_TIMEOUT, |e| {
+            e.status
+                .as_ref()
+                .and_then(|s| s.reboot.as_ref())
+                .is_some_and(|r| r.command_failure.is_some())
+        })
+        .await;
+    let progress = stuck.status.as_ref().unwrap().reboot.clone().unwrap();
+    assert_eq!(
+        progress.command_attempts, 2,
+        "one try and one retry, each recorded"
+    );
+    assert_eq!(
+        reboot_runs(dir.path(), "192.0.2.10"),
+        2,
+        "h-0's command ran twice"
+    );
+    assert!(
+        progress.command_failure.unwrap().contains("timed out"),
+        "the failure says the command timed out"
+    );
+    assert_eq!(stuck.phase(), EntryPhase::Rebooting);
+    assert!(
+        lab.event_reasons_about(&stuck.name_any())
+            .await
+            .iter()
+            .any(|r| r == "RebootCommandFailed"),
+        "RebootCommandFailed Warning"
+    );
+    assert_eq!(
+        lab.power_cycles("h-0").await,
+        0,
+        "the hung command never got to the BMC"
+    );
+    lab.cancel("h-0").await;
+    lab.wait_entry_gone("h-0", REBOOT_TIMEOUT).await;
+    assert!(
+        !cordoned(&lab.node("h-0").await),
+        "h-0 uncordoned after the cancel"
+    );
 }
 
 /// A pod that stays Terminating until `release` removes its finalizer.

@@ -132,6 +132,8 @@ struct SimKubelet {
     /// pods, so it starts and stops them at once, not at the next periodic sync).
     pods_changed: Arc<tokio::sync::Notify>,
     pods_dirty: bool,
+    /// When each terminating pod was first seen terminating.
+    terminating_since: std::collections::HashMap<String, Timestamp>,
     /// The node's pods as the watch last saw them (filled once the watch has listed them).
     pod_store: kube::runtime::reflector::Store<Pod>,
     pod_store_writer: Option<kube::runtime::reflector::store::Writer<Pod>>,
@@ -164,6 +166,7 @@ impl SimKubelet {
             last_power_error: None,
             pods_changed: Arc::new(tokio::sync::Notify::new()),
             pods_dirty: false,
+            terminating_since: std::collections::HashMap::new(),
             pod_store,
             pod_store_writer: Some(pod_store_writer),
             pod_store_ready: Arc::new(std::sync::atomic::AtomicBool::new(false)),
@@ -249,6 +252,7 @@ impl SimKubelet {
                 self.boots = boot;
                 self.booted_at = Timestamp::now();
                 self.started_pods.clear();
+                self.terminating_since.clear();
                 self.node_uid = None;
                 self.last_lease = None;
                 self.last_status = None;
@@ -476,15 +480,16 @@ impl SimKubelet {
                 continue;
             };
             let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), &ns);
-            if let Some(deleted_at) = &pod.metadata.deletion_timestamp {
-                // deletionTimestamp = request time + grace period; containers exit after
-                // min(grace, shutdown delay), then the kubelet removes the pod for good.
+            if pod.metadata.deletion_timestamp.is_some() {
+                // Containers exit min(grace period, shutdown delay) after the kubelet learns
+                // of the deletion (deletionTimestamp has only second precision), then the
+                // kubelet removes the pod for good.
                 let grace = pod
                     .metadata
                     .deletion_grace_period_seconds
                     .unwrap_or(0)
                     .max(0) as u64;
-                let requested = deleted_at.0 - jiff::SignedDuration::from_secs(grace as i64);
+                let requested = *self.terminating_since.entry(uid.clone()).or_insert(now);
                 let exit_after = Duration::from_secs(grace).min(self.config.pod_shutdown_delay);
                 let exits_at =
                     requested + jiff::SignedDuration::try_from(exit_after).unwrap_or_default();
@@ -531,7 +536,9 @@ impl SimKubelet {
             .collect()
             .await;
         for result in deleted {
-            self.started_pods.remove(&result?);
+            let uid = result?;
+            self.started_pods.remove(&uid);
+            self.terminating_since.remove(&uid);
         }
         let started: Vec<Result<String, kube::Error>> =
             futures::stream::iter(starts.into_iter().map(|(api, name, uid, patch)| {
