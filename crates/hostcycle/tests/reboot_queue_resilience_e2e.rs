@@ -16,7 +16,6 @@ use common::{LabOptions, PASSWORD, USER};
 use hostcycle_api::queue::{EntryPhase, RebootMethod};
 use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
 use hostcycle_testkit::bmc_emulators::RedfishEmulator;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -366,49 +365,144 @@ async fn operator_killed_mid_drain_and_mid_reboot_resumes_without_a_second_reboo
     assert_eq!(lab.power_cycles("k-0").await, 1, "k-0: one power cycle");
     assert!(!cordoned(&lab.node("k-0").await), "k-0 uncordoned");
 
-    // Right after the reboot was requested (the host may not even be off yet).
+    // Right after the reboot was requested. The host controller must not be able to act yet:
+    // a kill between its own write-ahead record and its BMC call makes it wait out its
+    // in-flight timeout (its documented behaviour, tested elsewhere), which is not what this
+    // scenario is about. So k-1's BMC rejects the host controller's credentials until the
+    // operator has been killed and restarted.
     let hosts_api: Api<BareMetalHost> = Api::namespaced(lab.client.clone(), common::NS);
-    lab.queue("k-1").await;
-    lab.wait_entry("k-1", "reboot requested", REBOOT_TIMEOUT, |e| {
-        e.status
-            .as_ref()
-            .and_then(|s| s.reboot.as_ref())
-            .is_some_and(|r| r.requested_at.is_some())
-    })
-    .await;
-    let what = "the reboot annotation on k-1's host";
-    hostcycle_testkit::wait_until(what, Duration::from_secs(30), || async {
-        let h = hosts_api.get("k-1").await.ok()?;
-        let annotated = h.annotations().contains_key(REBOOT_ANNOTATION)
-            || h.status
-                .as_ref()
-                .and_then(|s| s.provisioning.pending_reboot_since)
-                .is_some();
-        annotated.then_some(())
-    })
-    .await
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(lab.client.clone(), common::NS);
+    let wrong: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": { "name": "wrong-credentials" },
+        "stringData": { "username": USER, "password": "not-the-password" },
+    }))
     .unwrap();
+    secrets
+        .create(&kube::api::PostParams::default(), &wrong)
+        .await
+        .unwrap();
+    let set_credentials = |name: &'static str| {
+        let hosts_api = hosts_api.clone();
+        async move {
+            hosts_api
+                .patch(
+                    "k-1",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "spec": { "bmc": { "credentialsName": name } } })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_credentials("wrong-credentials").await;
+    lab.lab
+        .wait_host("k-1", "credentials rejected", REBOOT_TIMEOUT, |h| {
+            h.status
+                .as_ref()
+                .and_then(|s| s.operational_status)
+                .map(|s| s.as_str())
+                == Some("error")
+        })
+        .await;
+    lab.queue("k-1").await;
+    let uid = lab
+        .wait_entry("k-1", "reboot requested", REBOOT_TIMEOUT, |e| {
+            e.status
+                .as_ref()
+                .and_then(|s| s.reboot.as_ref())
+                .is_some_and(|r| r.requested_at.is_some())
+        })
+        .await
+        .uid()
+        .unwrap();
+    let marked = lab
+        .lab
+        .wait_host(
+            "k-1",
+            "the reboot request and its marker",
+            REBOOT_TIMEOUT,
+            |h| {
+                h.annotations().contains_key(REBOOT_ANNOTATION)
+                    && h.annotations().get("hostcycle.io/reboot-queue-request") == Some(&uid)
+            },
+        )
+        .await;
+    let requested = lab
+        .entry("k-1")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .reboot
+        .unwrap();
     lab.lab.kill_operator();
     lab.lab.start_operator();
+    // The restarted queue sees its marker: it neither records nor sends the request again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let resumed = lab
+        .entry("k-1")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .reboot
+        .unwrap();
+    assert_eq!(
+        resumed.requested_at, requested.requested_at,
+        "not requested again"
+    );
+    let host = hosts_api.get("k-1").await.unwrap();
+    assert_eq!(
+        host.metadata.annotations, marked.metadata.annotations,
+        "the request is still there, as it was"
+    );
+    set_credentials(common::SECRET).await;
     lab.wait_entry_gone("k-1", REBOOT_TIMEOUT).await;
     assert_eq!(lab.power_cycles("k-1").await, 1, "k-1: one power cycle");
     assert!(!cordoned(&lab.node("k-1").await), "k-1 uncordoned");
 
-    // While the host is off.
-    let before = Timestamp::now();
+    // While the host is off. The test holds it off with its own keyed reboot annotation, so
+    // the kill never lands between the host controller's record and its power-on call.
     lab.queue("k-2").await;
-    lab.wait_phase("k-2", EntryPhase::Rebooting, REBOOT_TIMEOUT)
+    let uid = lab
+        .wait_phase("k-2", EntryPhase::Rebooting, REBOOT_TIMEOUT)
+        .await
+        .uid()
+        .unwrap();
+    lab.lab
+        .wait_host("k-2", "the queue's reboot request", REBOOT_TIMEOUT, |h| {
+            h.annotations().get("hostcycle.io/reboot-queue-request") == Some(&uid)
+        })
         .await;
-    let what = "k-2's host to be seen Off";
-    hostcycle_testkit::wait_until(what, REBOOT_TIMEOUT, || async {
-        lab.off_after("k-2", before)
+    lab.lab
+        .annotate("k-2", "reboot.metal3.io/e2e-hold", "")
+        .await;
+    lab.lab
+        .wait_host("k-2", "off, held, nothing in flight", REBOOT_TIMEOUT, |h| {
+            let st = h.status.as_ref();
+            st.and_then(|s| s.powered_on) == Some(false)
+                && st
+                    .and_then(|s| s.last_power_action.as_ref())
+                    .is_some_and(|a| !a.is_requested())
+        })
+        .await;
+    lab.wait_entry("k-2", "the host seen off", REBOOT_TIMEOUT, |e| {
+        e.status
+            .as_ref()
+            .and_then(|s| s.reboot.as_ref())
+            .is_some_and(|r| r.host_powered_off_at.is_some())
     })
-    .await
-    .unwrap();
+    .await;
     lab.lab.kill_operator();
-    // The host controller is down too: the host stays off until the operator is back.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     lab.lab.start_operator();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        lab.entry("k-2").await.map(|e| e.phase()),
+        Some(EntryPhase::Rebooting),
+        "still waiting for the boot"
+    );
+    lab.lab.unannotate("k-2", "reboot.metal3.io/e2e-hold").await;
     lab.wait_entry_gone("k-2", REBOOT_TIMEOUT).await;
     assert_eq!(lab.power_cycles("k-2").await, 1, "k-2: one power cycle");
     assert!(!cordoned(&lab.node("k-2").await), "k-2 uncordoned");
