@@ -251,7 +251,14 @@ async fn rolling_reboot() -> anyhow::Result<()> {
     }
     let kubeconfig = dir.join("cluster").join("kubeconfig");
     let exe = std::env::current_exe().context("finding the hostcycle binary")?;
-    let nodes: Vec<&str> = LAB_HOSTS.iter().map(|(name, _)| *name).collect();
+    // Workers first: the queue starts an entry as soon as it sees it, and an API server
+    // queued alone would go first.
+    let nodes: Vec<&str> = LAB_HOSTS
+        .iter()
+        .filter(|(_, cp)| !cp)
+        .chain(LAB_HOSTS.iter().filter(|(_, cp)| *cp))
+        .map(|(name, _)| *name)
+        .collect();
     let status = std::process::Command::new(exe)
         .arg("reboot-queue")
         .arg("--kubeconfig")
