@@ -7,6 +7,7 @@ use kube::CustomResourceExt;
 
 use crate::host::BareMetalHost;
 use crate::queue::{RebootQueue, RebootQueueEntry};
+use crate::remediation::{HostRemediation, HostRemediationTemplate};
 
 /// Errors producing the CRD manifest.
 #[derive(Debug, thiserror::Error)]
@@ -27,12 +28,15 @@ pub fn crd() -> CustomResourceDefinition {
     without_defaults(BareMetalHost::crd())
 }
 
-/// Every CRD hostcycle ships: BareMetalHost, RebootQueue, RebootQueueEntry.
+/// Every CRD hostcycle ships: BareMetalHost, RebootQueue, RebootQueueEntry,
+/// HostRemediation, HostRemediationTemplate.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         crd(),
         without_defaults(RebootQueue::crd()),
         without_defaults(RebootQueueEntry::crd()),
+        without_defaults(HostRemediation::crd()),
+        without_defaults(HostRemediationTemplate::crd()),
     ]
 }
 

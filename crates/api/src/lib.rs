@@ -10,6 +10,7 @@ pub mod host;
 pub mod provisioning;
 pub mod queue;
 pub mod reasons;
+pub mod remediation;
 
 pub use annotations::{
     DETACHED_ANNOTATION, InvalidRebootValue, PAUSED_ANNOTATION, ParsedRebootValue,

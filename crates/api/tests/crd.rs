@@ -326,7 +326,9 @@ fn reboot_queue_crds_are_cluster_scoped_with_short_names_and_status() {
         [
             "baremetalhosts.metal3.io",
             "rebootqueues.hostcycle.io",
-            "rebootqueueentries.hostcycle.io"
+            "rebootqueueentries.hostcycle.io",
+            "hostremediations.hostcycle.io",
+            "hostremediationtemplates.hostcycle.io",
         ]
     );
     for (crd, short) in [(&crds[1], "rq"), (&crds[2], "rqe")] {
@@ -382,4 +384,33 @@ fn an_empty_reboot_queue_spec_round_trips_as_defaults() {
         v["spec"],
         serde_json::json!({ "node": "worker-3", "index": 12 })
     );
+}
+
+#[test]
+fn remediation_crds_are_namespaced_and_the_request_has_a_status() {
+    let crds = hostcycle_api::crds();
+    let (request, template) = (&crds[3], &crds[4]);
+    for (crd, short) in [(request, "hr"), (template, "hrt")] {
+        assert_eq!(crd.spec.group, "hostcycle.io");
+        assert_eq!(
+            crd.spec.scope, "Namespaced",
+            "{short}: health checkers create them next to the Machine or the template"
+        );
+        assert_eq!(crd.spec.names.short_names, Some(vec![short.to_owned()]));
+    }
+    assert_eq!(request.spec.names.kind, "HostRemediation");
+    assert_eq!(
+        template.spec.names.kind, "HostRemediationTemplate",
+        "checkers derive the request's kind by removing the Template suffix"
+    );
+    assert!(
+        request.spec.versions[0]
+            .subresources
+            .as_ref()
+            .is_some_and(|s| s.status.is_some())
+    );
+    let cols = columns(request);
+    for path in [".status.phase", ".status.node", ".status.retryCount"] {
+        assert!(cols.iter().any(|(_, p)| p == path), "{path} in {cols:?}");
+    }
 }

@@ -3,3 +3,4 @@
 
 pub mod bmh;
 pub mod queue;
+pub mod remediation;

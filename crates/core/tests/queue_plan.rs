@@ -226,6 +226,8 @@ struct Case {
     nodes: Vec<NodeView>,
     entries: Vec<EntryView>,
     targets: Vec<(&'static str, RebootTarget)>,
+    /// Nodes a remediation is working on.
+    remediating: Vec<&'static str>,
     want: Want,
 }
 
@@ -238,6 +240,7 @@ fn snapshot_of(case: &Case) -> QueueSnapshot {
             .map(|n| (n.name.clone(), n.clone()))
             .collect(),
         entries: case.entries.clone(),
+        being_remediated: case.remediating.iter().map(|n| n.to_string()).collect(),
         reboot_targets: case
             .targets
             .iter()
@@ -329,6 +332,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
                 entry(2, "w2").rebooting().cancelled(),
                 entry(3, "w3").draining().cancelled(),
             ],
+            remediating: vec![],
             want: Want {
                 dequeue: vec![
                     (1, DequeueReason::Cancelled),
@@ -344,6 +348,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             name: "an entry whose node does not exist leaves the queue; the next one starts",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "ghost"), entry(2, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 dequeue: vec![(1, DequeueReason::NodeNotFound)],
@@ -355,6 +360,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             name: "a missing node's entry leaves even when rebooting",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "ghost").rebooting(), entry(2, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 dequeue: vec![(1, DequeueReason::NodeNotFound)],
@@ -367,6 +373,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             config: config(3, 0),
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1"), entry(2, "w1"), entry(3, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 dequeue: vec![
@@ -382,6 +389,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             config: config(3, 0),
             nodes: vec![node("w1")],
             entries: vec![entry(7, "w1"), entry(3, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![3],
                 dequeue: vec![(7, DequeueReason::Duplicate { first_index: 3 })],
@@ -393,6 +401,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             name: "a cancelled entry does not count as the first: the later one is live",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").cancelled(), entry(2, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 dequeue: vec![(1, DequeueReason::Cancelled)],
@@ -404,6 +413,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             name: "a cancelled first and a queued duplicate: the second live one is the duplicate",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").cancelled(), entry(2, "w1"), entry(3, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 dequeue: vec![
@@ -418,6 +428,7 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             name: "an in-progress duplicate leaves and frees its slot for the first",
             nodes: vec![node("w1").queue_cordoned()],
             entries: vec![entry(1, "w1"), entry(2, "w1").draining()],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 dequeue: vec![(2, DequeueReason::Duplicate { first_index: 1 })],
@@ -463,6 +474,7 @@ fn disabled_queue_starts_nothing_stops_drains_and_lets_reboots_finish() {
             config: disabled(),
             nodes: vec![node("w1"), api("cp1")],
             entries: vec![entry(1, "w1"), entry(2, "cp1")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, WaitReason::Disabled), (2, WaitReason::Disabled)],
                 ..Default::default()
@@ -474,6 +486,7 @@ fn disabled_queue_starts_nothing_stops_drains_and_lets_reboots_finish() {
             config: disabled(),
             nodes: vec![node("w1").queue_cordoned()],
             entries: vec![entry(1, "w1").draining()],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, WaitReason::Disabled)],
                 stop_draining: vec![1],
@@ -487,6 +500,7 @@ fn disabled_queue_starts_nothing_stops_drains_and_lets_reboots_finish() {
             config: disabled(),
             nodes: vec![node("w1").queue_cordoned(), node("w2")],
             entries: vec![entry(1, "w1").rebooting(), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(2, WaitReason::Disabled)],
                 in_progress: vec![(1, EntryPhase::Rebooting)],
@@ -504,6 +518,7 @@ fn disabled_queue_starts_nothing_stops_drains_and_lets_reboots_finish() {
                 entry(3, "w2"),
                 entry(4, "w2"),
             ],
+            remediating: vec![],
             want: Want {
                 dequeue: vec![
                     (1, DequeueReason::Cancelled),
@@ -520,6 +535,7 @@ fn disabled_queue_starts_nothing_stops_drains_and_lets_reboots_finish() {
             config: disabled(),
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").backed_off(60, 1)],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, WaitReason::Disabled)],
                 ..Default::default()
@@ -539,6 +555,7 @@ fn max_concurrent_reboots_limits_draining_plus_rebooting() {
             name: "one slot (default): the first starts, the next waits behind it",
             nodes: vec![node("w1"), node("w2")],
             entries: vec![entry(1, "w1"), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 waiting: vec![(2, behind(1))],
@@ -556,6 +573,7 @@ fn max_concurrent_reboots_limits_draining_plus_rebooting() {
                 entry(3, "w3"),
                 entry(4, "w4"),
             ],
+            remediating: vec![],
             want: Want {
                 start: vec![1, 2, 3],
                 waiting: vec![(4, behind(3))],
@@ -572,6 +590,7 @@ fn max_concurrent_reboots_limits_draining_plus_rebooting() {
                 entry(2, "w2").rebooting(),
                 entry(3, "w3"),
             ],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(3, no_slot(&["w1", "w2"], 2))],
                 in_progress: vec![(1, EntryPhase::Draining), (2, EntryPhase::Rebooting)],
@@ -589,6 +608,7 @@ fn max_concurrent_reboots_limits_draining_plus_rebooting() {
                 entry(3, "w3"),
                 entry(4, "w4"),
             ],
+            remediating: vec![],
             want: Want {
                 start: vec![2, 3],
                 waiting: vec![(4, behind(2))],
@@ -606,6 +626,7 @@ fn max_concurrent_reboots_limits_draining_plus_rebooting() {
                 entry(2, "w2").draining(),
                 entry(3, "w3"),
             ],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(3, no_slot(&["w1", "w2"], 1))],
                 in_progress: vec![(1, EntryPhase::Draining), (2, EntryPhase::Draining)],
@@ -618,6 +639,7 @@ fn max_concurrent_reboots_limits_draining_plus_rebooting() {
             config: config(1, 0),
             nodes: vec![node("w1"), node("w2")],
             entries: vec![entry(1, "w1"), entry(2, "w2").rebooting()],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, no_slot(&["w2"], 1))],
                 in_progress: vec![(2, EntryPhase::Rebooting)],
@@ -629,6 +651,7 @@ fn max_concurrent_reboots_limits_draining_plus_rebooting() {
             name: "an Unknown phase (a newer writer) is treated as Queued",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").phase(EntryPhase::Unknown)],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -648,6 +671,7 @@ fn backed_off_entries_neither_count_nor_block() {
             name: "a backed-off entry waits with its expiry and failures; the next one starts",
             nodes: vec![node("w1"), node("w2")],
             entries: vec![entry(1, "w1").backed_off(60, 2), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, backed_off(60, 2))],
@@ -664,6 +688,7 @@ fn backed_off_entries_neither_count_nor_block() {
                 entry(2, "w2").backed_off(1, 3),
                 entry(3, "w3"),
             ],
+            remediating: vec![],
             want: Want {
                 start: vec![3],
                 waiting: vec![(1, backed_off(600, 1)), (2, backed_off(1, 3))],
@@ -675,6 +700,7 @@ fn backed_off_entries_neither_count_nor_block() {
             name: "an expired backoff no longer holds",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").backed_off(-1, 4)],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -685,6 +711,7 @@ fn backed_off_entries_neither_count_nor_block() {
             name: "a backoff expiring exactly now has expired",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").backed_off(0, 1)],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -695,6 +722,7 @@ fn backed_off_entries_neither_count_nor_block() {
             name: "a backed-off worker does not hold back an API server",
             nodes: vec![node("w1"), api("cp1")],
             entries: vec![entry(1, "w1").backed_off(60, 1), entry(2, "cp1")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, backed_off(60, 1))],
@@ -716,6 +744,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             config: config(3, 0),
             nodes: vec![api("cp1"), node("w1"), node("w2")],
             entries: vec![entry(1, "cp1"), entry(2, "w1"), entry(3, "w2")],
+            remediating: vec![],
             want: Want {
                 start: vec![2, 3],
                 waiting: vec![(1, after_workers(&["w1", "w2"]))],
@@ -728,6 +757,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             config: config(3, 0),
             nodes: vec![node("w1"), api("cp1")],
             entries: vec![entry(1, "w1").rebooting(), entry(2, "cp1")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(2, after_workers(&["w1"]))],
                 in_progress: vec![(1, EntryPhase::Rebooting)],
@@ -740,6 +770,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             config: config(1, 0),
             nodes: vec![node("w1"), node("w2"), api("cp1")],
             entries: vec![entry(1, "w1").draining(), entry(2, "cp1"), entry(3, "w2")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(2, after_workers(&["w1", "w2"])), (3, no_slot(&["w1"], 1))],
                 in_progress: vec![(1, EntryPhase::Draining)],
@@ -752,6 +783,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             config: config(3, 0),
             nodes: vec![api("cp1"), api("cp2"), api("cp3")],
             entries: vec![entry(1, "cp1"), entry(2, "cp2"), entry(3, "cp3")],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 waiting: vec![(2, one_at_a_time("cp1")), (3, one_at_a_time("cp1"))],
@@ -764,6 +796,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             config: config(3, 0),
             nodes: vec![api("cp1"), api("cp2")],
             entries: vec![entry(1, "cp1").rebooting(), entry(2, "cp2")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(2, api_busy("cp1"))],
                 in_progress: vec![(1, EntryPhase::Rebooting)],
@@ -776,6 +809,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             config: config(3, 0),
             nodes: vec![api("cp1"), node("w1"), node("w2")],
             entries: vec![entry(1, "cp1").draining(), entry(2, "w1"), entry(3, "w2")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(2, api_busy("cp1")), (3, api_busy("cp1"))],
                 in_progress: vec![(1, EntryPhase::Draining)],
@@ -793,6 +827,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
                 entry(3, "w2").backed_off(90, 2),
                 entry(4, "cp2"),
             ],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 waiting: vec![
@@ -808,6 +843,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             name: "a backed-off API server does not hold back the next API server",
             nodes: vec![api("cp1"), api("cp2")],
             entries: vec![entry(1, "cp1").backed_off(30, 1), entry(2, "cp2")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, backed_off(30, 1))],
@@ -819,6 +855,7 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
             name: "the API server goes once the last worker has left the queue",
             nodes: vec![node("w1").queue_cordoned(), api("cp1")],
             entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "cp1")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 dequeue: vec![(1, DequeueReason::Cancelled)],
@@ -901,6 +938,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(3, 0),
             nodes: vec![node("w1"), node("w2"), api("cp1"), node("x").not_ready()],
             entries: vec![entry(1, "w1"), entry(2, "w2"), entry(3, "cp1")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![
                     (1, unreachable(&["x"], 0)),
@@ -916,6 +954,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(1, 1),
             nodes: vec![node("w1"), node("x").not_ready()],
             entries: vec![entry(1, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -927,6 +966,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(1, 1),
             nodes: vec![node("w1"), node("x").not_ready(), node("y").not_ready()],
             entries: vec![entry(1, "w1")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, unreachable(&["x", "y"], 1))],
                 ..Default::default()
@@ -937,6 +977,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             name: "the candidate itself counts when it is unreachable",
             nodes: vec![node("w1").not_ready()],
             entries: vec![entry(1, "w1")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, unreachable(&["w1"], 0))],
                 ..Default::default()
@@ -948,6 +989,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(2, 0),
             nodes: vec![node("w1").not_ready().queue_cordoned(), node("w2")],
             entries: vec![entry(1, "w1").rebooting(), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 in_progress: vec![(1, EntryPhase::Rebooting)],
@@ -960,6 +1002,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(2, 0),
             nodes: vec![node("w1").not_ready(), node("w2")],
             entries: vec![entry(1, "w1").draining(), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 in_progress: vec![(1, EntryPhase::Draining)],
@@ -972,6 +1015,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(2, 0),
             nodes: vec![node("w1").not_ready().queue_cordoned(), node("w2")],
             entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 dequeue: vec![(1, DequeueReason::Cancelled)],
                 waiting: vec![(2, unreachable(&["w1"], 0))],
@@ -985,6 +1029,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(2, 0),
             nodes: vec![node("w1").not_ready(), node("w2")],
             entries: vec![entry(1, "w1"), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, unreachable(&["w1"], 0)), (2, unreachable(&["w1"], 0))],
                 ..Default::default()
@@ -996,6 +1041,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             config: config(2, 0),
             nodes: vec![node("w1"), node("w2"), node("x").not_ready()],
             entries: vec![entry(1, "w1").draining(), entry(2, "w2")],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(2, unreachable(&["x"], 0))],
                 in_progress: vec![(1, EntryPhase::Draining)],
@@ -1007,6 +1053,7 @@ fn too_many_unreachable_nodes_block_every_start() {
             name: "a backed-off entry keeps its own reason behind the gate",
             nodes: vec![node("w1"), node("x").not_ready()],
             entries: vec![entry(1, "w1").backed_off(60, 1)],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, backed_off(60, 1))],
                 ..Default::default()
@@ -1025,6 +1072,7 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
         Case {
             name: "a queue cordon with no entry is lifted",
             nodes: vec![node("w1").queue_cordoned(), node("w2")],
+            remediating: vec![],
             want: Want {
                 uncordon: vec!["w1"],
                 ..Default::default()
@@ -1034,6 +1082,7 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
         Case {
             name: "an administrator's cordon is never lifted",
             nodes: vec![node("w1").admin_cordoned()],
+            remediating: vec![],
             want: Want::default(),
             ..Default::default()
         },
@@ -1042,6 +1091,7 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
             config: config(2, 0),
             nodes: vec![node("w1").queue_cordoned(), node("w2").queue_cordoned()],
             entries: vec![entry(1, "w1").draining(), entry(2, "w2").rebooting()],
+            remediating: vec![],
             want: Want {
                 in_progress: vec![(1, EntryPhase::Draining), (2, EntryPhase::Rebooting)],
                 ..Default::default()
@@ -1052,6 +1102,7 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
             name: "a node starting to drain now keeps the queue's cordon",
             nodes: vec![node("w1").queue_cordoned()],
             entries: vec![entry(1, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -1070,6 +1121,7 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
                 entry(2, "w2"),
                 entry(3, "w3").backed_off(60, 1),
             ],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 waiting: vec![(2, behind(1)), (3, backed_off(60, 1))],
@@ -1091,6 +1143,7 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
                 entry(2, "w2").rebooting().cancelled(),
                 entry(3, "w3").rebooting(),
             ],
+            remediating: vec![],
             want: Want {
                 dequeue: vec![(1, DequeueReason::Cancelled), (2, DequeueReason::Cancelled)],
                 in_progress: vec![(3, EntryPhase::Rebooting)],
@@ -1104,6 +1157,7 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
             config: disabled(),
             nodes: vec![node("w1").queue_cordoned(), node("w2").queue_cordoned()],
             entries: vec![entry(1, "w1").draining(), entry(2, "w2").rebooting()],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, WaitReason::Disabled)],
                 in_progress: vec![(2, EntryPhase::Rebooting)],
@@ -1152,6 +1206,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
                 ("w1", RebootTarget::NoHost),
                 ("w2", RebootTarget::Host(host_ref("w2"))),
             ],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, cannot(&plain, &RebootTarget::NoHost))],
@@ -1164,6 +1219,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1")],
             targets: vec![("w1", unusable("w1"))],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, cannot(&plain, &unusable("w1")))],
                 ..Default::default()
@@ -1175,6 +1231,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1")],
             targets: vec![("w1", RebootTarget::NoHost)],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -1185,6 +1242,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             config: plain.clone(),
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1")],
+            remediating: vec![],
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -1200,6 +1258,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
                 ("w1", RebootTarget::NoHost),
                 ("cp1", RebootTarget::Host(host_ref("cp1"))),
             ],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, cannot(&plain, &RebootTarget::NoHost))],
@@ -1212,6 +1271,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             nodes: vec![api("cp1"), api("cp2")],
             entries: vec![entry(1, "cp1"), entry(2, "cp2")],
             targets: vec![("cp1", unusable("cp1"))],
+            remediating: vec![],
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, cannot(&plain, &unusable("cp1")))],
@@ -1224,6 +1284,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").backed_off(60, 1)],
             targets: vec![("w1", RebootTarget::NoHost)],
+            remediating: vec![],
             want: Want {
                 waiting: vec![(1, backed_off(60, 1))],
                 ..Default::default()
@@ -1235,6 +1296,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").rebooting()],
             targets: vec![("w1", RebootTarget::NoHost)],
+            remediating: vec![],
             want: Want {
                 in_progress: vec![(1, EntryPhase::Rebooting)],
                 ..Default::default()
@@ -1340,6 +1402,7 @@ fn fifo_by_index_regardless_of_input_order_and_object_names() {
             entry(11, "w1").named("g-one-again"),
             entry(12, "w1").named("h-dup"),
         ],
+        remediating: vec![],
         want: Want {
             start: vec![11],
             dequeue: vec![
@@ -1515,6 +1578,7 @@ fn arb_snapshot() -> impl Strategy<Value = QueueSnapshot> {
                         .map(|n| (n.name.clone(), n))
                         .collect(),
                     entries,
+                    being_remediated: Default::default(),
                     reboot_targets: NODE_NAMES
                         .iter()
                         .zip(targets)
@@ -1635,4 +1699,48 @@ proptest! {
         // Pure.
         prop_assert_eq!(plan(&s, now), p);
     }
+}
+
+// Coordination with remediation.
+
+#[test]
+fn a_node_being_remediated_is_neither_drained_nor_started() {
+    run(vec![
+        Case {
+            name: "queued: waits with BeingRemediated; the next entry takes the slot",
+            nodes: vec![node("w1"), node("w2")],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            remediating: vec!["w1"],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, WaitReason::BeingRemediated)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "draining: the drain stops (back to Queued) and its cordon is lifted",
+            nodes: vec![node("w1").queue_cordoned()],
+            entries: vec![entry(1, "w1").draining()],
+            remediating: vec!["w1"],
+            want: Want {
+                stop_draining: vec![1],
+                waiting: vec![(1, WaitReason::BeingRemediated)],
+                uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "rebooting: the reboot goes on (the remediation waits for it instead)",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1").rebooting()],
+            remediating: vec!["w1"],
+            want: Want {
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
 }

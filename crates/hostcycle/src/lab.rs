@@ -1,7 +1,9 @@
 //! `hostcycle lab`: a local lab on one machine — a real control plane, a Redfish emulator with
-//! six hosts (three control-plane, three workers), their BareMetalHosts, simulated nodes, a sample
-//! Deployment with a PodDisruptionBudget, and the operator. Runs until Ctrl-C, then tears down.
-//! `hostcycle lab env` prints shell exports for a running lab (like `kind get kubeconfig`).
+//! six hosts (three control-plane, three workers), their BareMetalHosts, an OpenShift Machine
+//! per host, simulated nodes, a sample Deployment with a PodDisruptionBudget, and the operator.
+//! Runs until Ctrl-C, then tears down.
+//! `hostcycle lab env` prints shell exports for a running lab (like `kind get kubeconfig`);
+//! `hostcycle lab rolling-reboot` and `hostcycle lab remediate NODE` start the demos.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -9,16 +11,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use hostcycle_api::BareMetalHost;
+use hostcycle_api::remediation::EXTERNAL_REMEDIATION_ANNOTATION;
 use hostcycle_bmc::{BmcCredentials, HostConnectOptions};
 use hostcycle_sim::{NodeSimulator, SimConfig, SimHost};
 use hostcycle_testkit::bmc_emulators::{
     FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
 };
+use hostcycle_testkit::machines::{MachineKind, OPENSHIFT_MACHINE_ROLE_LABEL};
 use hostcycle_testkit::{ClusterOptions, LocalCluster, cache_dir};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Client;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 pub const LAB_NAMESPACE: &str = "default";
@@ -51,6 +55,12 @@ enum LabCommand {
     /// Queue every lab node for a rolling reboot (workers first, API servers last, one at a
     /// time); watch it with `hostcycle rq wait`.
     RollingReboot,
+    /// Mark the Machine of NODE for remediation (annotation
+    /// `host.metal3.io/external-remediation`), as a MachineHealthCheck would.
+    Remediate {
+        /// The node whose Machine (by `status.nodeRef.name`) to remediate, e.g. worker-1.
+        node: String,
+    },
 }
 
 fn lab_dir() -> PathBuf {
@@ -64,6 +74,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         LabCommand::Run => run_lab().await,
         LabCommand::Env => print_env(),
         LabCommand::RollingReboot => rolling_reboot().await,
+        LabCommand::Remediate { node } => remediate(&node).await,
     }
 }
 
@@ -142,6 +153,7 @@ async fn run_lab() -> anyhow::Result<()> {
     .context("starting the Redfish emulator")?;
 
     create_bare_metal_hosts(&client, &redfish).await?;
+    create_machines(&client).await?;
     create_reboot_queue(&client).await?;
 
     println!("Starting the operator...");
@@ -159,6 +171,7 @@ async fn run_lab() -> anyhow::Result<()> {
         controllers: hostcycle_operator::ControllerName::ALL.to_vec(),
         bmh: hostcycle_operator::BmhControllerConfig::default(),
         queue: hostcycle_operator::QueueControllerConfig::default(),
+        remediation: hostcycle_operator::RemediationControllerConfig::default(),
     };
     let operator = tokio::spawn(hostcycle_operator::run(
         client.clone(),
@@ -217,7 +230,13 @@ async fn run_lab() -> anyhow::Result<()> {
     println!(
         "  cargo run -q -p hostcycle -- rq wait              # progress until the queue is empty"
     );
-    println!("  kubectl get rqe,nodes,pods -o wide -w");
+    // `kubectl get -w` watches one resource type only.
+    println!("  watch -n1 kubectl get rqe,nodes,pods -o wide");
+    println!(
+        "\nWatch a remediation (the Machine of a node is marked with {EXTERNAL_REMEDIATION_ANNOTATION}):\n"
+    );
+    println!("  cargo run -q -p hostcycle -- lab remediate worker-1");
+    println!("  {WATCH_REMEDIATION}");
     println!("\nOperator metrics: http://127.0.0.1:{metrics_port}/metrics");
     println!(
         "\nRedfish emulator: {}  (user {LAB_BMC_USER}, password in $HOSTCYCLE_REDFISH_PASSWORD_FILE)",
@@ -275,7 +294,124 @@ async fn rolling_reboot() -> anyhow::Result<()> {
         nodes.len()
     );
     println!("  hostcycle rq wait        # or: cargo run -q -p hostcycle -- rq wait");
-    println!("  kubectl get rqe,nodes -w");
+    println!("  watch -n1 kubectl get rqe,nodes");
+    Ok(())
+}
+
+/// What to watch during a remediation. The Machines are named in full: `machine` alone names
+/// Cluster API's kind, which the lab serves too (without Machines). `kubectl get -w` watches
+/// one resource type only, hence `watch`.
+const WATCH_REMEDIATION: &str =
+    "watch -n1 kubectl get machines.machine.openshift.io,bmh,nodes -o wide";
+
+/// Marks the Machine whose `status.nodeRef.name` is `node` for remediation, as OpenShift's
+/// MachineHealthCheck does: the annotation `host.metal3.io/external-remediation: ""`.
+async fn remediate(node: &str) -> anyhow::Result<()> {
+    let dir = lab_dir();
+    if running_lab_pid().is_none() {
+        bail!("no lab is running; start one with `make lab`");
+    }
+    let kubeconfig = dir.join("cluster").join("kubeconfig");
+    let client = hostcycle_testkit::client_from_kubeconfig(&kubeconfig).await?;
+    let mut matches = Vec::new();
+    let mut other_nodes = Vec::new();
+    for kind in MachineKind::ALL {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
+        let list = match api.list(&ListParams::default()).await {
+            Ok(list) => list,
+            // This kind is not served.
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e).with_context(|| format!("listing {kind}")),
+        };
+        for machine in list.items {
+            let node_ref = machine
+                .data
+                .pointer("/status/nodeRef/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_string();
+            if node_ref == node {
+                matches.push((kind, machine));
+            } else if !node_ref.is_empty() {
+                other_nodes.push(node_ref);
+            }
+        }
+    }
+    let (kind, machine) = match matches.len() {
+        1 => matches.remove(0),
+        0 => {
+            other_nodes.sort();
+            bail!(
+                "no Machine has status.nodeRef.name {node}; nodes with a Machine: {}",
+                other_nodes.join(", ")
+            );
+        }
+        _ => bail!(
+            "several Machines have status.nodeRef.name {node}: {}",
+            matches
+                .iter()
+                .map(|(kind, m)| format!(
+                    "{kind} {}/{}",
+                    m.metadata.namespace.as_deref().unwrap_or_default(),
+                    m.metadata.name.as_deref().unwrap_or_default()
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let namespace = machine.metadata.namespace.clone().unwrap_or_default();
+    let name = machine.metadata.name.clone().unwrap_or_default();
+    let already = machine
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION_ANNOTATION));
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &kind.api_resource());
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "metadata": { "annotations": { EXTERNAL_REMEDIATION_ANNOTATION: "" } }
+        })),
+    )
+    .await
+    .with_context(|| format!("annotating {kind} {namespace}/{name}"))?;
+    if already {
+        println!(
+            "Machine {namespace}/{name} (node {node}) was already marked for remediation ({EXTERNAL_REMEDIATION_ANNOTATION})."
+        );
+    } else {
+        println!(
+            "Marked Machine {namespace}/{name} (node {node}) for remediation: {EXTERNAL_REMEDIATION_ANNOTATION}"
+        );
+    }
+    println!("\nWatch it (eval \"$(cargo run -q -p hostcycle -- lab env)\" first):\n");
+    println!("  {WATCH_REMEDIATION}");
+    println!("  kubectl get events -n {namespace} --sort-by=.metadata.creationTimestamp");
+    Ok(())
+}
+
+/// One OpenShift Machine per lab host, named after it, in the hosts' namespace: its host in the
+/// `metal3.io/BareMetalHost` annotation, its Node in `status.nodeRef`, OpenShift's role label
+/// (`master` for control-plane hosts, `worker` otherwise) and `status.phase: Running`.
+async fn create_machines(client: &Client) -> anyhow::Result<()> {
+    let kind = MachineKind::OpenShift;
+    for (name, control_plane) in LAB_HOSTS {
+        let role = if control_plane { "master" } else { "worker" };
+        let mut machine = hostcycle_testkit::machine(
+            kind,
+            LAB_NAMESPACE,
+            name,
+            Some((LAB_NAMESPACE, name)),
+            Some(name),
+            &[(OPENSHIFT_MACHINE_ROLE_LABEL, role)],
+        );
+        machine.data["status"]["phase"] = json!("Running");
+        hostcycle_testkit::create_machine_object(client, kind, &machine)
+            .await
+            .with_context(|| format!("creating Machine {name}"))?;
+    }
     Ok(())
 }
 

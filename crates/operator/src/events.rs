@@ -143,3 +143,54 @@ impl EventPublisher {
         Ok(())
     }
 }
+
+/// Events handed to one background task that publishes them in order, so emitting one never
+/// holds up a controller (a slow events API must not delay a power-off or an uncordon).
+/// Dropping every clone ends the task once the queued Events are out.
+#[derive(Clone)]
+pub struct EventSink {
+    action: &'static str,
+    sender: tokio::sync::mpsc::UnboundedSender<(ObjectReference, EventKind, String, String)>,
+}
+
+impl EventSink {
+    /// A sink publishing through `publisher` with this `action`, and its task.
+    pub fn start(
+        publisher: EventPublisher,
+        action: &'static str,
+    ) -> (EventSink, tokio::task::JoinHandle<()>) {
+        let (sender, mut queue) =
+            tokio::sync::mpsc::unbounded_channel::<(ObjectReference, EventKind, String, String)>();
+        let task = tokio::spawn(async move {
+            while let Some((regarding, kind, reason, note)) = queue.recv().await {
+                if let Err(e) = publisher
+                    .publish(&regarding, kind, &reason, action, &note)
+                    .await
+                {
+                    tracing::warn!(object = ?regarding.name, reason, error = %e, "could not publish event");
+                }
+            }
+        });
+        (EventSink { action, sender }, task)
+    }
+
+    /// Logs the Event and queues it (best effort, never blocks).
+    pub fn emit(&self, regarding: &ObjectReference, kind: EventKind, reason: &str, note: &str) {
+        let object = format!(
+            "{}/{}",
+            regarding.kind.as_deref().unwrap_or("object"),
+            regarding.name.as_deref().unwrap_or("")
+        );
+        let action = self.action;
+        match kind {
+            EventKind::Normal => tracing::info!(%object, reason, note, action, "event"),
+            EventKind::Warning => tracing::warn!(%object, reason, note, action, "event"),
+        }
+        let _ = self.sender.send((
+            regarding.clone(),
+            kind,
+            reason.to_string(),
+            note.to_string(),
+        ));
+    }
+}

@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod queue;
 pub mod rbac;
+pub mod remediation;
 pub mod text;
 
 use std::net::SocketAddr;
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 pub use bmh::BmhControllerConfig;
 pub use leader::LeaderElection;
 pub use queue::QueueControllerConfig;
+pub use remediation::RemediationControllerConfig;
 
 /// The controllers `hostcycle operator --controllers` can select.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -37,6 +39,9 @@ pub enum ControllerName {
     /// The graceful reboot queue.
     #[value(name = "reboot-queue")]
     RebootQueue,
+    /// Automatic machine remediation.
+    #[value(name = "remediation")]
+    Remediation,
 }
 
 impl std::fmt::Display for ControllerName {
@@ -44,6 +49,7 @@ impl std::fmt::Display for ControllerName {
         f.write_str(match self {
             ControllerName::BareMetalHost => "baremetalhost",
             ControllerName::RebootQueue => "reboot-queue",
+            ControllerName::Remediation => "remediation",
         })
     }
 }
@@ -73,6 +79,7 @@ pub struct OperatorConfig {
     pub controllers: Vec<ControllerName>,
     pub bmh: BmhControllerConfig,
     pub queue: QueueControllerConfig,
+    pub remediation: RemediationControllerConfig,
 }
 
 /// Runs the operator until `shutdown` fires (or leadership is lost).
@@ -132,6 +139,7 @@ pub async fn run(
     });
     let run_bmh = config.controllers.contains(&ControllerName::BareMetalHost);
     let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
+    let run_remediation = config.controllers.contains(&ControllerName::Remediation);
     tracing::info!(controllers = ?config.controllers, "starting controllers");
     tokio::join!(
         async {
@@ -151,6 +159,18 @@ pub async fn run(
                 queue::run(
                     client.clone(),
                     config.queue.clone(),
+                    metrics.clone(),
+                    &config.identity,
+                    work.clone(),
+                )
+                .await;
+            }
+        },
+        async {
+            if run_remediation {
+                remediation::run(
+                    client.clone(),
+                    config.remediation.clone(),
                     metrics.clone(),
                     &config.identity,
                     work.clone(),
@@ -216,6 +236,13 @@ pub struct OperatorArgs {
     /// Deadline of one BMC call, retries included.
     #[arg(long, default_value = "120s")]
     pub bmc_call_deadline: jiff::SignedDuration,
+    /// Storm protection: remediations between power-off and the Node back, at most.
+    #[arg(long, default_value_t = 1)]
+    pub max_concurrent_remediations: usize,
+    /// How long a remediation triggered by `host.metal3.io/external-remediation` waits for
+    /// the Node after the power-on (HostRemediations set theirs in `spec.strategy`).
+    #[arg(long, default_value = "20m")]
+    pub remediation_power_on_timeout: jiff::SignedDuration,
 }
 
 fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
@@ -261,6 +288,15 @@ impl OperatorArgs {
             queue: QueueControllerConfig {
                 host_namespace: self.namespace.clone(),
                 ..QueueControllerConfig::default()
+            },
+            remediation: RemediationControllerConfig {
+                max_concurrent: self.max_concurrent_remediations.max(1),
+                power_on_timeout: duration(
+                    self.remediation_power_on_timeout,
+                    "remediation-power-on-timeout",
+                )?,
+                host_namespace: self.namespace.clone(),
+                ..RemediationControllerConfig::default()
             },
             bmh: BmhControllerConfig {
                 namespace: self.namespace,

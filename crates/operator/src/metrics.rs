@@ -172,6 +172,70 @@ impl QueueMetrics {
     }
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemediationLabels {
+    /// `annotation` (a Machine's `host.metal3.io/external-remediation`) or `request` (a
+    /// HostRemediation).
+    pub trigger: String,
+    /// `succeeded`, `failed`, `cancelled`.
+    pub result: String,
+}
+
+/// Remediation metrics (`hostcycle_remediation*`).
+#[derive(Debug, Clone)]
+pub struct RemediationMetrics {
+    /// Remediations finished, by trigger and result.
+    pub remediations: Family<RemediationLabels, Counter>,
+    /// Remediations between power-off requested and the Node back.
+    pub in_flight: Gauge,
+    /// Trigger → power-off confirmed (the host's `poweredOn` false).
+    pub time_to_fence: Histogram,
+    /// Power-off confirmed → Node released (deleted and gone).
+    pub time_to_release: Histogram,
+    /// Trigger → Node back and Ready.
+    pub time_to_recover: Histogram,
+}
+
+impl RemediationMetrics {
+    fn new() -> Self {
+        RemediationMetrics {
+            remediations: Family::default(),
+            in_flight: Gauge::default(),
+            time_to_fence: Histogram::new(exponential_buckets(0.25, 2.0, 14)),
+            time_to_release: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
+            time_to_recover: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "remediations",
+            "Remediations finished, by trigger and result",
+            self.remediations.clone(),
+        );
+        registry.register(
+            "remediations_in_flight",
+            "Remediations between power-off and the node back",
+            self.in_flight.clone(),
+        );
+        registry.register(
+            "remediation_time_to_fence_seconds",
+            "Time from the trigger to the power-off confirmed",
+            self.time_to_fence.clone(),
+        );
+        registry.register(
+            "remediation_time_to_release_seconds",
+            "Time from the power-off confirmed to the node released",
+            self.time_to_release.clone(),
+        );
+        registry.register(
+            "remediation_time_to_recover_seconds",
+            "Time from the trigger to the node back and Ready",
+            self.time_to_recover.clone(),
+        );
+    }
+}
+
 /// Every metric the operator exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -185,6 +249,7 @@ pub struct Metrics {
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub leader: Gauge,
     pub queue: QueueMetrics,
+    pub remediation: RemediationMetrics,
 }
 
 impl Metrics {
@@ -202,8 +267,10 @@ impl Metrics {
             reconcile_errors: Family::default(),
             leader: Gauge::default(),
             queue: QueueMetrics::new(),
+            remediation: RemediationMetrics::new(),
         };
         m.queue.register(registry);
+        m.remediation.register(registry);
         registry.register(
             "power_actions",
             "Power actions sent to BMCs, by action, mode and result",

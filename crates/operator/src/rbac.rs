@@ -79,19 +79,73 @@ pub fn cluster_role() -> ClusterRole {
                 &["rebootqueueentries/status", "rebootqueues/status"],
                 &["update", "patch"],
             ),
-            // Reboot queue: readiness, cordon and uncordon.
-            rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+            // Reboot queue: readiness, cordon and uncordon. Remediation: release a fenced
+            // node (delete, only once its host is off) and restore its labels when it is back.
+            rule(
+                &[""],
+                &["nodes"],
+                &["get", "list", "watch", "patch", "delete"],
+            ),
             // Reboot queue: drain (list and watch a node's pods, delete those whose eviction
             // a PodDisruptionBudget refuses in an unprotected namespace, or unprotected Job pods).
             rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
             rule(&[""], &["pods/eviction"], &["create"]),
             // Reboot queue: namespace labels for protectedNamespaces.
             rule(&[""], &["namespaces"], &["list"]),
-            // Reboot queue: which Machine a Node belongs to (node → BareMetalHost).
+            // Which Machine a Node belongs to (node → BareMetalHost); remediation keeps its
+            // record in a Machine's annotations and, on giving up, deletes an OpenShift
+            // Machine or marks a Cluster API one `OwnerRemediated=False`.
             rule(
                 &["cluster.x-k8s.io", "machine.openshift.io"],
                 &["machines"],
+                &["get", "list", "watch", "patch", "delete"],
+            ),
+            rule(&["cluster.x-k8s.io"], &["machines/status"], &["patch"]),
+            // Remediation requests: read, finalizer, status.
+            rule(
+                &["hostcycle.io"],
+                &["hostremediations"],
+                &["get", "list", "watch", "patch"],
+            ),
+            rule(
+                &["hostcycle.io"],
+                &["hostremediations/status"],
+                &["update", "patch"],
+            ),
+        ]),
+        ..Default::default()
+    }
+}
+
+/// Label that aggregates a ClusterRole into medik8s NodeHealthCheck's (and OpenShift's
+/// machine-api) external-remediation role.
+pub const NHC_AGGREGATION_LABEL: &str = "rbac.ext-remediation/aggregate-to-ext-remediation";
+/// Label that aggregates a ClusterRole into the Cluster API manager's role.
+pub const CAPI_AGGREGATION_LABEL: &str = "cluster.x-k8s.io/aggregate-to-manager";
+
+/// What a health checker needs to drive hostcycle's remediation: read the templates,
+/// create and delete the requests. Aggregated into the checker's own role by `label`.
+pub fn checker_role(name: &str, label: &str) -> ClusterRole {
+    let mut labels = labels();
+    labels.insert(label.to_string(), "true".to_string());
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        rules: Some(vec![
+            rule(
+                &["hostcycle.io"],
+                &["hostremediationtemplates"],
                 &["get", "list", "watch"],
+            ),
+            rule(
+                &["hostcycle.io"],
+                &["hostremediations"],
+                &[
+                    "get", "list", "watch", "create", "update", "patch", "delete",
+                ],
             ),
         ]),
         ..Default::default()
@@ -157,6 +211,16 @@ pub fn rbac_objects(namespace: &str) -> Result<Vec<serde_json::Value>, serde_jso
             "rbac.authorization.k8s.io/v1",
             "ClusterRoleBinding",
         )?,
+        with_type_meta(
+            &checker_role("hostcycle-nodehealthcheck", NHC_AGGREGATION_LABEL),
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+        )?,
+        with_type_meta(
+            &checker_role("hostcycle-cluster-api", CAPI_AGGREGATION_LABEL),
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+        )?,
     ])
 }
 
@@ -189,7 +253,21 @@ mod tests {
         let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
-            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "ClusterRole",
+                "ClusterRole"
+            ]
+        );
+        assert_eq!(
+            objs[3]["metadata"]["labels"][NHC_AGGREGATION_LABEL], "true",
+            "NodeHealthCheck aggregates the role that lets it create HostRemediations"
+        );
+        assert_eq!(
+            objs[4]["metadata"]["labels"][CAPI_AGGREGATION_LABEL],
+            "true"
         );
         assert_eq!(objs[2]["subjects"][0]["namespace"], "hostcycle-system");
     }

@@ -47,7 +47,10 @@ pub struct ClusterOptions {
     pub k8s_bin_dir: Option<PathBuf>,
     /// Extra kube-apiserver flags (e.g. to try a feature gate).
     pub extra_apiserver_args: Vec<String>,
-    /// CRDs installed (and waited for) once the control plane is ready: hostcycle's own.
+    /// CRDs installed (and waited for) once the control plane is ready. By default
+    /// hostcycle's own ([`hostcycle_api::crds`]) and both minimal Machine CRDs
+    /// ([`crate::machines::machine_crds`]: `machine.openshift.io` and `cluster.x-k8s.io`).
+    /// For a server that serves neither Machine kind, set `crds: hostcycle_api::crds()`.
     pub crds: Vec<CustomResourceDefinition>,
 }
 
@@ -61,7 +64,10 @@ impl Default for ClusterOptions {
             start_timeout: Duration::from_secs(60),
             k8s_bin_dir: None,
             extra_apiserver_args: Vec::new(),
-            crds: hostcycle_api::crds(),
+            crds: hostcycle_api::crds()
+                .into_iter()
+                .chain(crate::machines::machine_crds())
+                .collect(),
         }
     }
 }
@@ -464,12 +470,16 @@ impl LocalCluster {
         Ok(path)
     }
 
-    /// Applies CRDs (server-side apply) and waits until each is Established.
+    /// Applies CRDs (server-side apply), then waits until each is Established and its
+    /// resource is served: listed by discovery (`/apis/<group>/<version>`) and answering a
+    /// list. (Established comes first: for a moment after it, the resource still answers 404
+    /// and discovery does not list it yet.)
     pub async fn install_crds(
         &self,
         crds: &[CustomResourceDefinition],
     ) -> Result<(), TestkitError> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let mut names = Vec::new();
         for crd in crds {
             let name = crd
                 .metadata
@@ -483,6 +493,9 @@ impl LocalCluster {
             )
             .await
             .map_err(|e| other(&format!("applying CRD {name}"), e))?;
+            names.push(name);
+        }
+        for (crd, name) in crds.iter().zip(&names) {
             crate::wait_until(
                 &format!("CRD {name} to be Established"),
                 Duration::from_secs(30),
@@ -497,6 +510,48 @@ impl LocalCluster {
                             .iter()
                             .any(|c| c.type_ == "Established" && c.status == "True");
                         established.then_some(())
+                    }
+                },
+            )
+            .await?;
+            let Some(version) = crd
+                .spec
+                .versions
+                .iter()
+                .find(|v| v.served && v.storage)
+                .or_else(|| crd.spec.versions.iter().find(|v| v.served))
+            else {
+                continue;
+            };
+            let group = &crd.spec.group;
+            let api_version = format!("{group}/{}", version.name);
+            let resource = kube::discovery::ApiResource {
+                group: group.clone(),
+                version: version.name.clone(),
+                api_version: api_version.clone(),
+                kind: crd.spec.names.kind.clone(),
+                plural: crd.spec.names.plural.clone(),
+            };
+            let objects: Api<kube::api::DynamicObject> =
+                Api::all_with(self.client.clone(), &resource);
+            crate::wait_until(
+                &format!("{} ({api_version}) to be served", resource.plural),
+                Duration::from_secs(30),
+                || {
+                    let client = self.client.clone();
+                    let objects = objects.clone();
+                    let api_version = api_version.clone();
+                    let plural = resource.plural.clone();
+                    async move {
+                        let listed = client.list_api_group_resources(&api_version).await.ok()?;
+                        if !listed.resources.iter().any(|r| r.name == plural) {
+                            return None;
+                        }
+                        objects
+                            .list_metadata(&kube::api::ListParams::default().limit(1))
+                            .await
+                            .ok()
+                            .map(|_| ())
                     }
                 },
             )

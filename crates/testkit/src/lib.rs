@@ -1,10 +1,12 @@
 //! Starts and stops the real parts hostcycle is tested against: a Kubernetes control plane
 //! (etcd + kube-apiserver + kube-controller-manager + kube-scheduler), BMC emulators and the
-//! node simulator. Used by end-to-end tests and by `hostcycle lab`.
+//! node simulator, and the CRDs of the objects hostcycle reads but does not own (Machines).
+//! Used by end-to-end tests and by `hostcycle lab`.
 
 pub mod bmc_emulators;
 pub mod cluster;
 pub mod http;
+pub mod machines;
 pub mod pki;
 pub mod process;
 pub mod redfish_stub;
@@ -15,6 +17,7 @@ pub use process::{
 };
 
 pub use cluster::{ClusterOptions, LocalCluster, client_from_kubeconfig};
+pub use machines::{MachineKind, create_machine, create_machine_object, machine, machine_crds};
 
 use std::path::PathBuf;
 use std::time::Duration;

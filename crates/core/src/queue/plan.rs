@@ -83,6 +83,8 @@ pub enum WaitReason {
     CannotReboot {
         why: String,
     },
+    /// A remediation is working on the node (fencing or recovering it).
+    BeingRemediated,
 }
 
 impl fmt::Display for WaitReason {
@@ -136,6 +138,10 @@ impl fmt::Display for WaitReason {
                 if nodes.len() == 1 { "s" } else { "" }
             ),
             Self::CannotReboot { why } => write!(f, "cannot be rebooted: {why}"),
+            Self::BeingRemediated => f.write_str(
+                "the node is being remediated; the queue drains and reboots it once the \
+                 remediation is over",
+            ),
         }
     }
 }
@@ -212,7 +218,7 @@ pub struct Plan {
 /// 1. Cancelled entries, entries whose Node does not exist and duplicates (a later entry
 ///    for a node already queued) leave the queue, whatever their phase.
 /// 2. Disabled: nothing starts; draining entries stop (back to `Queued`); rebooting entries
-///    finish.
+///    finish. A node being remediated is treated the same way, for its own entry.
 /// 3. In progress = `Draining` + `Rebooting`, at most `maxConcurrentReboots`. A queued
 ///    entry still backed off neither counts nor blocks others.
 /// 4. No drain starts while more than `maxUnreachableNodes` nodes that are not in progress
@@ -261,7 +267,11 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
     for entry in &live {
         let api_server = is_api_server(snapshot, &entry.node);
         match entry.phase {
-            EntryPhase::Draining if !config.enabled => {
+            // A remediation takes precedence over a drain: the drain stops (the node may be
+            // fenced any moment) and the entry waits for the remediation to end.
+            EntryPhase::Draining
+                if !config.enabled || snapshot.being_remediated.contains(&entry.node) =>
+            {
                 out.stop_draining.push(entry.reference());
                 queued.push(entry);
             }
@@ -284,6 +294,8 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
     for entry in queued {
         let wait = if !config.enabled {
             Some(WaitReason::Disabled)
+        } else if snapshot.being_remediated.contains(&entry.node) {
+            Some(WaitReason::BeingRemediated)
         } else if entry.backed_off(now) {
             Some(WaitReason::BackedOff {
                 until: entry.backoff_expire.unwrap_or(now),

@@ -163,6 +163,8 @@ pub struct QueueSnapshot {
     /// How each node would be rebooted, when the controller knows (absent in offline
     /// snapshots: then the plan does not wait for it).
     pub reboot_targets: BTreeMap<String, RebootTarget>,
+    /// Nodes a remediation is working on: the queue neither drains nor reboots them.
+    pub being_remediated: std::collections::BTreeSet<String>,
 }
 
 /// What the controller found to reboot a node with.
@@ -195,6 +197,7 @@ impl QueueSnapshot {
                 .collect(),
             entries: entries.iter().map(EntryView::from_entry).collect(),
             reboot_targets: BTreeMap::new(),
+            being_remediated: Default::default(),
         }
     }
 }

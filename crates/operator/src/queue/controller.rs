@@ -46,8 +46,10 @@ use super::drain::{self, DrainJob};
 use super::eviction::Evictor;
 use super::observe::{host_summary, host_view, machine_resources, machine_summary, reboot_targets};
 use super::{QueueControllerConfig, Report, ReportKind, Shared, node_ref};
-use crate::events::{EventKind, EventPublisher};
+use crate::events::{EventKind, EventPublisher, EventSink};
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
+use crate::remediation::controller::nodes_being_remediated;
+use crate::remediation::observe::MachineObject;
 
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
 /// Retry soon after a failed write or a conflict.
@@ -62,7 +64,9 @@ struct Stores {
     queues: Store<RebootQueue>,
     nodes: Store<Node>,
     hosts: Store<BareMetalHost>,
-    machines: Vec<Store<DynamicObject>>,
+    machines: Vec<(kube::discovery::ApiResource, Store<DynamicObject>)>,
+    /// Remediation requests: a node being remediated is never drained or rebooted.
+    remediations: Store<hostcycle_api::remediation::HostRemediation>,
 }
 
 /// A worker task for one entry.
@@ -102,13 +106,16 @@ pub async fn run(
         eviction = evictor.api_version(),
         "reboot queue controller starting"
     );
-    let (shared, event_task) = Shared::new(
-        client.clone(),
+    let (events, event_task) = EventSink::start(
+        EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
+        "RebootQueue",
+    );
+    let shared = Arc::new(Shared {
+        client: client.clone(),
         metrics,
         evictor,
-        EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
-    );
-    let shared = Arc::new(shared);
+        events,
+    });
     let wake = Arc::new(Notify::new());
     let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
     let mut controller = Controller::new(shared.clone(), stores, config);
@@ -177,8 +184,17 @@ async fn start_watches(
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let stream = reflector(writer, watcher(api, watcher::Config::default()));
         tasks.push(spawn_waker(stream, wake.clone(), |_| true));
-        machines.push(store);
+        machines.push((resource, store));
     }
+    let (remediations, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(
+            Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    );
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
     (
         Stores {
             entries,
@@ -186,6 +202,7 @@ async fn start_watches(
             nodes,
             hosts,
             machines,
+            remediations,
         },
         tasks,
     )
@@ -209,7 +226,7 @@ fn node_fingerprint(node: &Node) -> u64 {
     h.finish()
 }
 
-fn spawn_waker<K, S>(
+pub(crate) fn spawn_waker<K, S>(
     stream: S,
     wake: Arc<Notify>,
     mut relevant: impl FnMut(&K) -> bool + Send + 'static,
@@ -279,9 +296,10 @@ impl Controller {
             let _ = self.stores.queues.wait_until_ready().await;
             let _ = self.stores.nodes.wait_until_ready().await;
             let _ = self.stores.hosts.wait_until_ready().await;
-            for m in &self.stores.machines {
+            for (_, m) in &self.stores.machines {
                 let _ = m.wait_until_ready().await;
             }
+            let _ = self.stores.remediations.wait_until_ready().await;
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -412,15 +430,33 @@ impl Controller {
             .iter()
             .map(|h| host_summary(h))
             .collect();
-        let machines: Vec<_> = self
+        let machine_objects: Vec<MachineObject> = self
             .stores
             .machines
             .iter()
-            .flat_map(|s| s.state())
-            .map(|m| machine_summary(&m))
+            .flat_map(|(resource, s)| {
+                s.state().into_iter().map(|m| MachineObject {
+                    object: (*m).clone(),
+                    resource: resource.clone(),
+                })
+            })
+            .collect();
+        let machines: Vec<_> = machine_objects
+            .iter()
+            .map(|m| machine_summary(&m.object))
             .collect();
         let entry_nodes: Vec<&str> = entries.iter().map(|e| e.spec.node.as_str()).collect();
         snapshot.reboot_targets = reboot_targets(&nodes, &entry_nodes, &hosts, &machines);
+        let requests: Vec<_> = self
+            .stores
+            .remediations
+            .state()
+            .iter()
+            .map(|r| (**r).clone())
+            .collect();
+        snapshot.being_remediated = nodes_being_remediated(&machine_objects, &requests)
+            .into_iter()
+            .collect();
         snapshot
     }
 
@@ -539,8 +575,13 @@ impl Controller {
         for stopped in &plan.stop_draining {
             if let Some(entry) = by_name.get(&stopped.name) {
                 self.stop_worker(entry);
-                let text = "drain stopped: the reboot queue was disabled; this node is drained \
-                            again from the start when the queue is enabled";
+                let text = if snapshot.being_remediated.contains(&entry.spec.node) {
+                    "drain stopped: the node is being remediated; it is drained again from the \
+                     start once the remediation is over"
+                } else {
+                    "drain stopped: the reboot queue was disabled; this node is drained again \
+                     from the start when the queue is enabled"
+                };
                 if let Some(written) = self
                     .write(entry, |s| {
                         s.phase = Some(EntryPhase::Queued);

@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::events::{EventKind, EventPublisher};
+use crate::events::{EventKind, EventSink};
 use crate::metrics::Metrics;
 use eviction::Evictor;
 
@@ -52,43 +52,11 @@ pub struct Shared {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub evictor: Evictor,
-    /// Events go out through one background task, in order, so publishing never holds up the
-    /// loop (a slow events API must not delay a reboot request or an uncordon).
-    events: mpsc::UnboundedSender<(ObjectReference, EventKind, String, String)>,
+    pub events: EventSink,
 }
 
 impl Shared {
-    /// `Shared` and the task that publishes its Events (stops when `Shared` is dropped).
-    pub fn new(
-        client: Client,
-        metrics: Arc<Metrics>,
-        evictor: Evictor,
-        publisher: EventPublisher,
-    ) -> (Shared, tokio::task::JoinHandle<()>) {
-        let (events, mut queue) =
-            mpsc::unbounded_channel::<(ObjectReference, EventKind, String, String)>();
-        let task = tokio::spawn(async move {
-            while let Some((regarding, kind, reason, note)) = queue.recv().await {
-                if let Err(e) = publisher
-                    .publish(&regarding, kind, &reason, "RebootQueue", &note)
-                    .await
-                {
-                    tracing::warn!(object = ?regarding.name, reason, error = %e, "could not publish event");
-                }
-            }
-        });
-        (
-            Shared {
-                client,
-                metrics,
-                evictor,
-                events,
-            },
-            task,
-        )
-    }
-
-    /// Logs an Event and hands it to the publisher task (best effort, never blocks).
+    /// Logs an Event and queues it for publishing (best effort, never blocks).
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
@@ -96,21 +64,7 @@ impl Shared {
         reason: &str,
         note: &str,
     ) {
-        let object = format!(
-            "{}/{}",
-            regarding.kind.as_deref().unwrap_or("object"),
-            regarding.name.as_deref().unwrap_or("")
-        );
-        match kind {
-            EventKind::Normal => tracing::info!(%object, reason, note, "event"),
-            EventKind::Warning => tracing::warn!(%object, reason, note, "event"),
-        }
-        let _ = self.events.send((
-            regarding.clone(),
-            kind,
-            reason.to_string(),
-            note.to_string(),
-        ));
+        self.events.emit(regarding, kind, reason, note);
     }
 }
 

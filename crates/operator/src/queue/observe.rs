@@ -184,8 +184,36 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
         Err(e) => return Err(e),
     };
-    let machines = list_machines(client, &machine_resources(client).await).await;
+    let resources = machine_resources(client).await;
+    let mut machine_objects = Vec::new();
+    for resource in &resources {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+        if let Ok(list) = api.list(&ListParams::default()).await {
+            machine_objects.extend(list.items.into_iter().map(|object| {
+                crate::remediation::observe::MachineObject {
+                    object,
+                    resource: resource.clone(),
+                }
+            }));
+        }
+    }
+    let machines: Vec<MachineSummary> = machine_objects
+        .iter()
+        .map(|m| machine_summary(&m.object))
+        .collect();
     let entry_nodes: Vec<&str> = entries.iter().map(|e| e.spec.node.as_str()).collect();
     snapshot.reboot_targets = reboot_targets(&nodes, &entry_nodes, &hosts, &machines);
+    let requests = match Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    snapshot.being_remediated =
+        crate::remediation::controller::nodes_being_remediated(&machine_objects, &requests)
+            .into_iter()
+            .collect();
     Ok(snapshot)
 }

@@ -1,0 +1,304 @@
+//! Machine remediation: the annotations of the metal3 external-remediation flow, and the
+//! `HostRemediation` / `HostRemediationTemplate` resources (`hostcycle.io/v1alpha1`,
+//! namespaced) through which Cluster API's MachineHealthCheck and medik8s' NodeHealthCheck
+//! ask hostcycle to remediate a machine.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// On a Machine: remediate it (set by OpenShift's MachineHealthCheck, or by hand).
+pub const EXTERNAL_REMEDIATION_ANNOTATION: &str = "host.metal3.io/external-remediation";
+/// On a Machine: its host is off and its Node is gone (remediated, as opposed to "needs
+/// remediation").
+pub const POWERED_OFF_FOR_REMEDIATION_ANNOTATION: &str =
+    "remediation.metal3.io/powered-off-for-remediation";
+/// On a Machine: when waiting for the Node to come back gives up (RFC 3339).
+pub const POWER_ON_TIMEOUT_ANNOTATION: &str = "remediation.metal3.io/power-on-will-timeout-at";
+/// On a Machine (annotation flow) : the deleted Node's labels, as a JSON object.
+pub const NODE_LABELS_BACKUP_ANNOTATION: &str = "remediation.metal3.io/node-labels-backup";
+/// On a Machine (annotation flow): the deleted Node's annotations, as a JSON object.
+pub const NODE_ANNOTATIONS_BACKUP_ANNOTATION: &str =
+    "remediation.metal3.io/node-annotations-backup";
+/// On a BareMetalHost: the power-off of the annotation flow (value `{"mode":"hard"}`).
+pub const MACHINE_POWER_OFF_ANNOTATION: &str = "reboot.metal3.io/capbm-requested-power-off";
+/// On a Machine (annotation flow): when the remediation began (RFC 3339), for the metrics.
+pub const REMEDIATION_STARTED_ANNOTATION: &str = "remediation.hostcycle.io/started-at";
+/// On a Machine (annotation flow): the remediation gave up (the reason); the flow stops here.
+pub const REMEDIATION_FAILED_ANNOTATION: &str = "remediation.hostcycle.io/failed";
+/// On a HostRemediation: the name of the Node it is about (set by NodeHealthCheck).
+pub const NHC_NODE_NAME_ANNOTATION: &str = "remediation.medik8s.io/node-name";
+/// On a HostRemediation: NodeHealthCheck gave up on it and escalated elsewhere.
+pub const NHC_TIMED_OUT_ANNOTATION: &str = "remediation.medik8s.io/nhc-timed-out";
+/// Finalizer on a HostRemediation: cleanup finishes before the object goes.
+pub const HOST_REMEDIATION_FINALIZER: &str = "hostcycle.io/remediation";
+/// Prefix of the power-off annotation a HostRemediation puts on its host
+/// (`reboot.metal3.io/hostcycle-remediation-<uid>`), one per request.
+pub const REQUEST_POWER_OFF_PREFIX: &str = "reboot.metal3.io/hostcycle-remediation-";
+
+/// The power-off annotation of the HostRemediation with this UID.
+pub fn request_power_off_annotation(uid: &str) -> String {
+    format!("{REQUEST_POWER_OFF_PREFIX}{uid}")
+}
+
+/// Default `spec.strategy.retryLimit`.
+pub const DEFAULT_RETRY_LIMIT: u32 = 1;
+/// Default `spec.strategy.timeoutSeconds`: how long the Node may take to come back.
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 600;
+
+/// What to do to a failed machine, and how patiently.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationStrategy {
+    /// `Reboot` (the only one): power off, release the Node, power on, wait for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// Power cycles after the first one when the Node does not come back (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_limit: Option<u32>,
+    /// How long the Node may take to register again after the power-on (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// A request to remediate one machine: created from a [`HostRemediationTemplate`] by Cluster
+/// API's MachineHealthCheck (named after the Machine, owned by it) or medik8s'
+/// NodeHealthCheck (named after the Node), and deleted by them once it is healthy again.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "hostcycle.io",
+    version = "v1alpha1",
+    kind = "HostRemediation",
+    plural = "hostremediations",
+    singular = "hostremediation",
+    shortname = "hr",
+    namespaced,
+    status = "HostRemediationStatus",
+    derive = "PartialEq",
+    doc = "HostRemediation asks hostcycle to fence and recover one machine: power off, release its Node, power on, wait for it.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
+    printcolumn(name = "Retries", type_ = "integer", json_path = ".status.retryCount"),
+    printcolumn(name = "Message", type_ = "string", json_path = ".status.message"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HostRemediationSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<RemediationStrategy>,
+    /// Fields this version does not model, kept.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// The template a health checker copies `spec.template.spec` from.
+#[derive(CustomResource, Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "hostcycle.io",
+    version = "v1alpha1",
+    kind = "HostRemediationTemplate",
+    plural = "hostremediationtemplates",
+    singular = "hostremediationtemplate",
+    shortname = "hrt",
+    namespaced,
+    derive = "PartialEq",
+    doc = "HostRemediationTemplate is what MachineHealthCheck and NodeHealthCheck create HostRemediations from."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HostRemediationTemplateSpec {
+    pub template: HostRemediationTemplateResource,
+}
+
+/// `spec.template` of a [`HostRemediationTemplate`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostRemediationTemplateResource {
+    #[serde(default)]
+    pub spec: HostRemediationSpec,
+}
+
+/// Where a remediation stands. `Running`, `Waiting`, `Deleting machine` and `Failed` are
+/// CAPM3's `Metal3Remediation` phases, for people who know those; `Pending` (not started
+/// yet) and `Succeeded` are hostcycle's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RemediationPhase {
+    /// Not started: waiting for a slot, for a reboot in the queue, or for its target.
+    #[default]
+    Pending,
+    /// Powering off and releasing the Node.
+    Running,
+    /// Powered on again; waiting for the Node.
+    Waiting,
+    /// The Node came back; labels and annotations are restored.
+    Succeeded,
+    /// Gave up; the Machine is being deleted so its owner replaces it.
+    DeletingMachine,
+    /// Gave up.
+    Failed,
+    /// A value this version does not know.
+    Unknown,
+}
+
+impl RemediationPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Waiting => "Waiting",
+            Self::Succeeded => "Succeeded",
+            Self::DeletingMachine => "Deleting machine",
+            Self::Failed => "Failed",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+impl Serialize for RemediationPhase {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RemediationPhase {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(match text.as_str() {
+            "Pending" => Self::Pending,
+            "Running" => Self::Running,
+            "Waiting" => Self::Waiting,
+            "Succeeded" => Self::Succeeded,
+            "Deleting machine" => Self::DeletingMachine,
+            "Failed" => Self::Failed,
+            _ => Self::Unknown,
+        })
+    }
+}
+
+impl JsonSchema for RemediationPhase {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RemediationPhase".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "Pending, Running, Waiting, Succeeded, Deleting machine or Failed.",
+        })
+    }
+}
+
+/// The step of the flow (finer than the phase). Written before the step's action is taken.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, Default, JsonSchema)]
+pub enum RemediationStep {
+    /// Nothing done yet.
+    #[default]
+    NotStarted,
+    /// The host's power-off is requested; the Node is released once the host is off.
+    PowerOffRequested,
+    /// The host is off and the Node is gone.
+    NodeReleased,
+    /// Power-on requested; waiting for the Node to register again.
+    PowerOnRequested,
+    /// The Node is back with its labels and annotations.
+    Done,
+    /// Gave up (see the message); escalation, if any, is done.
+    GaveUp,
+    /// The trigger went away before the Node was deleted: the host was released.
+    Cancelled,
+}
+
+/// What hostcycle records about a HostRemediation (the backups live here too).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostRemediationStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RemediationPhase>,
+    #[serde(default)]
+    pub step: RemediationStep,
+    /// The Node being remediated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The BareMetalHost, `<namespace>/<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Power cycles after the first.
+    #[serde(default)]
+    pub retry_count: u32,
+    /// When the current power cycle began (CAPM3's `lastRemediated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_remediated: Option<Timestamp>,
+    /// When the host was first seen off in the current cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub powered_off_at: Option<Timestamp>,
+    /// When the Node was gone (released) in the current cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_released_at: Option<Timestamp>,
+    /// Waiting for the Node gives up at this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_on_timeout_at: Option<Timestamp>,
+    /// The deleted Node's labels, restored when it comes back (keys on the new Node win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_labels_backup: Option<BTreeMap<String, String>>,
+    /// The deleted Node's annotations, restored likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_annotations_backup: Option<BTreeMap<String, String>>,
+    /// In words: what the remediation does or waits for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// `Processing`, `Succeeded`, `PermanentNodeDeletionExpected` (NodeHealthCheck reads
+    /// these), and `Blocked`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl HostRemediationStatus {
+    pub fn phase(&self) -> RemediationPhase {
+        self.phase.unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn phases_read_and_write_capm3_strings() {
+        for (text, phase) in [
+            ("Running", RemediationPhase::Running),
+            ("Waiting", RemediationPhase::Waiting),
+            ("Deleting machine", RemediationPhase::DeletingMachine),
+            ("Failed", RemediationPhase::Failed),
+        ] {
+            let v = serde_json::to_value(phase).unwrap();
+            assert_eq!(v, text);
+            let back: RemediationPhase = serde_json::from_value(v).unwrap();
+            assert_eq!(back, phase);
+        }
+        let odd: RemediationPhase = serde_json::from_value(serde_json::json!("Later")).unwrap();
+        assert_eq!(odd, RemediationPhase::Unknown);
+    }
+
+    #[test]
+    fn a_template_spec_deserialises_from_what_checkers_copy() {
+        let t: HostRemediationTemplateSpec = serde_json::from_value(serde_json::json!({
+            "template": { "spec": { "strategy": { "type": "Reboot", "retryLimit": 2, "timeoutSeconds": 300 } } }
+        }))
+        .unwrap();
+        let s = t.template.spec.strategy.unwrap();
+        assert_eq!((s.retry_limit, s.timeout_seconds), (Some(2), Some(300)));
+    }
+}

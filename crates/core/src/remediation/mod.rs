@@ -1,0 +1,14 @@
+//! Machine remediation's decisions: the seed's flow (power off, release the Node only once
+//! the host is off, power on, wait for the Node to rejoin) as a pure step function, the place
+//! its record lives for each trigger, slot allocation (`maxConcurrentRemediations`), and how
+//! a failed remediation escalates to the Machine's owner.
+
+pub mod decide;
+pub mod escalation;
+pub mod record;
+
+pub use decide::{
+    Action, Blocker, Decision, Escalation, Event, HostView, NodeView, Observation, Trigger, decide,
+    event_reason,
+};
+pub use record::Record;

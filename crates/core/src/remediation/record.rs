@@ -1,0 +1,176 @@
+//! The record of one remediation: which step it reached and what it must remember (times,
+//! the Node's labels and annotations). A request keeps it in its status; the annotation flow
+//! keeps it in the Machine's annotations, with metal3's keys, so a Machine remediated by
+//! OpenShift's own controller and one remediated by hostcycle look the same.
+
+use std::collections::BTreeMap;
+
+use hostcycle_api::remediation::{
+    HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION,
+    POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
+    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationStep,
+};
+use jiff::Timestamp;
+
+/// Where a remediation is, and what it remembers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Record {
+    pub step: RemediationStep,
+    /// Power cycles after the first.
+    pub retry_count: u32,
+    /// When the remediation began (the trigger was first acted on).
+    pub started_at: Option<Timestamp>,
+    /// When the current power cycle began.
+    pub cycle_started_at: Option<Timestamp>,
+    /// When the host was first seen off in this cycle.
+    pub powered_off_at: Option<Timestamp>,
+    /// When the Node was seen gone in this cycle.
+    pub node_released_at: Option<Timestamp>,
+    /// Waiting for the Node gives up at this time.
+    pub power_on_timeout_at: Option<Timestamp>,
+    /// The deleted Node's labels and annotations, until restored.
+    pub labels_backup: Option<BTreeMap<String, String>>,
+    pub annotations_backup: Option<BTreeMap<String, String>>,
+    /// Why it gave up.
+    pub failure: Option<String>,
+}
+
+impl Record {
+    /// Power-off requested, Node released or power-on requested: counts against
+    /// `maxConcurrentRemediations`.
+    pub fn in_flight(&self) -> bool {
+        matches!(
+            self.step,
+            RemediationStep::PowerOffRequested
+                | RemediationStep::NodeReleased
+                | RemediationStep::PowerOnRequested
+        )
+    }
+
+    /// The Node was deleted (or found gone) after the host was off.
+    pub fn node_released(&self) -> bool {
+        matches!(
+            self.step,
+            RemediationStep::NodeReleased | RemediationStep::PowerOnRequested
+        )
+    }
+
+    /// Read from a request's status.
+    pub fn from_status(status: &HostRemediationStatus) -> Record {
+        Record {
+            step: status.step,
+            retry_count: status.retry_count,
+            // The request's creation is its trigger time: the caller sets it.
+            started_at: None,
+            cycle_started_at: status.last_remediated,
+            powered_off_at: status.powered_off_at,
+            node_released_at: status.node_released_at,
+            power_on_timeout_at: status.power_on_timeout_at,
+            labels_backup: status.node_labels_backup.clone(),
+            annotations_backup: status.node_annotations_backup.clone(),
+            failure: None,
+        }
+    }
+
+    /// Writes the record into a request's status (phase, message and conditions are set
+    /// by the caller).
+    pub fn apply_to_status(&self, status: &mut HostRemediationStatus) {
+        status.step = self.step;
+        status.retry_count = self.retry_count;
+        status.last_remediated = self.cycle_started_at;
+        status.powered_off_at = self.powered_off_at;
+        status.node_released_at = self.node_released_at;
+        status.power_on_timeout_at = self.power_on_timeout_at;
+        status.node_labels_backup = self.labels_backup.clone();
+        status.node_annotations_backup = self.annotations_backup.clone();
+    }
+
+    /// Read from a Machine's annotations (the annotation flow). `host_powered_off_annotation`
+    /// says whether the host carries the flow's power-off annotation.
+    pub fn from_machine_annotations(
+        annotations: &BTreeMap<String, String>,
+        host_power_off_annotation: bool,
+    ) -> Record {
+        let time = |key: &str| annotations.get(key).and_then(|v| v.trim().parse().ok());
+        let map = |key: &str| {
+            annotations
+                .get(key)
+                .and_then(|v| serde_json::from_str::<BTreeMap<String, String>>(v).ok())
+        };
+        let failure = annotations.get(REMEDIATION_FAILED_ANNOTATION).cloned();
+        let step = if failure.is_some() {
+            RemediationStep::GaveUp
+        } else if annotations.contains_key(POWER_ON_TIMEOUT_ANNOTATION) {
+            RemediationStep::PowerOnRequested
+        } else if annotations.contains_key(POWERED_OFF_FOR_REMEDIATION_ANNOTATION) {
+            RemediationStep::NodeReleased
+        } else if host_power_off_annotation
+            || annotations.contains_key(REMEDIATION_STARTED_ANNOTATION)
+            || annotations.contains_key(NODE_LABELS_BACKUP_ANNOTATION)
+        {
+            RemediationStep::PowerOffRequested
+        } else {
+            RemediationStep::NotStarted
+        };
+        Record {
+            step,
+            retry_count: 0,
+            started_at: time(REMEDIATION_STARTED_ANNOTATION),
+            cycle_started_at: time(REMEDIATION_STARTED_ANNOTATION),
+            powered_off_at: None,
+            node_released_at: None,
+            power_on_timeout_at: time(POWER_ON_TIMEOUT_ANNOTATION),
+            labels_backup: map(NODE_LABELS_BACKUP_ANNOTATION),
+            annotations_backup: map(NODE_ANNOTATIONS_BACKUP_ANNOTATION),
+            failure,
+        }
+    }
+
+    /// The Machine annotations that represent this record: `Some(value)` to set, `None` to
+    /// remove (a JSON merge patch of `metadata.annotations`).
+    pub fn machine_annotations(&self) -> BTreeMap<&'static str, Option<String>> {
+        let json = |m: &Option<BTreeMap<String, String>>| {
+            m.as_ref().and_then(|m| serde_json::to_string(m).ok())
+        };
+        let released = matches!(
+            self.step,
+            RemediationStep::NodeReleased | RemediationStep::PowerOnRequested
+        );
+        let active = !matches!(
+            self.step,
+            RemediationStep::NotStarted | RemediationStep::Done | RemediationStep::Cancelled
+        );
+        BTreeMap::from([
+            (
+                REMEDIATION_STARTED_ANNOTATION,
+                self.started_at
+                    .filter(|_| active && self.step != RemediationStep::GaveUp)
+                    .map(|t| t.to_string()),
+            ),
+            (
+                POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
+                released.then(String::new),
+            ),
+            (
+                POWER_ON_TIMEOUT_ANNOTATION,
+                self.power_on_timeout_at
+                    .filter(|_| self.step == RemediationStep::PowerOnRequested)
+                    .map(|t| t.to_string()),
+            ),
+            (
+                NODE_LABELS_BACKUP_ANNOTATION,
+                json(&self.labels_backup).filter(|_| active),
+            ),
+            (
+                NODE_ANNOTATIONS_BACKUP_ANNOTATION,
+                json(&self.annotations_backup).filter(|_| active),
+            ),
+            (
+                REMEDIATION_FAILED_ANNOTATION,
+                self.failure
+                    .clone()
+                    .filter(|_| self.step == RemediationStep::GaveUp),
+            ),
+        ])
+    }
+}

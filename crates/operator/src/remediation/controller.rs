@@ -1,0 +1,1148 @@
+//! The remediation loop: woken by any change of a Machine, a HostRemediation, a host, a
+//! target Node or a queue entry, and at each remediation's next deadline.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hostcycle_api::BareMetalHost;
+use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
+use hostcycle_api::remediation::{
+    EXTERNAL_REMEDIATION_ANNOTATION, HOST_REMEDIATION_FINALIZER, HostRemediation,
+    HostRemediationStatus, MACHINE_POWER_OFF_ANNOTATION, REQUEST_POWER_OFF_PREFIX,
+    RemediationPhase, RemediationStep,
+};
+use hostcycle_core::queue::drain::add;
+use hostcycle_core::queue::{EntryView, QueueConfig};
+use hostcycle_core::remediation::escalation::{allocate_slots, owner_remediated_patch};
+use hostcycle_core::remediation::{
+    Action, Decision, Escalation, Observation, Record, Trigger, decide,
+};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::RemediationControllerConfig;
+use super::observe::{
+    MachineObject, Subject, escalation, host_view, limits, node_view, record, requested, resolve,
+};
+use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::metrics::{Metrics, RemediationLabels};
+use crate::queue::controller::spawn_waker;
+use crate::queue::node_ref;
+use crate::queue::observe::{host_summary, machine_resources, machine_summary};
+
+const FIELD_MANAGER: &str = "hostcycle-remediation";
+/// Look again this soon after a failed write or action.
+const RETRY_SOON: Duration = Duration::from_secs(1);
+
+struct Stores {
+    machines: Vec<(ApiResource, Store<DynamicObject>)>,
+    requests: Store<HostRemediation>,
+    hosts: Store<BareMetalHost>,
+    nodes: Store<Node>,
+    entries: Store<RebootQueueEntry>,
+    queues: Store<RebootQueue>,
+}
+
+/// Runs the remediation controller until `shutdown` fires.
+pub async fn run(
+    client: Client,
+    config: RemediationControllerConfig,
+    metrics: Arc<Metrics>,
+    identity: &str,
+    shutdown: CancellationToken,
+) {
+    let (events, event_task) = EventSink::start(
+        EventPublisher::new(client.clone(), "hostcycle.io/remediation", identity),
+        "Remediation",
+    );
+    let wake = Arc::new(Notify::new());
+    let targets: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let (stores, tasks) = start_watches(&client, &config, wake.clone(), targets.clone()).await;
+    tracing::info!(
+        machine_kinds = ?stores.machines.iter().map(|(r, _)| format!("{}/{}", r.group, r.version)).collect::<Vec<_>>(),
+        max_concurrent = config.max_concurrent,
+        "remediation controller starting"
+    );
+    let mut controller = Controller {
+        client,
+        config,
+        metrics,
+        events,
+        stores,
+        targets,
+        last_events: HashMap::new(),
+        retry_soon: false,
+    };
+    let ready = async {
+        for (_, s) in &controller.stores.machines {
+            let _ = s.wait_until_ready().await;
+        }
+        let _ = controller.stores.requests.wait_until_ready().await;
+        let _ = controller.stores.hosts.wait_until_ready().await;
+        let _ = controller.stores.nodes.wait_until_ready().await;
+        let _ = controller.stores.entries.wait_until_ready().await;
+        let _ = controller.stores.queues.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = ready => {
+            tracing::info!("remediation caches synced");
+            let mut next = tokio::time::Instant::now();
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = wake.notified() => {}
+                    _ = tokio::time::sleep_until(next) => {}
+                }
+                let wait = controller.pass().await;
+                next = tokio::time::Instant::now() + wait;
+            }
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+    drop(controller);
+    let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
+}
+
+async fn start_watches(
+    client: &Client,
+    config: &RemediationControllerConfig,
+    wake: Arc<Notify>,
+    targets: Arc<Mutex<HashSet<String>>>,
+) -> (Stores, Vec<JoinHandle<()>>) {
+    let mut tasks = Vec::new();
+    let mut machines = Vec::new();
+    for resource in machine_resources(client).await {
+        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+        let store = writer.as_reader();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let stream = reflector(writer, watcher(api, watcher::Config::default()));
+        tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+        machines.push((resource, store));
+    }
+    let (requests, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(
+            Api::<HostRemediation>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    );
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+
+    let (hosts, writer) = reflector::store();
+    let host_api: Api<BareMetalHost> = match &config.host_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+
+    // Nodes change every heartbeat: wake for a target Node, or when readiness changes.
+    let (nodes, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+    );
+    let mut prints: HashMap<String, u64> = HashMap::new();
+    tasks.push(spawn_waker(stream, wake.clone(), move |node: &Node| {
+        let name = node.name_any();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        node.uid().hash(&mut h);
+        hostcycle_core::queue::NodeView::from_node(node)
+            .ready
+            .hash(&mut h);
+        let print = h.finish();
+        let changed = prints.insert(name.clone(), print) != Some(print);
+        let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
+        changed || target
+    }));
+
+    let (entries, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(
+            Api::<RebootQueueEntry>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    );
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    let (queues, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(
+            Api::<RebootQueue>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    );
+    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    (
+        Stores {
+            machines,
+            requests,
+            hosts,
+            nodes,
+            entries,
+            queues,
+        },
+        tasks,
+    )
+}
+
+struct Controller {
+    client: Client,
+    config: RemediationControllerConfig,
+    metrics: Arc<Metrics>,
+    events: EventSink,
+    stores: Stores,
+    /// Nodes some remediation targets (their every change wakes the loop).
+    targets: Arc<Mutex<HashSet<String>>>,
+    /// The Events each remediation emitted last, so a waiting one does not repeat them.
+    last_events: HashMap<String, Vec<(&'static str, String)>>,
+    retry_soon: bool,
+}
+
+/// One remediation, observed.
+struct Item {
+    subject: Subject,
+    machine: Option<MachineObject>,
+    host: Option<BareMetalHost>,
+    node: Option<Node>,
+    observation: Observation,
+}
+
+impl Controller {
+    async fn pass(&mut self) -> Duration {
+        self.retry_soon = false;
+        let now = Timestamp::now();
+        let items = self.observe(now);
+        let mut next = self.config.resync;
+        let mut in_flight = 0i64;
+        let mut live_keys = HashSet::new();
+        for item in items {
+            live_keys.insert(item.subject.key());
+            if item.observation.record.in_flight() {
+                in_flight += 1;
+            }
+            let decision = decide(&item.observation, now);
+            if let Some(requeue) = decision.requeue {
+                next = next.min(requeue);
+            }
+            self.apply(&item, &decision, now).await;
+        }
+        self.last_events.retain(|k, _| live_keys.contains(k));
+        self.metrics.remediation.in_flight.set(in_flight);
+        self.sweep_orphans().await;
+        if self.retry_soon {
+            next = next.min(RETRY_SOON);
+        }
+        next.max(Duration::from_millis(50))
+    }
+
+    fn observe(&self, now: Timestamp) -> Vec<Item> {
+        let machines: Vec<MachineObject> = self
+            .stores
+            .machines
+            .iter()
+            .flat_map(|(resource, store)| {
+                store.state().into_iter().map(|m| MachineObject {
+                    object: (*m).clone(),
+                    resource: resource.clone(),
+                })
+            })
+            .collect();
+        let machine_summaries: Vec<_> = machines
+            .iter()
+            .map(|m| machine_summary(&m.object))
+            .collect();
+        let hosts: Vec<BareMetalHost> = self
+            .stores
+            .hosts
+            .state()
+            .iter()
+            .map(|h| (**h).clone())
+            .collect();
+        let host_summaries: Vec<_> = hosts.iter().map(host_summary).collect();
+        let nodes: BTreeMap<String, Node> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), (**n).clone()))
+            .collect();
+        let queue_boot_timeout = self
+            .stores
+            .queues
+            .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
+            .map(|q| QueueConfig::from_spec(&q.spec))
+            .unwrap_or_default()
+            .reboot
+            .boot_timeout;
+        let rebooting: HashMap<String, Timestamp> = self
+            .stores
+            .entries
+            .state()
+            .iter()
+            .map(|e| EntryView::from_entry(e))
+            .filter(|e| e.phase == hostcycle_api::queue::EntryPhase::Rebooting && !e.cancel)
+            .filter_map(|e| Some((e.node.clone(), add(e.last_transition?, queue_boot_timeout))))
+            .collect();
+
+        let subjects: Vec<Subject> = machines
+            .iter()
+            .filter(|m| m.has_flow())
+            .cloned()
+            .map(Subject::Machine)
+            .chain(
+                self.stores
+                    .requests
+                    .state()
+                    .iter()
+                    .map(|r| Subject::Request((**r).clone())),
+            )
+            .collect();
+
+        let mut items: Vec<Item> = subjects
+            .into_iter()
+            .map(|subject| {
+                let resolved = resolve(
+                    &subject,
+                    &machines,
+                    &machine_summaries,
+                    &hosts,
+                    &host_summaries,
+                    &nodes,
+                );
+                let host = resolved.host.as_ref().ok().cloned();
+                let power_off = subject.power_off_annotation();
+                let node = resolved
+                    .node_name
+                    .as_ref()
+                    .and_then(|n| nodes.get(n))
+                    .cloned();
+                let (retry_limit, power_on_timeout) =
+                    limits(&subject, self.config.power_on_timeout);
+                let observation = Observation {
+                    trigger: subject.trigger(),
+                    requested: requested(&subject),
+                    target: resolved
+                        .host
+                        .as_ref()
+                        .map(|h| host_view(h, &power_off))
+                        .map_err(Clone::clone),
+                    node_name: resolved.node_name.clone(),
+                    node: node.as_ref().map(node_view),
+                    record: record(&subject, host.as_ref()),
+                    retry_limit,
+                    power_on_timeout,
+                    slot_free: false,
+                    queue_reboot_until: resolved
+                        .node_name
+                        .as_ref()
+                        .and_then(|n| rebooting.get(n).copied()),
+                    escalation: escalation(resolved.machine.as_ref(), host.as_ref()),
+                };
+                Item {
+                    subject,
+                    machine: resolved.machine,
+                    host,
+                    node,
+                    observation,
+                }
+            })
+            .collect();
+
+        // Storm protection: free slots go to the longest-waiting requests first.
+        let in_flight = items
+            .iter()
+            .filter(|i| i.observation.record.in_flight())
+            .count();
+        let mut waiting: Vec<(Timestamp, String)> = items
+            .iter()
+            .filter(|i| {
+                i.observation.record.step == RemediationStep::NotStarted
+                    && i.observation.requested
+                    && i.observation.target.is_ok()
+            })
+            .map(|i| (i.subject.created().unwrap_or(now), i.subject.key()))
+            .collect();
+        waiting.sort();
+        let keys: Vec<String> = waiting.into_iter().map(|(_, k)| k).collect();
+        let granted: HashSet<String> = allocate_slots(in_flight, self.config.max_concurrent, &keys)
+            .into_iter()
+            .collect();
+        for item in &mut items {
+            item.observation.slot_free = granted.contains(&item.subject.key());
+        }
+        if let Ok(mut t) = self.targets.lock() {
+            *t = items
+                .iter()
+                .filter_map(|i| i.observation.node_name.clone())
+                .collect();
+        }
+        items
+    }
+
+    async fn apply(&mut self, item: &Item, decision: &Decision, now: Timestamp) {
+        let key = item.subject.key();
+        // A request keeps a finalizer while it is being worked on, so cleanup finishes.
+        let mut request = match &item.subject {
+            Subject::Request(r) => Some(r.clone()),
+            Subject::Machine(_) => None,
+        };
+        if let Some(r) = &request
+            && r.meta().deletion_timestamp.is_none()
+            && !r
+                .finalizers()
+                .iter()
+                .any(|f| f == HOST_REMEDIATION_FINALIZER)
+        {
+            match self.add_finalizer(r).await {
+                Some(updated) => request = Some(updated),
+                None => return,
+            }
+        }
+
+        // Record first (write-ahead), then act.
+        let mut machine_now = item
+            .machine
+            .clone()
+            .filter(|_| item.subject.trigger() == Trigger::MachineAnnotation);
+        match &item.subject {
+            Subject::Machine(m) => {
+                if let Some(next) = &decision.record {
+                    match self.write_machine_record(m, next).await {
+                        Some(updated) => machine_now = Some(updated),
+                        None => return,
+                    }
+                }
+            }
+            Subject::Request(_) => {
+                let Some(r) = request.clone() else { return };
+                let record = decision
+                    .record
+                    .clone()
+                    .unwrap_or_else(|| item.observation.record.clone());
+                match self
+                    .write_request_status(&r, &record, decision, item, now)
+                    .await
+                {
+                    Some(updated) => request = Some(updated),
+                    None => return,
+                }
+            }
+        }
+        self.observe_metrics(item, decision, now);
+
+        for action in &decision.actions {
+            let ok = match action {
+                Action::RequestPowerOff => {
+                    self.set_host_annotation(item, Some(r#"{"mode":"hard"}"#))
+                        .await
+                }
+                Action::ReleasePowerOff => self.set_host_annotation(item, None).await,
+                Action::DeleteNode => self.delete_node(item).await,
+                Action::RestoreNode {
+                    labels,
+                    annotations,
+                } => self.restore_node(item, labels, annotations).await,
+                Action::FinishAnnotationFlow => match &machine_now {
+                    Some(m) => self.finish_machine(m).await,
+                    None => true,
+                },
+                Action::Escalate(kind) => self.escalate(item, kind).await,
+            };
+            if !ok {
+                self.retry_soon = true;
+                break;
+            }
+        }
+
+        // Events, once per distinct set (a waiting remediation does not repeat itself).
+        let emitted: Vec<(&'static str, String)> = decision
+            .events
+            .iter()
+            .map(|e| (e.reason, e.message.clone()))
+            .collect();
+        if !emitted.is_empty() && self.last_events.get(&key) != Some(&emitted) {
+            let primary = primary_ref(&item.subject);
+            let host = item.host.as_ref().map(|h| {
+                let mut r = h.object_ref(&());
+                r.field_path = None;
+                r
+            });
+            let node = item.observation.node_name.as_deref().map(node_ref);
+            for e in &decision.events {
+                let kind = if e.warning {
+                    EventKind::Warning
+                } else {
+                    EventKind::Normal
+                };
+                self.events.emit(&primary, kind, e.reason, &e.message);
+                if let Some(h) = &host {
+                    self.events.emit(h, kind, e.reason, &e.message);
+                }
+                if let Some(n) = &node {
+                    self.events.emit(n, kind, e.reason, &e.message);
+                }
+            }
+            self.last_events.insert(key.clone(), emitted);
+        }
+
+        // A request being deleted lets go once nothing of it is left on the host.
+        if let Some(r) = &request
+            && r.meta().deletion_timestamp.is_some()
+        {
+            let step = decision
+                .record
+                .as_ref()
+                .map(|rec| rec.step)
+                .unwrap_or(item.observation.record.step);
+            let settled = matches!(
+                step,
+                RemediationStep::NotStarted
+                    | RemediationStep::Done
+                    | RemediationStep::GaveUp
+                    | RemediationStep::Cancelled
+            );
+            let host_clear = !item.host.as_ref().is_some_and(|h| {
+                h.annotations()
+                    .contains_key(&item.subject.power_off_annotation())
+            }) || decision.actions.contains(&Action::ReleasePowerOff);
+            if settled && host_clear {
+                self.remove_finalizer(r).await;
+            }
+        }
+    }
+
+    fn observe_metrics(&self, item: &Item, decision: &Decision, now: Timestamp) {
+        let Some(next) = &decision.record else { return };
+        let before = &item.observation.record;
+        let m = &self.metrics.remediation;
+        let trigger = item.subject.trigger().as_str().to_string();
+        let secs = |a: Option<Timestamp>, b: Option<Timestamp>| match (a, b) {
+            (Some(a), Some(b)) => Some(b.duration_since(a).as_secs_f64().max(0.0)),
+            _ => None,
+        };
+        if before.powered_off_at.is_none()
+            && let Some(s) = secs(next.started_at, next.powered_off_at)
+        {
+            m.time_to_fence.observe(s);
+        }
+        if before.node_released_at.is_none()
+            && let Some(s) = secs(next.powered_off_at, next.node_released_at)
+        {
+            m.time_to_release.observe(s);
+        }
+        let result = match (before.step, next.step) {
+            (a, RemediationStep::Done) if a != RemediationStep::Done => {
+                if let Some(s) = secs(next.started_at, Some(now)) {
+                    m.time_to_recover.observe(s);
+                }
+                Some("succeeded")
+            }
+            (a, RemediationStep::GaveUp) if a != RemediationStep::GaveUp => Some("failed"),
+            (a, RemediationStep::Cancelled) if a != RemediationStep::Cancelled => Some("cancelled"),
+            _ => None,
+        };
+        if let Some(result) = result {
+            m.remediations
+                .get_or_create(&RemediationLabels {
+                    trigger,
+                    result: result.into(),
+                })
+                .inc();
+        }
+    }
+
+    // ----- writes ------------------------------------------------------------------
+
+    fn machine_api(&self, m: &MachineObject) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &m.object.namespace().unwrap_or_default(),
+            &m.resource,
+        )
+    }
+
+    /// Writes the annotation flow's record onto the Machine (resourceVersion precondition).
+    async fn write_machine_record(
+        &mut self,
+        m: &MachineObject,
+        record: &Record,
+    ) -> Option<MachineObject> {
+        let annotations: serde_json::Map<String, Value> = record
+            .machine_annotations()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.map(Value::String).unwrap_or(Value::Null)))
+            .collect();
+        self.patch_machine(
+            m,
+            json!({ "metadata": {
+                "resourceVersion": m.object.resource_version(),
+                "annotations": annotations,
+            }}),
+        )
+        .await
+    }
+
+    /// The flow is over: the trigger and every marker go.
+    async fn finish_machine(&mut self, m: &MachineObject) -> bool {
+        let annotations: serde_json::Map<String, Value> =
+            super::observe::MACHINE_RECORD_ANNOTATIONS
+                .iter()
+                .map(|k| (k.to_string(), Value::Null))
+                .collect();
+        self.patch_machine(
+            m,
+            json!({ "metadata": {
+                "resourceVersion": m.object.resource_version(),
+                "annotations": annotations,
+            }}),
+        )
+        .await
+        .is_some()
+    }
+
+    async fn patch_machine(&mut self, m: &MachineObject, patch: Value) -> Option<MachineObject> {
+        match self
+            .machine_api(m)
+            .patch(
+                &m.object.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(object) => Some(MachineObject {
+                object,
+                resource: m.resource.clone(),
+            }),
+            Err(e) => {
+                log_write_error(&format!("Machine {}", m.key()), &e);
+                self.retry_soon = true;
+                None
+            }
+        }
+    }
+
+    async fn add_finalizer(&mut self, r: &HostRemediation) -> Option<HostRemediation> {
+        let mut finalizers = r.finalizers().to_vec();
+        finalizers.push(HOST_REMEDIATION_FINALIZER.to_string());
+        let patch = json!({ "metadata": { "resourceVersion": r.resource_version(), "finalizers": finalizers } });
+        self.patch_request(r, &patch).await
+    }
+
+    async fn remove_finalizer(&mut self, r: &HostRemediation) {
+        let finalizers: Vec<String> = r
+            .finalizers()
+            .iter()
+            .filter(|f| *f != HOST_REMEDIATION_FINALIZER)
+            .cloned()
+            .collect();
+        let patch = json!({ "metadata": { "resourceVersion": r.resource_version(), "finalizers": finalizers } });
+        self.patch_request(r, &patch).await;
+    }
+
+    async fn patch_request(
+        &mut self,
+        r: &HostRemediation,
+        patch: &Value,
+    ) -> Option<HostRemediation> {
+        let api: Api<HostRemediation> =
+            Api::namespaced(self.client.clone(), &r.namespace().unwrap_or_default());
+        match api
+            .patch(&r.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(updated) => Some(updated),
+            Err(e) => {
+                log_write_error(&format!("HostRemediation {}", r.name_any()), &e);
+                self.retry_soon = true;
+                None
+            }
+        }
+    }
+
+    /// Writes a request's status: the record, the phase, the message and the conditions
+    /// health checkers read. Skipped when nothing changed.
+    async fn write_request_status(
+        &mut self,
+        r: &HostRemediation,
+        record: &Record,
+        decision: &Decision,
+        item: &Item,
+        now: Timestamp,
+    ) -> Option<HostRemediation> {
+        let before = r.status.clone().unwrap_or_default();
+        let mut status = before.clone();
+        record.apply_to_status(&mut status);
+        status.phase = Some(decision.phase);
+        status.message = crate::text::bounded(&decision.message, 1024);
+        status.node = item.observation.node_name.clone();
+        status.host = item
+            .observation
+            .target
+            .as_ref()
+            .ok()
+            .map(|h| h.name.clone());
+        let processing = matches!(
+            decision.phase,
+            RemediationPhase::Running | RemediationPhase::Waiting
+        );
+        let (succeeded, succeeded_reason) = match record.step {
+            RemediationStep::Done => ("True", "RemediationSucceeded"),
+            RemediationStep::GaveUp => ("False", "RemediationFailed"),
+            RemediationStep::Cancelled => ("False", "RemediationCancelled"),
+            _ => ("Unknown", "RemediationInProgress"),
+        };
+        let node_gone_for_now = record.node_released() && item.node.is_none();
+        let generation = r.metadata.generation;
+        set_condition(
+            &mut status,
+            "Processing",
+            if processing { "True" } else { "False" },
+            if processing {
+                "RemediationInProgress"
+            } else {
+                "NotProcessing"
+            },
+            &decision.message,
+            now,
+            generation,
+        );
+        set_condition(
+            &mut status,
+            "Succeeded",
+            succeeded,
+            succeeded_reason,
+            &decision.message,
+            now,
+            generation,
+        );
+        set_condition(
+            &mut status,
+            "PermanentNodeDeletionExpected",
+            if node_gone_for_now { "True" } else { "False" },
+            if node_gone_for_now {
+                "NodeDeletedUntilPowerOn"
+            } else {
+                "NodeKept"
+            },
+            if node_gone_for_now {
+                "the Node was deleted to release its workloads; it registers again after the power-on"
+            } else {
+                "the Node is not deleted for good"
+            },
+            now,
+            generation,
+        );
+        match decision.blocked {
+            Some(reason) => set_condition(
+                &mut status,
+                "Blocked",
+                "True",
+                reason,
+                &decision.message,
+                now,
+                generation,
+            ),
+            None => set_condition(
+                &mut status,
+                "Blocked",
+                "False",
+                "NotBlocked",
+                "",
+                now,
+                generation,
+            ),
+        }
+        if status == before {
+            return Some(r.clone());
+        }
+        let mut next = r.clone();
+        next.status = Some(status);
+        let api: Api<HostRemediation> =
+            Api::namespaced(self.client.clone(), &r.namespace().unwrap_or_default());
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        match api.replace_status(&r.name_any(), &params, &next).await {
+            Ok(updated) => Some(updated),
+            Err(e) => {
+                log_write_error(&format!("HostRemediation {}", r.name_any()), &e);
+                self.retry_soon = true;
+                None
+            }
+        }
+    }
+
+    // ----- actions -----------------------------------------------------------------
+
+    /// Adds (`Some(value)`) or removes this remediation's power-off annotation on its host.
+    async fn set_host_annotation(&mut self, item: &Item, value: Option<&str>) -> bool {
+        let Some(host) = &item.host else { return false };
+        let key = item.subject.power_off_annotation();
+        let api: Api<BareMetalHost> =
+            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
+        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        match api
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
+                false
+            }
+        }
+    }
+
+    /// Deletes the Node the record backed up (UID precondition: never a newer one).
+    async fn delete_node(&mut self, item: &Item) -> bool {
+        let Some(node) = &item.node else { return true };
+        let api: Api<Node> = Api::all(self.client.clone());
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: node.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&node.name_any(), &params).await {
+            Ok(_) => {
+                tracing::info!(node = %node.name_any(), remediation = %item.subject.key(), "node deleted; its host is off");
+                true
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+            Err(e) => {
+                log_write_error(&format!("Node {}", node.name_any()), &e);
+                false
+            }
+        }
+    }
+
+    /// Adds the backed-up labels and annotations the new Node lacks (its own keys win).
+    async fn restore_node(
+        &mut self,
+        item: &Item,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> bool {
+        let Some(name) = &item.observation.node_name else {
+            return true;
+        };
+        let api: Api<Node> = Api::all(self.client.clone());
+        for _ in 0..5 {
+            let node = match api.get_opt(name).await {
+                Ok(Some(n)) => n,
+                Ok(None) => return false,
+                Err(e) => {
+                    log_write_error(&format!("Node {name}"), &e);
+                    return false;
+                }
+            };
+            let missing = |have: &BTreeMap<String, String>, backup: &BTreeMap<String, String>| {
+                backup
+                    .iter()
+                    .filter(|(k, _)| !have.contains_key(*k))
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect::<serde_json::Map<String, Value>>()
+            };
+            let add_labels = missing(node.labels(), labels);
+            let add_annotations = missing(node.annotations(), annotations);
+            if add_labels.is_empty() && add_annotations.is_empty() {
+                return true;
+            }
+            let patch = json!({ "metadata": {
+                "resourceVersion": node.resource_version(),
+                "labels": add_labels,
+                "annotations": add_annotations,
+            }});
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return true,
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => {
+                    log_write_error(&format!("Node {name}"), &e);
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    async fn escalate(&mut self, item: &Item, kind: &Escalation) -> bool {
+        let Some(machine) = &item.machine else {
+            return true;
+        };
+        let api = self.machine_api(machine);
+        let name = machine.object.name_any();
+        match kind {
+            Escalation::DeleteMachine => {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: machine.object.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&name, &params).await {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+                    Err(e) => {
+                        log_write_error(&format!("Machine {}", machine.key()), &e);
+                        false
+                    }
+                }
+            }
+            Escalation::MarkOwnerRemediated => {
+                let current = match api.get(&name).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        log_write_error(&format!("Machine {}", machine.key()), &e);
+                        return false;
+                    }
+                };
+                let status = current.data.get("status").cloned().unwrap_or(Value::Null);
+                let mut patch = owner_remediated_patch(
+                    &status,
+                    Timestamp::now(),
+                    "hostcycle gave up remediating this machine; its owner should replace it",
+                );
+                patch["metadata"] = json!({ "resourceVersion": current.resource_version() });
+                match api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => true,
+                    Err(e) => {
+                        log_write_error(&format!("Machine {} status", machine.key()), &e);
+                        false
+                    }
+                }
+            }
+            Escalation::None(_) => true,
+        }
+    }
+
+    /// Power-off annotations whose remediation no longer exists (a Machine or request deleted
+    /// without its cleanup): the host is released, never left off.
+    async fn sweep_orphans(&mut self) {
+        let requests: HashSet<String> = self
+            .stores
+            .requests
+            .state()
+            .iter()
+            .filter_map(|r| r.uid())
+            .collect();
+        let machines_with_flow: HashSet<(String, String)> = self
+            .stores
+            .machines
+            .iter()
+            .flat_map(|(resource, s)| {
+                let resource = resource.clone();
+                s.state().into_iter().filter_map(move |m| {
+                    let mo = MachineObject {
+                        object: (*m).clone(),
+                        resource: resource.clone(),
+                    };
+                    if mo.has_flow() { mo.host_ref() } else { None }
+                })
+            })
+            .collect();
+        for host in self.stores.hosts.state() {
+            let ns = host.namespace().unwrap_or_default();
+            let name = host.name_any();
+            let orphaned: Vec<String> = host
+                .annotations()
+                .keys()
+                .filter(|k| {
+                    if let Some(uid) = k.strip_prefix(REQUEST_POWER_OFF_PREFIX) {
+                        !requests.contains(uid)
+                    } else {
+                        k.as_str() == MACHINE_POWER_OFF_ANNOTATION
+                            && !machines_with_flow.contains(&(ns.clone(), name.clone()))
+                    }
+                })
+                .cloned()
+                .collect();
+            for key in orphaned {
+                // Confirm with the API server: the caches may lag a write of our own.
+                if !self.orphan_confirmed(&key, &ns, &name).await {
+                    continue;
+                }
+                let api: Api<BareMetalHost> = Api::namespaced(self.client.clone(), &ns);
+                let patch = json!({ "metadata": { "annotations": { key.clone(): null } } });
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {
+                        let note = format!(
+                            "removed {key}: the remediation that put it there is gone; the host is released"
+                        );
+                        self.events.emit(
+                            &host.object_ref(&()),
+                            EventKind::Warning,
+                            "RemediationOrphanReleased",
+                            &note,
+                        );
+                    }
+                    Err(e) => log_write_error(&format!("BareMetalHost {ns}/{name}"), &e),
+                }
+            }
+        }
+    }
+
+    async fn orphan_confirmed(&self, key: &str, ns: &str, host: &str) -> bool {
+        if let Some(uid) = key.strip_prefix(REQUEST_POWER_OFF_PREFIX) {
+            let api: Api<HostRemediation> = Api::all(self.client.clone());
+            return match api.list(&Default::default()).await {
+                Ok(list) => !list.items.iter().any(|r| r.uid().as_deref() == Some(uid)),
+                Err(_) => false,
+            };
+        }
+        for (resource, _) in &self.stores.machines {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+            let Ok(list) = api.list(&Default::default()).await else {
+                return false;
+            };
+            let claimed = list.items.into_iter().any(|m| {
+                let mo = MachineObject {
+                    object: m,
+                    resource: resource.clone(),
+                };
+                mo.has_flow() && mo.host_ref() == Some((ns.to_string(), host.to_string()))
+            });
+            if claimed {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn primary_ref(subject: &Subject) -> ObjectReference {
+    match subject {
+        Subject::Machine(m) => ObjectReference {
+            api_version: Some(m.resource.api_version.clone()),
+            kind: Some(m.resource.kind.clone()),
+            name: Some(m.object.name_any()),
+            namespace: m.object.namespace(),
+            uid: m.object.uid(),
+            ..Default::default()
+        },
+        Subject::Request(r) => r.object_ref(&()),
+    }
+}
+
+fn log_write_error(what: &str, e: &kube::Error) {
+    match e {
+        kube::Error::Api(s) if s.code == 409 => {
+            tracing::debug!(object = what, "changed meanwhile; deciding again")
+        }
+        _ => tracing::warn!(object = what, error = %e, "write failed; retrying"),
+    }
+}
+
+/// Sets a condition; `lastTransitionTime` changes only with `status`.
+fn set_condition(
+    status: &mut HostRemediationStatus,
+    type_: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+    generation: Option<i64>,
+) {
+    let at = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let message = crate::text::bounded(message, 1024);
+    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != value {
+                c.last_transition_time = at;
+            }
+            c.status = value.to_string();
+            c.reason = reason.to_string();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => status.conditions.push(Condition {
+            type_: type_.to_string(),
+            status: value.to_string(),
+            reason: reason.to_string(),
+            message,
+            last_transition_time: at,
+            observed_generation: generation,
+        }),
+    }
+}
+
+/// Nodes some remediation is working on (the trigger is set, or the flow is under way), for
+/// the reboot queue: it never drains or reboots them meanwhile.
+pub fn nodes_being_remediated(
+    machines: &[MachineObject],
+    requests: &[HostRemediation],
+) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for m in machines {
+        let annotations = m.object.annotations();
+        let active = m.has_flow()
+            && (annotations.contains_key(EXTERNAL_REMEDIATION_ANNOTATION)
+                || !annotations
+                    .contains_key(hostcycle_api::remediation::REMEDIATION_FAILED_ANNOTATION));
+        if active && let Some(n) = m.node_ref() {
+            out.insert(n);
+        }
+    }
+    for r in requests {
+        let step = r.status.as_ref().map(|s| s.step).unwrap_or_default();
+        let active = !matches!(
+            step,
+            RemediationStep::Done | RemediationStep::GaveUp | RemediationStep::Cancelled
+        );
+        if active {
+            // A request named after its Machine says its Node only once it wrote its status.
+            let owned_by_machine = r
+                .meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "Machine");
+            let node = r
+                .status
+                .as_ref()
+                .and_then(|s| s.node.clone())
+                .or_else(|| {
+                    r.annotations()
+                        .get(hostcycle_api::remediation::NHC_NODE_NAME_ANNOTATION)
+                        .cloned()
+                })
+                .or_else(|| (!owned_by_machine).then(|| r.name_any()));
+            out.extend(node);
+        }
+    }
+    out
+}

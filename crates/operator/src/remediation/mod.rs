@@ -1,0 +1,41 @@
+//! The remediation controller: fence a failed machine (hard power-off), release its Node only
+//! once the host is off, power it on, wait for the Node to rejoin — for Machines carrying
+//! `host.metal3.io/external-remediation` (OpenShift's flow) and for `HostRemediation`
+//! requests (Cluster API's MachineHealthCheck, medik8s' NodeHealthCheck).
+//!
+//! One loop (observe → `hostcycle_core::remediation::decide` → record → act): the record is
+//! written before each step's action (on the Machine's annotations, or the request's status),
+//! so a restart at any point resumes without a second power cycle and with the Node's
+//! labels intact. Only metal3's BareMetalHost fields are used (`status.poweredOn`,
+//! annotations), so the flow also works with metal3's own host operator.
+
+pub mod controller;
+pub mod observe;
+
+use std::time::Duration;
+
+pub use controller::run;
+
+/// Settings of the remediation controller.
+#[derive(Debug, Clone)]
+pub struct RemediationControllerConfig {
+    /// Remediations in flight at once (power-off requested until the Node is back).
+    pub max_concurrent: usize,
+    /// How long the annotation flow waits for the Node after the power-on.
+    pub power_on_timeout: Duration,
+    /// Namespace whose BareMetalHosts are watched; all when `None`.
+    pub host_namespace: Option<String>,
+    /// Look at every remediation at least this often.
+    pub resync: Duration,
+}
+
+impl Default for RemediationControllerConfig {
+    fn default() -> Self {
+        RemediationControllerConfig {
+            max_concurrent: 1,
+            power_on_timeout: Duration::from_secs(20 * 60),
+            host_namespace: None,
+            resync: Duration::from_secs(30),
+        }
+    }
+}
