@@ -28,6 +28,11 @@ pub const NODE_ANNOTATIONS_BACKUP_ANNOTATION: &str =
 pub const MACHINE_POWER_OFF_ANNOTATION: &str = "reboot.metal3.io/capbm-requested-power-off";
 /// On a Machine (annotation flow): when the remediation began (RFC 3339), for the metrics.
 pub const REMEDIATION_STARTED_ANNOTATION: &str = "remediation.hostcycle.io/started-at";
+/// On a Machine (annotation flow): when the host was first seen off (RFC 3339).
+pub const REMEDIATION_POWERED_OFF_AT_ANNOTATION: &str = "remediation.hostcycle.io/powered-off-at";
+/// On a Machine (annotation flow): when the Node was seen gone (RFC 3339).
+pub const REMEDIATION_NODE_RELEASED_AT_ANNOTATION: &str =
+    "remediation.hostcycle.io/node-released-at";
 /// On a Machine (annotation flow): the remediation gave up (the reason); the flow stops here.
 pub const REMEDIATION_FAILED_ANNOTATION: &str = "remediation.hostcycle.io/failed";
 /// On a HostRemediation: the name of the Node it is about (set by NodeHealthCheck).

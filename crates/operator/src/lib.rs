@@ -55,8 +55,11 @@ impl std::fmt::Display for ControllerName {
 }
 
 impl ControllerName {
-    pub const ALL: [ControllerName; 2] =
-        [ControllerName::BareMetalHost, ControllerName::RebootQueue];
+    pub const ALL: [ControllerName; 3] = [
+        ControllerName::BareMetalHost,
+        ControllerName::RebootQueue,
+        ControllerName::Remediation,
+    ];
 }
 
 /// The client settings the operator needs. kube retries 429 answers on its own by default;

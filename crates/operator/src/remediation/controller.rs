@@ -471,7 +471,6 @@ impl Controller {
                 break;
             }
         }
-
         // Events, once per distinct set (a waiting remediation does not repeat itself).
         let emitted: Vec<(&'static str, String)> = decision
             .events
