@@ -293,25 +293,60 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
                         .unwrap_or("the node did not come back")
                 ),
             );
-            if obs.node.is_some()
-                && (record.labels_backup.is_some() || record.annotations_backup.is_some())
-            {
-                let mut next = record.clone();
-                next.labels_backup = None;
-                next.annotations_backup = None;
-                d.actions.push(Action::RestoreNode {
-                    labels: record.labels_backup.clone().unwrap_or_default(),
-                    annotations: record.annotations_backup.clone().unwrap_or_default(),
-                });
-                d.record = Some(next);
+            if let Some(node) = &obs.node {
+                match restore_node(record, node) {
+                    Some(restore) => d.actions.push(restore),
+                    None if record.labels_backup.is_some()
+                        || record.annotations_backup.is_some() =>
+                    {
+                        d.record = Some(Record {
+                            labels_backup: None,
+                            annotations_backup: None,
+                            ..record.clone()
+                        });
+                    }
+                    None => {}
+                }
             }
+            release_left_off(obs, &mut d);
             d
         }
-        RemediationStep::Done | RemediationStep::Cancelled => Decision::wait(
-            phase_of(record.step, &obs.escalation),
-            finished_message(record.step),
-        ),
+        RemediationStep::Done | RemediationStep::Cancelled => {
+            let mut d = Decision::wait(
+                phase_of(record.step, &obs.escalation),
+                finished_message(record.step),
+            );
+            release_left_off(obs, &mut d);
+            d
+        }
     }
+}
+
+/// A finished remediation whose power-off is still on the host (its release was lost, e.g. a
+/// restart right after the record was written) releases it: the host is never left off.
+fn release_left_off(obs: &Observation, d: &mut Decision) {
+    if obs.target.as_ref().is_ok_and(|h| h.power_off_requested) {
+        d.actions.insert(0, Action::ReleasePowerOff);
+    }
+}
+
+/// The backed-up labels and annotations the Node lacks (keys already on it win), as the
+/// action that adds them; `None` when it has them all, or nothing was backed up.
+fn restore_node(record: &Record, node: &NodeView) -> Option<Action> {
+    let missing = |backup: &Option<BTreeMap<String, String>>, have: &BTreeMap<String, String>| {
+        backup
+            .iter()
+            .flatten()
+            .filter(|(k, _)| !have.contains_key(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let labels = missing(&record.labels_backup, &node.labels);
+    let annotations = missing(&record.annotations_backup, &node.annotations);
+    (!labels.is_empty() || !annotations.is_empty()).then_some(Action::RestoreNode {
+        labels,
+        annotations,
+    })
 }
 
 fn finished_message(step: RemediationStep) -> String {
@@ -483,6 +518,8 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
         Some(node) => {
             if next.labels_backup.is_none() {
                 next.labels_backup = Some(node.labels.clone());
+            }
+            if next.annotations_backup.is_none() {
                 next.annotations_backup = Some(node.annotations.clone());
             }
             events.push(event(
@@ -541,18 +578,15 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
             requeue: Some(POLL),
         };
     }
+    // The record with what this round learnt (a restored Node's backup forgotten).
+    let mut next = record.clone();
     if let Some(node) = &obs.node {
-        let has_backup = record.labels_backup.is_some() || record.annotations_backup.is_some();
-        if has_backup {
-            let mut next = record.clone();
-            next.labels_backup = None;
-            next.annotations_backup = None;
+        if let Some(restore) = restore_node(record, node) {
+            // The backup is forgotten only once the Node has it (a later round): a restore
+            // lost after a write-ahead record must not lose the labels with it.
             return Decision {
-                record: Some(next),
-                actions: vec![Action::RestoreNode {
-                    labels: record.labels_backup.clone().unwrap_or_default(),
-                    annotations: record.annotations_backup.clone().unwrap_or_default(),
-                }],
+                record: None,
+                actions: vec![restore],
                 events: vec![event(
                     false,
                     event_reason::NODE_RESTORED,
@@ -567,10 +601,12 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
                 requeue: Some(Duration::ZERO),
             };
         }
+        next.labels_backup = None;
+        next.annotations_backup = None;
         if node.ready {
             let next = Record {
                 step: RemediationStep::Done,
-                ..record.clone()
+                ..next
             };
             let mut actions = Vec::new();
             if obs.trigger == Trigger::MachineAnnotation {
@@ -591,7 +627,19 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
             };
         }
     }
-    let deadline = record.power_on_timeout_at.unwrap_or(now);
+    let Some(deadline) = record.power_on_timeout_at else {
+        // No deadline (lost, or an unreadable annotation): the wait starts now. Read as
+        // passed, it would give up (and escalate) at once.
+        let deadline = add(now, obs.power_on_timeout);
+        next.power_on_timeout_at = Some(deadline);
+        let mut d = Decision::wait(
+            RemediationPhase::Waiting,
+            format!("waiting for node {node_name} to register (until {deadline})"),
+        );
+        d.record = Some(next);
+        d.requeue = Some(POLL);
+        return d;
+    };
     if now < deadline {
         let mut d = Decision::wait(
             RemediationPhase::Waiting,
@@ -602,6 +650,7 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
         );
         d.requeue =
             Some(crate::queue::drain::elapsed(now, deadline).min(POLL) + Duration::from_millis(5));
+        d.record = (next != *record).then_some(next);
         return d;
     }
     // Not back in time.
@@ -613,7 +662,7 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
             powered_off_at: None,
             node_released_at: None,
             power_on_timeout_at: None,
-            ..record.clone()
+            ..next.clone()
         };
         return Decision {
             record: Some(next),
@@ -641,7 +690,7 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
     let next = Record {
         step: RemediationStep::GaveUp,
         failure: Some(failure.clone()),
-        ..record.clone()
+        ..next
     };
     let mut events = vec![event(true, event_reason::FAILED, failure.clone())];
     let mut actions = Vec::new();

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use hostcycle_api::remediation::{
     HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION,
     POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
-    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationStep,
+    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+    REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationStep,
 };
 use jiff::Timestamp;
 
@@ -117,8 +118,8 @@ impl Record {
             retry_count: 0,
             started_at: time(REMEDIATION_STARTED_ANNOTATION),
             cycle_started_at: time(REMEDIATION_STARTED_ANNOTATION),
-            powered_off_at: None,
-            node_released_at: None,
+            powered_off_at: time(REMEDIATION_POWERED_OFF_AT_ANNOTATION),
+            node_released_at: time(REMEDIATION_NODE_RELEASED_AT_ANNOTATION),
             power_on_timeout_at: time(POWER_ON_TIMEOUT_ANNOTATION),
             labels_backup: map(NODE_LABELS_BACKUP_ANNOTATION),
             annotations_backup: map(NODE_ANNOTATIONS_BACKUP_ANNOTATION),
@@ -128,7 +129,14 @@ impl Record {
 
     /// The Machine annotations that represent this record: `Some(value)` to set, `None` to
     /// remove (a JSON merge patch of `metadata.annotations`).
+    ///
+    /// `Done` changes none: its markers go with the trigger (`FinishAnnotationFlow`, one
+    /// write), so a restart between the record and that action does not read a Machine
+    /// that still has the trigger but no markers as a new remediation.
     pub fn machine_annotations(&self) -> BTreeMap<&'static str, Option<String>> {
+        if self.step == RemediationStep::Done {
+            return BTreeMap::new();
+        }
         let json = |m: &Option<BTreeMap<String, String>>| {
             m.as_ref().and_then(|m| serde_json::to_string(m).ok())
         };
@@ -150,6 +158,18 @@ impl Record {
             (
                 POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
                 released.then(String::new),
+            ),
+            (
+                REMEDIATION_POWERED_OFF_AT_ANNOTATION,
+                self.powered_off_at
+                    .filter(|_| active && self.step != RemediationStep::GaveUp)
+                    .map(|t| t.to_string()),
+            ),
+            (
+                REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+                self.node_released_at
+                    .filter(|_| active && self.step != RemediationStep::GaveUp)
+                    .map(|t| t.to_string()),
             ),
             (
                 POWER_ON_TIMEOUT_ANNOTATION,
