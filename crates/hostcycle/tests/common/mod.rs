@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod queue;
+pub mod remediation;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -709,7 +709,13 @@ impl Controller {
             RemediationStep::Cancelled => ("False", "RemediationCancelled"),
             _ => ("Unknown", "RemediationInProgress"),
         };
-        let node_gone_for_now = record.node_released() && item.node.is_none();
+        // True from the write that decides the Node's deletion (before it is deleted, so a
+        // NodeHealthCheck reacting to the deletion never takes the request for an orphan)
+        // until the Node is back.
+        let deletion_decided =
+            record.step == RemediationStep::PowerOffRequested && record.labels_backup.is_some();
+        let node_gone_for_now =
+            deletion_decided || (record.node_released() && item.node.is_none());
         let generation = r.metadata.generation;
         set_condition(
             &mut status,
