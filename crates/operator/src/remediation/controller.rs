@@ -714,8 +714,7 @@ impl Controller {
         // until the Node is back.
         let deletion_decided =
             record.step == RemediationStep::PowerOffRequested && record.labels_backup.is_some();
-        let node_gone_for_now =
-            deletion_decided || (record.node_released() && item.node.is_none());
+        let node_gone_for_now = deletion_decided || (record.node_released() && item.node.is_none());
         let generation = r.metadata.generation;
         set_condition(
             &mut status,
