@@ -1732,6 +1732,29 @@ fn a_node_being_remediated_is_neither_drained_nor_started() {
             ..Default::default()
         },
         Case {
+            name: "queued, Node released by the remediation: kept, waits with BeingRemediated",
+            nodes: vec![node("w2")],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            remediating: vec!["w1"],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, WaitReason::BeingRemediated)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "Node gone and no remediation: dequeued as NodeNotFound",
+            nodes: vec![node("w2")],
+            entries: vec![entry(1, "w1")],
+            remediating: vec!["w2"],
+            want: Want {
+                dequeue: vec![(1, DequeueReason::NodeNotFound)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
             name: "rebooting: the reboot goes on (the remediation waits for it instead)",
             nodes: vec![node("w1")],
             entries: vec![entry(1, "w1").rebooting()],

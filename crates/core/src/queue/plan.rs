@@ -239,7 +239,10 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
     for entry in entries {
         let reason = if entry.cancel {
             Some(DequeueReason::Cancelled)
-        } else if !snapshot.nodes.contains_key(&entry.node) {
+        } else if !snapshot.nodes.contains_key(&entry.node)
+            // A remediation deletes the Node for a while and brings it back: the entry waits.
+            && !snapshot.being_remediated.contains(&entry.node)
+        {
             Some(DequeueReason::NodeNotFound)
         } else if let Some(first) = first_for_node.get(entry.node.as_str()) {
             Some(DequeueReason::Duplicate {
