@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -12,17 +12,55 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+/// What `/readyz` answers: ready once the process is healthy (it reached the API server and,
+/// with leader election, is campaigning) and every cache a running controller registered is
+/// synced. Leadership is *not* part of it — a standby replica is ready, so a rolling update
+/// of two replicas completes; `hostcycle_leader` says who leads.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    healthy: AtomicBool,
+    unsynced: AtomicUsize,
+}
+
+impl Readiness {
+    /// The process is up and talking to the API server (or not, with `false`).
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::SeqCst);
+    }
+
+    /// Registers a cache that must be synced before the process is ready again; call the
+    /// returned function once it is.
+    pub fn cache_pending(self: &Arc<Self>) -> impl FnOnce() + Send + 'static {
+        self.unsynced.fetch_add(1, Ordering::SeqCst);
+        let me = self.clone();
+        move || {
+            me.unsynced.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if !self.healthy.load(Ordering::SeqCst) {
+            Err("not ready: not connected to the API server yet")
+        } else if self.unsynced.load(Ordering::SeqCst) > 0 {
+            Err("not ready: caches not synced yet")
+        } else {
+            Ok(())
+        }
+    }
+}
+
 #[derive(Clone)]
 struct AppState {
     registry: Arc<Registry>,
-    ready: Arc<AtomicBool>,
+    ready: Arc<Readiness>,
 }
 
 /// Serves metrics and health until `shutdown` fires. Returns the bound address at once.
 pub async fn serve(
     addr: SocketAddr,
     registry: Arc<Registry>,
-    ready: Arc<AtomicBool>,
+    ready: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let app = Router::new()
@@ -63,9 +101,32 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    match state.ready.check() {
+        Ok(()) => (StatusCode::OK, "ok"),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_means_healthy_and_synced_not_leading() {
+        let ready = Arc::new(Readiness::default());
+        assert!(ready.check().is_err(), "not healthy yet");
+        // A standby replica: healthy, no controller running, so nothing to sync: ready.
+        ready.set_healthy(true);
+        assert_eq!(ready.check(), Ok(()));
+        // Leading: controllers start and register their caches; not ready until synced.
+        let hosts = ready.cache_pending();
+        let other = ready.cache_pending();
+        assert_eq!(ready.check(), Err("not ready: caches not synced yet"));
+        hosts();
+        assert!(ready.check().is_err());
+        other();
+        assert_eq!(ready.check(), Ok(()));
+        ready.set_healthy(false);
+        assert!(ready.check().is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! ends `run` with an error, so the process restarts clean (crash-only: all state is in
 //! Kubernetes objects).
 
+pub mod backoff;
 pub mod bmh;
 pub mod events;
 pub mod http;
@@ -12,12 +13,13 @@ pub mod metrics;
 pub mod queue;
 pub mod rbac;
 pub mod remediation;
+#[cfg(test)]
+mod testing;
 pub mod text;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -93,7 +95,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let mut registry = metrics::new_registry();
     let metrics = metrics::Metrics::register(&mut registry);
-    let ready = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(http::Readiness::default());
     let (addr, http_task) = http::serve(
         config.metrics_addr,
         Arc::new(registry),
@@ -112,6 +114,8 @@ pub async fn run(
             .start(client.clone())
             .await
             .context("starting leader election")?;
+        // A standby replica is ready: readiness is health and synced caches, not leadership.
+        ready.set_healthy(true);
         tokio::select! {
             _ = shutdown.cancelled() => { http_task.abort(); return Ok(()); }
             won = leader::wait_for_leadership(&mut running.is_leader) => {
@@ -121,18 +125,22 @@ pub async fn run(
         tracing::info!("became leader");
         metrics.leader.set(1);
         let work = work.clone();
+        let leader_metric = metrics.clone();
         lost_leadership = Some(tokio::spawn(async move {
             loop {
                 if running.is_leader.changed().await.is_err() || !*running.is_leader.borrow() {
+                    // Before anything else: no BMC call starts after this.
                     work.cancel();
+                    leader_metric.leader.set(0);
+                    tracing::error!("lost the leader Lease; stopping all work");
                     return;
                 }
             }
         }));
     } else {
         metrics.leader.set(1);
+        ready.set_healthy(true);
     }
-    ready.store(true, Ordering::Relaxed);
 
     let stop = work.clone();
     let outer = shutdown.clone();
@@ -144,15 +152,17 @@ pub async fn run(
     let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
     let run_remediation = config.controllers.contains(&ControllerName::Remediation);
     tracing::info!(controllers = ?config.controllers, "starting controllers");
+    let bmh_synced = run_bmh.then(|| ready.cache_pending());
     tokio::join!(
         async {
-            if run_bmh {
+            if let Some(synced) = bmh_synced {
                 bmh::run(
                     client.clone(),
                     config.bmh.clone(),
                     metrics.clone(),
                     &config.identity,
                     work.clone(),
+                    synced,
                 )
                 .await;
             }
@@ -182,7 +192,7 @@ pub async fn run(
             }
         },
     );
-    ready.store(false, Ordering::Relaxed);
+    ready.set_healthy(false);
     metrics.leader.set(0);
     http_task.abort();
     if let Some(task) = lost_leadership {
@@ -218,6 +228,9 @@ pub struct OperatorArgs {
     pub lease_namespace: Option<String>,
     #[arg(long, default_value = "hostcycle-operator")]
     pub lease_name: String,
+    /// How long the leader Lease stays valid without renewal (whole seconds, at least 2).
+    #[arg(long, default_value = "15s")]
+    pub lease_duration: jiff::SignedDuration,
     /// This replica's identity (default: $POD_NAME, else the host name and PID).
     #[arg(long)]
     pub identity: Option<String>,
@@ -230,9 +243,17 @@ pub struct OperatorArgs {
     /// How long the OS gets after a soft power-off before power is cut.
     #[arg(long, default_value = "180s")]
     pub soft_power_off_timeout: jiff::SignedDuration,
-    /// Hosts reconciled at once.
+    /// Hosts whose power state is polled at once (steady state).
     #[arg(long, default_value_t = 64)]
     pub concurrency: u16,
+    /// Hosts with a requested power action handled at once, in a lane of their own so they
+    /// never wait behind polls of hung BMCs.
+    #[arg(long, default_value_t = 64)]
+    pub action_concurrency: u16,
+    /// Deadline of one power-state read (retries included): a hung BMC holds a polling slot
+    /// no longer than this.
+    #[arg(long, default_value = "15s")]
+    pub bmc_read_deadline: jiff::SignedDuration,
     /// Timeout of one HTTP request to a BMC.
     #[arg(long, default_value = "30s")]
     pub bmc_request_timeout: jiff::SignedDuration,
@@ -273,6 +294,7 @@ impl OperatorArgs {
         decide.power_action_timeout = decide
             .power_action_timeout
             .max(decide.soft_power_off_timeout + Duration::from_secs(60));
+        let lease_duration = duration(self.lease_duration, "lease-duration")?;
         let leader_election = self.leader_elect.then(|| LeaderElection {
             namespace: self
                 .lease_namespace
@@ -281,7 +303,7 @@ impl OperatorArgs {
                 .unwrap_or_else(|| "default".into()),
             lease_name: self.lease_name.clone(),
             identity: identity.clone(),
-            lease_duration: Duration::from_secs(15),
+            lease_duration,
         });
         Ok(OperatorConfig {
             metrics_addr: self.metrics_addr,
@@ -305,10 +327,13 @@ impl OperatorArgs {
                 namespace: self.namespace,
                 decide,
                 concurrency: self.concurrency,
+                action_concurrency: self.action_concurrency,
+                read_deadline: duration(self.bmc_read_deadline, "bmc-read-deadline")?,
                 bmc: bmc_options(
                     duration(self.bmc_request_timeout, "bmc-request-timeout")?,
                     duration(self.bmc_call_deadline, "bmc-call-deadline")?,
                 ),
+                ..BmhControllerConfig::default()
             },
         })
     }

@@ -13,9 +13,67 @@ pub fn bounded(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
+/// An API error with what was attempted: a refusal by RBAC names the verb, the resource and
+/// where, in words ("forbidden: cannot list secrets in all namespaces"), followed by the API
+/// server's own message.
+pub fn api_error(error: &kube::Error, verb: &str, resource: &str, namespace: &str) -> String {
+    let scope = if namespace.is_empty() {
+        "in all namespaces".to_string()
+    } else {
+        format!("in namespace {namespace}")
+    };
+    match error {
+        kube::Error::Api(status) if status.code == 403 => bounded(
+            &format!(
+                "forbidden: cannot {verb} {resource} {scope} (grant it with `hostcycle manifests`): {}",
+                status.message
+            ),
+            1024,
+        ),
+        other => bounded(&format!("{verb} {resource} {scope}: {other}"), 1024),
+    }
+}
+
+/// A watch error with what was watched (see [`api_error`]).
+pub fn watch_error(
+    error: &kube::runtime::watcher::Error,
+    resource: &str,
+    namespace: &str,
+) -> String {
+    use kube::runtime::watcher::Error as W;
+    match error {
+        W::InitialListFailed(e) => api_error(e, "list", resource, namespace),
+        W::WatchStartFailed(e) => api_error(e, "watch", resource, namespace),
+        W::WatchFailed(e) => api_error(e, "watch", resource, namespace),
+        other => bounded(&format!("watching {resource}: {other}"), 1024),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::bounded;
+    use super::{api_error, bounded};
+
+    #[test]
+    fn a_refusal_names_verb_resource_and_namespace() {
+        let forbidden = kube::Error::Api(
+            kube::core::Status::failure(
+                "secrets is forbidden: User \"system:serviceaccount:x:y\" cannot list resource \"secrets\"",
+                "Forbidden",
+            )
+            .with_code(403)
+            .boxed(),
+        );
+        let text = api_error(&forbidden, "list", "secrets", "");
+        assert!(
+            text.starts_with("forbidden: cannot list secrets in all namespaces"),
+            "{text}"
+        );
+        let text = api_error(&forbidden, "get", "secrets", "ns1");
+        assert!(
+            text.starts_with("forbidden: cannot get secrets in namespace ns1"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn cuts_on_char_boundaries_within_the_limit() {

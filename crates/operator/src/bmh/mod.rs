@@ -12,8 +12,11 @@ pub mod observe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use hostcycle_api::{BareMetalHost, BareMetalHostStatus, PowerOffMode, is_detached, is_paused};
+use futures::{StreamExt, TryStreamExt};
+use hostcycle_api::{
+    BareMetalHost, BareMetalHostStatus, PowerOffMode, classify_reboot_annotation, is_detached,
+    is_paused,
+};
 use hostcycle_bmc::{BmcConnector, BmcError, ConnectorOptions, PowerDriver, PowerOutcome};
 use hostcycle_core::bmh::{
     Action, BmcObservation, DecideConfig, Decision, EventType, HostSnapshot, StatusUpdate,
@@ -22,6 +25,7 @@ use hostcycle_core::bmh::{
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, reflector};
@@ -29,13 +33,15 @@ use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{EventKind, EventPublisher};
+use crate::backoff::{ErrorBackoff, FailureCounts};
+use crate::events::{EventKind, EventPublisher, EventSink};
 use crate::metrics::{
     BmcErrorLabels, BmcRequestLabels, ControllerLabels, Metrics, PowerActionLabels, StatusLabels,
 };
-use observe::{DriverCache, HostBmc, power_call_result, read_power};
+use observe::{DriverCache, HostBmc, SecretCache, power_call_result, read_power};
 
 const CONTROLLER: &str = "baremetalhost";
 const FIELD_MANAGER: &str = "hostcycle-operator";
@@ -47,8 +53,18 @@ pub struct BmhControllerConfig {
     pub namespace: Option<String>,
     pub decide: DecideConfig,
     pub bmc: ConnectorOptions,
-    /// Hosts reconciled at once.
+    /// Hosts whose power state is polled at once (steady state).
     pub concurrency: u16,
+    /// Hosts with a requested power action handled at once. A lane of its own: requested
+    /// actions never wait behind steady-state reads of hung BMCs.
+    pub action_concurrency: u16,
+    /// Deadline of one power-state read, retries included: a hung BMC holds its slot no
+    /// longer than this. Power calls keep the BMC call deadline of `bmc`.
+    pub read_deadline: Duration,
+    /// Retry delays of failed reconciles (status writes, annotation patches).
+    pub error_backoff: ErrorBackoff,
+    /// Retry delays after a conflict (the cache lagged a write).
+    pub conflict_backoff: ErrorBackoff,
 }
 
 impl Default for BmhControllerConfig {
@@ -58,6 +74,10 @@ impl Default for BmhControllerConfig {
             decide: DecideConfig::default(),
             bmc: ConnectorOptions::default(),
             concurrency: 64,
+            action_concurrency: 64,
+            read_deadline: Duration::from_secs(15),
+            error_backoff: ErrorBackoff::ERRORS,
+            conflict_backoff: ErrorBackoff::CONFLICTS,
         }
     }
 }
@@ -66,9 +86,50 @@ impl Default for BmhControllerConfig {
 pub struct Context {
     client: Client,
     drivers: DriverCache,
-    events: EventPublisher,
+    secrets: SecretCache,
+    events: EventSink,
     metrics: Arc<Metrics>,
     config: BmhControllerConfig,
+    lanes: Lanes,
+    failures: FailureCounts<ObjectRef<BareMetalHost>>,
+    /// Cancelled when leadership is lost or the process stops: no BMC call starts after it.
+    work: CancellationToken,
+}
+
+/// Slots of the two lanes a reconcile runs in.
+struct Lanes {
+    /// Hosts with a requested power action (reboot annotation, action in flight, spec.online
+    /// differing from the power state).
+    action: Arc<Semaphore>,
+    /// Steady-state polling.
+    steady: Arc<Semaphore>,
+}
+
+/// Whether a host has a power action requested or under way: it then reconciles in the
+/// action lane. Read from the object alone (no BMC call).
+pub fn wants_action(host: &BareMetalHost) -> bool {
+    let requested = host
+        .annotations_or_empty()
+        .keys()
+        .any(|k| classify_reboot_annotation(k).is_some());
+    let Some(status) = host.status.as_ref() else {
+        return requested;
+    };
+    let in_flight = status
+        .last_power_action
+        .as_ref()
+        .is_some_and(|a| a.is_requested());
+    let provisioning = &status.provisioning;
+    let reboot_pending = match (
+        provisioning.pending_reboot_since,
+        provisioning.last_powered_on,
+    ) {
+        (Some(pending), Some(on)) => pending > on,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    let online_differs = status.powered_on.is_some_and(|on| on != host.spec.online);
+    requested || in_flight || reboot_pending || online_differs
 }
 
 /// What went wrong in one reconcile; the controller retries after a short delay.
@@ -91,53 +152,89 @@ pub enum ReconcileError {
     },
     #[error("BareMetalHost {host} changed while being reconciled; reconciling again")]
     Conflict { host: String },
+    #[error(
+        "stopped before the next BMC call of BareMetalHost {host}: leadership lost or shutting down"
+    )]
+    Stopped { host: String },
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
-/// Runs the controller until `shutdown` fires.
+/// Runs the controller until `shutdown` fires. `synced` is called once the caches (hosts,
+/// Secret metadata) are filled.
 pub async fn run(
     client: Client,
     config: BmhControllerConfig,
     metrics: Arc<Metrics>,
     identity: &str,
     shutdown: CancellationToken,
+    synced: impl FnOnce() + Send + 'static,
 ) {
+    let watched_namespace = config.namespace.clone().unwrap_or_default();
     let hosts: Api<BareMetalHost> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let secrets: Api<Secret> = match &config.namespace {
+    // Secrets: metadata only (`Api<PartialObjectMeta<_>>` lists and watches metadata).
+    let secrets: Api<PartialObjectMeta<Secret>> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    // A host's credentials Secret is fetched by name when it is first
+    // needed and again only when its resourceVersion changes.
+    let (secret_store, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let (events, _event_task) = EventSink::start(
+        EventPublisher::new(client.clone(), "hostcycle.io/operator", identity),
+        "PowerManagement",
+    );
     let ctx = Arc::new(Context {
         client: client.clone(),
         drivers: DriverCache::new(BmcConnector::new(config.bmc.clone())),
-        events: EventPublisher::new(client.clone(), "hostcycle.io/operator", identity),
+        secrets: SecretCache::new(secret_store.clone()),
+        events,
         metrics: metrics.clone(),
+        lanes: Lanes {
+            action: Arc::new(Semaphore::new(usize::from(
+                config.action_concurrency.max(1),
+            ))),
+            steady: Arc::new(Semaphore::new(usize::from(config.concurrency.max(1)))),
+        },
+        failures: FailureCounts::default(),
+        work: shutdown.clone(),
         config: config.clone(),
     });
     // React to spec and annotation changes, deletions, Secrets and our own requeues — not to
     // status-only updates (our own writes): those would bypass the error backoff.
     let (store, writer) = reflector::store();
+    let hosts_ns = watched_namespace.clone();
     let host_events = reflector(writer, watcher(hosts, watcher::Config::default()))
+        .map_err(move |e| {
+            log_watch_error(&e, "baremetalhosts.metal3.io", &hosts_ns);
+            e
+        })
         .default_backoff()
         .touched_objects()
         .predicate_filter(spec_or_annotations, PredicateConfig::default());
+    let secrets_ns = watched_namespace.clone();
+    let secret_events = reflector(secret_writer, watcher(secrets, watcher::Config::default()))
+        .map_err(move |e| {
+            log_watch_error(&e, "secrets (metadata)", &secrets_ns);
+            e
+        })
+        .default_backoff()
+        .touched_objects();
+    // Reconciles are not limited here: each waits for a slot of its lane (action or steady).
     let controller = Controller::for_stream(host_events, store.clone())
-        .with_config(controller::Config::default().concurrency(config.concurrency));
+        .with_config(controller::Config::default().concurrency(0));
     // A fixed credentials Secret must bring its hosts back at once, not after the backoff.
-    let secret_store = store.clone();
-    let controller = controller.watches(
-        secrets,
-        watcher::Config::default(),
-        move |secret: Secret| {
+    let host_store = store.clone();
+    let controller =
+        controller.watches_stream(secret_events, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.namespace();
             let name = secret.name_any();
-            secret_store
+            host_store
                 .state()
                 .into_iter()
                 .filter(|h| {
@@ -149,8 +246,23 @@ pub async fn run(
                 })
                 .map(|h| ObjectRef::from_obj(&*h))
                 .collect::<Vec<_>>()
-        },
-    );
+        });
+    let sync_stores = (store.clone(), secret_store);
+    let sync_stop = shutdown.clone();
+    let sync_task = tokio::spawn(async move {
+        tokio::select! {
+            _ = sync_stop.cancelled() => {}
+            (hosts, secrets) = futures::future::join(
+                sync_stores.0.wait_until_ready(),
+                sync_stores.1.wait_until_ready(),
+            ) => {
+                if hosts.is_ok() && secrets.is_ok() {
+                    tracing::info!("BareMetalHost and Secret caches synced");
+                    synced();
+                }
+            }
+        }
+    });
     let housekeeping_task = tokio::spawn(housekeeping(store, ctx.clone(), shutdown.clone()));
     let stop = shutdown.clone();
     controller
@@ -163,6 +275,17 @@ pub async fn run(
         })
         .await;
     housekeeping_task.abort();
+    sync_task.abort();
+}
+
+/// Watch errors are retried with backoff; a refusal by RBAC is said in words at warn level.
+fn log_watch_error(error: &watcher::Error, resource: &str, namespace: &str) {
+    let text = crate::text::watch_error(error, resource, namespace);
+    if text.starts_with("forbidden") {
+        tracing::warn!(error = %text, "watch refused; retrying with backoff");
+    } else {
+        tracing::debug!(error = %text, "watch error; retrying with backoff");
+    }
 }
 
 /// What a reconcile reacts to: the generation (spec) and the annotations.
@@ -191,6 +314,7 @@ async fn housekeeping(
         if !live.is_empty() {
             ctx.drivers.retain_hosts(&live);
         }
+        ctx.secrets.retain_watched();
         let mut counts = std::collections::BTreeMap::<String, i64>::new();
         for s in ["OK", "discovered", "error", "detached", ""] {
             counts.insert(s.to_string(), 0);
@@ -230,12 +354,39 @@ fn error_policy(
             controller: CONTROLLER.into(),
         })
         .inc();
+    let failures = ctx.failures.failed(ObjectRef::from_obj(&*host));
+    let random = rand::random::<f64>();
     match error {
-        ReconcileError::Conflict { .. } => controller::Action::requeue(Duration::from_millis(100)),
-        _ => {
-            tracing::warn!(host = %host.name_any(), namespace = ?host.namespace(), error = %error, "reconcile failed; retrying");
-            controller::Action::requeue(Duration::from_secs(2))
+        ReconcileError::Conflict { .. } => {
+            controller::Action::requeue(ctx.config.conflict_backoff.delay(failures, random))
         }
+        // Not retried: the work stops (the process exits or a new leader takes over).
+        ReconcileError::Stopped { .. } => controller::Action::await_change(),
+        _ => {
+            let after = ctx.config.error_backoff.delay(failures, random);
+            tracing::warn!(host = %host.name_any(), namespace = ?host.namespace(), error = %error, failures, retry_in = ?after, "reconcile failed; retrying");
+            controller::Action::requeue(after)
+        }
+    }
+}
+
+/// Runs `call` unless the work is stopped (lost leadership, shutdown) first; a call in flight
+/// is abandoned when it stops (the write-ahead status lets the next leader resume).
+async fn unless_stopped<T>(
+    ctx: &Context,
+    host: &BareMetalHost,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, ReconcileError> {
+    let stopped = || ReconcileError::Stopped {
+        host: host_id(host),
+    };
+    if ctx.work.is_cancelled() {
+        return Err(stopped());
+    }
+    tokio::select! {
+        biased;
+        _ = ctx.work.cancelled() => Err(stopped()),
+        out = call => Ok(out),
     }
 }
 
@@ -250,6 +401,30 @@ fn host_id(host: &BareMetalHost) -> String {
 async fn reconcile(
     host: Arc<BareMetalHost>,
     ctx: Arc<Context>,
+) -> Result<controller::Action, ReconcileError> {
+    let lane = if wants_action(&host) {
+        ctx.lanes.action.clone()
+    } else {
+        ctx.lanes.steady.clone()
+    };
+    let _slot = match unless_stopped(&ctx, &host, lane.acquire_owned()).await? {
+        Ok(slot) => slot,
+        Err(_closed) => {
+            return Err(ReconcileError::Stopped {
+                host: host_id(&host),
+            });
+        }
+    };
+    let result = reconcile_in_lane(&host, &ctx).await;
+    if result.is_ok() {
+        ctx.failures.succeeded(&ObjectRef::from_obj(&*host));
+    }
+    result
+}
+
+async fn reconcile_in_lane(
+    host: &Arc<BareMetalHost>,
+    ctx: &Arc<Context>,
 ) -> Result<controller::Action, ReconcileError> {
     ctx.metrics
         .reconciles
@@ -278,12 +453,17 @@ async fn reconcile(
     let (observation, credentials, driver) = if is_detached(annotations) || !has_bmc {
         (BmcObservation::NotQueried, None, None)
     } else {
-        match ctx.drivers.driver_for(&ctx.client, &host).await {
+        match ctx
+            .drivers
+            .driver_for(&ctx.client, &ctx.secrets, host)
+            .await
+        {
             Ok(HostBmc {
                 driver,
                 credentials,
             }) => {
-                let obs = read_power(driver.as_ref(), &ctx.metrics).await;
+                let read = read_power(driver.as_ref(), &ctx.metrics, ctx.config.read_deadline);
+                let obs = unless_stopped(ctx, host, read).await?;
                 (obs, Some(credentials), Some(driver))
             }
             Err(failure) => (BmcObservation::Failed(failure), None, None),
@@ -292,12 +472,12 @@ async fn reconcile(
 
     // Decide.
     let now = Timestamp::now();
-    let snapshot = HostSnapshot::from_host(&host, observation, credentials);
+    let snapshot = HostSnapshot::from_host(host, observation, credentials);
     let decision = decide_with_config(&snapshot, now, &ctx.config.decide);
     let requeue = decision.requeue_after;
 
     // Record (write-ahead), then act.
-    let mut current = (*host).clone();
+    let mut current = (**host).clone();
     if !decision.status.is_empty() {
         current = write_status(&api, &current, &decision.status, now, &ctx.metrics).await?;
     }
@@ -317,19 +497,21 @@ async fn reconcile(
                 }
             }
             Action::EmitEvent(event) => {
-                publish(&ctx, &current, event.type_, event.reason, &event.message).await
+                publish(ctx, &current, event.type_, event.reason, &event.message)
             }
             Action::PowerOff { mode } => {
                 let Some(driver) = &driver else { continue };
-                let result = power_call(driver.as_ref(), PowerCall::Off(*mode), &ctx.metrics).await;
-                let (next, requeue) = record_power_result(&ctx, &api, &current, &result).await?;
+                let call = power_call(driver.as_ref(), PowerCall::Off(*mode), &ctx.metrics);
+                let result = unless_stopped(ctx, &current, call).await?;
+                let (next, requeue) = record_power_result(ctx, &api, &current, &result).await?;
                 current = next;
                 follow_up_requeue = requeue;
             }
             Action::PowerOn => {
                 let Some(driver) = &driver else { continue };
-                let result = power_call(driver.as_ref(), PowerCall::On, &ctx.metrics).await;
-                let (next, requeue) = record_power_result(&ctx, &api, &current, &result).await?;
+                let call = power_call(driver.as_ref(), PowerCall::On, &ctx.metrics);
+                let result = unless_stopped(ctx, &current, call).await?;
+                let (next, requeue) = record_power_result(ctx, &api, &current, &result).await?;
                 current = next;
                 follow_up_requeue = requeue;
             }
@@ -541,38 +723,18 @@ async fn record_power_result(
         current = write_status_after_call(api, host, &follow.status, now, &ctx.metrics).await?;
     }
     for event in follow.events() {
-        publish(ctx, &current, event.type_, event.reason, &event.message).await;
+        publish(ctx, &current, event.type_, event.reason, &event.message);
     }
     Ok((current, follow.requeue_after))
 }
 
-/// Publishes an Event on the host; failures are logged, never fatal.
-async fn publish(
-    ctx: &Context,
-    host: &BareMetalHost,
-    type_: EventType,
-    reason: &str,
-    message: &str,
-) {
+/// Logs an Event about the host and queues it for publishing: a slow events API never holds
+/// up a reconcile (failures are logged by the sink, never fatal).
+fn publish(ctx: &Context, host: &BareMetalHost, type_: EventType, reason: &str, message: &str) {
     let kind = match type_ {
         EventType::Normal => EventKind::Normal,
         EventType::Warning => EventKind::Warning,
     };
-    match type_ {
-        EventType::Normal => tracing::info!(host = %host_id(host), reason, message, "event"),
-        EventType::Warning => tracing::warn!(host = %host_id(host), reason, message, "event"),
-    }
-    if let Err(e) = ctx
-        .events
-        .publish(
-            &host.object_ref(&()),
-            kind,
-            reason,
-            "PowerManagement",
-            message,
-        )
-        .await
-    {
-        tracing::warn!(host = %host_id(host), reason, error = %e, "could not publish event");
-    }
+    ctx.events
+        .emit(&host.object_ref(&()), kind, reason, message);
 }

@@ -15,9 +15,88 @@ use hostcycle_core::bmh::{
 };
 use k8s_openapi::api::core::v1::{Secret, SecretReference};
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::metrics::{BmcErrorLabels, BmcRequestLabels, Metrics};
+
+/// The credentials Secrets hosts name, fetched once per `resourceVersion`.
+///
+/// The operator watches only the *metadata* of Secrets (no Secret's data is streamed to it),
+/// and GETs a Secret only when a host names it and the watch shows a `resourceVersion` the
+/// cache does not hold yet. A fixed Secret therefore takes effect at once (its metadata event
+/// triggers its hosts' reconciles and the changed `resourceVersion` a fresh GET), while a
+/// steady-state reconcile reads the Secret from memory.
+pub struct SecretCache {
+    watched: Store<PartialObjectMeta<Secret>>,
+    fetched: Mutex<HashMap<(String, String), Arc<Secret>>>,
+}
+
+impl SecretCache {
+    pub fn new(watched: Store<PartialObjectMeta<Secret>>) -> Self {
+        SecretCache {
+            watched,
+            fetched: Mutex::default(),
+        }
+    }
+
+    fn fetched(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Secret>>> {
+        match self.fetched.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Drops fetched Secrets the metadata watch no longer shows.
+    pub fn retain_watched(&self) {
+        let watched = &self.watched;
+        self.fetched()
+            .retain(|(ns, name), _| watched.get(&ObjectRef::new(name).within(ns)).is_some());
+    }
+
+    /// How many Secrets are held with their data.
+    pub fn len(&self) -> usize {
+        self.fetched().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Secret `namespace/name`: from memory when the watch shows the `resourceVersion` held,
+    /// else by one GET (a Secret the watch has not shown yet, or one that changed).
+    pub async fn get(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Secret>>, kube::Error> {
+        let key = (namespace.to_string(), name.to_string());
+        let watched_version = self
+            .watched
+            .get(&ObjectRef::new(name).within(namespace))
+            .and_then(|m| m.metadata.resource_version.clone());
+        if let Some(version) = &watched_version
+            && let Some(secret) = self.fetched().get(&key)
+            && secret.metadata.resource_version.as_ref() == Some(version)
+        {
+            return Ok(Some(secret.clone()));
+        }
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        match api.get_opt(name).await? {
+            Some(secret) => {
+                let secret = Arc::new(secret);
+                self.fetched().insert(key, secret.clone());
+                Ok(Some(secret))
+            }
+            None => {
+                self.fetched().remove(&key);
+                Ok(None)
+            }
+        }
+    }
+}
 
 /// What the driver cache keys a driver on: a change to any of these makes a new driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +156,11 @@ impl DriverCache {
         }
     }
 
-    /// The driver for `host`, loading its credentials Secret.
+    /// The driver for `host`, with its credentials Secret from `secrets`.
     pub async fn driver_for(
         &self,
         client: &Client,
+        secrets: &SecretCache,
         host: &BareMetalHost,
     ) -> Result<HostBmc, BmcFailure> {
         let ns = host.namespace().unwrap_or_default();
@@ -90,8 +170,7 @@ impl DriverCache {
                 .into(),
         })?;
         let secret_name = bmc.credentials_name.trim();
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-        let secret = match secrets.get_opt(secret_name).await {
+        let secret = match secrets.get(client, &ns, secret_name).await {
             Ok(Some(s)) => s,
             Ok(None) => {
                 return Err(credentials_failure(CredentialsError::SecretNotFound {
@@ -102,7 +181,10 @@ impl DriverCache {
             Err(e) => {
                 return Err(BmcFailure {
                     kind: BmcFailureKind::Other,
-                    message: format!("reading BMC credentials Secret {ns}/{secret_name}: {e}"),
+                    message: format!(
+                        "reading BMC credentials Secret {ns}/{secret_name}: {}",
+                        crate::text::api_error(&e, "get", "secrets", &ns)
+                    ),
                 });
             }
         };
@@ -189,10 +271,24 @@ fn failure_kind(e: &BmcError) -> BmcFailureKind {
     }
 }
 
-/// Reads the power state, timing the request for metrics.
-pub async fn read_power(driver: &dyn PowerDriver, metrics: &Metrics) -> BmcObservation {
+/// Reads the power state within `deadline` (retries included), timing the request for
+/// metrics. A BMC that does not answer in time is reported unreachable.
+pub async fn read_power(
+    driver: &dyn PowerDriver,
+    metrics: &Metrics,
+    deadline: std::time::Duration,
+) -> BmcObservation {
     let started = Instant::now();
-    let result = driver.power_state().await;
+    let result = match tokio::time::timeout(deadline, driver.power_state()).await {
+        Ok(result) => result,
+        Err(_elapsed) => Err(BmcError::Timeout {
+            what: format!(
+                "reading the power state from {}",
+                driver.description().endpoint
+            ),
+            after: deadline,
+        }),
+    };
     let kind = driver.description().kind.to_string();
     metrics
         .bmc_request_duration
@@ -304,6 +400,84 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Steady-state reconciles read the Secret from memory: one GET per resourceVersion the
+    /// metadata watch shows, a fresh GET once it changes (a fixed Secret), none for a host
+    /// whose Secret is unchanged.
+    #[tokio::test]
+    async fn secrets_are_fetched_once_per_resource_version() {
+        use crate::testing::{fake_client, status};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        use kube::core::PartialObjectMetaExt;
+        use kube::runtime::{reflector, watcher};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let gets = Arc::new(AtomicUsize::new(0));
+        let version = Arc::new(Mutex::new(Some("1".to_string())));
+        let client = {
+            let (gets, version) = (gets.clone(), version.clone());
+            fake_client(move |req| {
+                let (gets, version) = (gets.clone(), version.clone());
+                async move {
+                    assert_eq!(req.method, http::Method::GET);
+                    assert_eq!(req.path, "/api/v1/namespaces/ns1/secrets/creds");
+                    gets.fetch_add(1, Ordering::SeqCst);
+                    match version.lock().unwrap().clone() {
+                        Some(rv) => (
+                            200,
+                            serde_json::json!({
+                                "apiVersion": "v1", "kind": "Secret",
+                                "metadata": { "name": "creds", "namespace": "ns1", "resourceVersion": rv },
+                                "stringData": { "username": "u", "password": "p" },
+                            }),
+                        ),
+                        None => status(404, "NotFound"),
+                    }
+                }
+            })
+        };
+        let (store, mut writer) = reflector::store::<PartialObjectMeta<Secret>>();
+        let meta = |rv: &str| {
+            ObjectMeta {
+                name: Some("creds".into()),
+                namespace: Some("ns1".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            }
+            .into_response_partial::<Secret>()
+        };
+        writer.apply_watcher_event(&watcher::Event::Apply(meta("1")));
+        let cache = SecretCache::new(store);
+
+        for _ in 0..5 {
+            let secret = cache.get(&client, "ns1", "creds").await.unwrap().unwrap();
+            assert_eq!(secret.metadata.resource_version.as_deref(), Some("1"));
+        }
+        assert_eq!(
+            gets.load(Ordering::SeqCst),
+            1,
+            "one GET for five reconciles"
+        );
+
+        // The Secret is fixed: the watch shows a new resourceVersion, the next read fetches it.
+        *version.lock().unwrap() = Some("2".into());
+        writer.apply_watcher_event(&watcher::Event::Apply(meta("2")));
+        for _ in 0..3 {
+            let secret = cache.get(&client, "ns1", "creds").await.unwrap().unwrap();
+            assert_eq!(secret.metadata.resource_version.as_deref(), Some("2"));
+        }
+        assert_eq!(gets.load(Ordering::SeqCst), 2);
+
+        // Deleted: the watch drops it, the cache asks the API server (which says 404).
+        *version.lock().unwrap() = None;
+        writer.apply_watcher_event(&watcher::Event::Delete(meta("2")));
+        assert!(cache.get(&client, "ns1", "creds").await.unwrap().is_none());
+        cache.retain_watched();
+        assert!(
+            cache.is_empty(),
+            "no Secret data kept for a Secret that is gone"
+        );
     }
 
     #[test]
