@@ -35,9 +35,22 @@ enum Command {
     Crd,
     /// Print install manifests: the CRDs and the operator's ServiceAccount and RBAC.
     Manifests {
-        /// Namespace of the operator's ServiceAccount.
-        #[arg(long, default_value = "hostcycle-system")]
-        namespace: String,
+        /// Install for `hostcycle operator --namespace NS`: the operator runs in NS and the
+        /// hosts, their Secrets and Events are granted by a Role and RoleBinding there instead
+        /// of cluster-wide (the reboot queue and remediation still need a ClusterRole for
+        /// Nodes, Pods and their cluster-scoped objects; leave them out with `--controllers`).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Namespace of the operator's ServiceAccount and leader Lease without `--namespace`.
+        #[arg(long, default_value = "hostcycle-system", conflicts_with = "namespace")]
+        operator_namespace: String,
+        /// Controllers the operator runs (`hostcycle operator --controllers`): only their
+        /// permissions are granted.
+        #[arg(long, value_delimiter = ',', default_values_t = hostcycle_operator::ControllerName::ALL.to_vec())]
+        controllers: Vec<hostcycle_operator::ControllerName>,
+        /// The operator's `--lease-name`.
+        #[arg(long, default_value = hostcycle_operator::rbac::DEFAULT_LEASE_NAME)]
+        lease_name: String,
     },
     /// Run simulated kubelets that follow Redfish power states.
     Sim(hostcycle_sim::cli::SimArgs),
@@ -78,7 +91,17 @@ async fn main() -> std::process::ExitCode {
         },
         Command::Bmc(args) => hostcycle_bmc::cli::run(args).await,
         Command::Crd => print_crds(),
-        Command::Manifests { namespace } => print_manifests(&namespace),
+        Command::Manifests {
+            namespace,
+            operator_namespace,
+            controllers,
+            lease_name,
+        } => print_manifests(&hostcycle_operator::rbac::RbacOptions {
+            namespaced: namespace.is_some(),
+            namespace: namespace.unwrap_or(operator_namespace),
+            controllers,
+            lease_name,
+        }),
         Command::Sim(args) => match kube_client(args.kubeconfig.as_deref()).await {
             Ok(client) => hostcycle_sim::cli::run(args, client).await,
             Err(e) => Err(e),
@@ -114,9 +137,9 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
         .context("building the Kubernetes client")
 }
 
-fn print_manifests(namespace: &str) -> anyhow::Result<()> {
+fn print_manifests(options: &hostcycle_operator::rbac::RbacOptions) -> anyhow::Result<()> {
     let mut out = hostcycle_api::crds_yaml()?;
-    for object in hostcycle_operator::rbac::rbac_objects(namespace)? {
+    for object in hostcycle_operator::rbac::rbac_objects(options)? {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&object)?);
     }

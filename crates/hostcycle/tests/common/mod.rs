@@ -436,23 +436,34 @@ impl Drop for Lab {
     }
 }
 
-/// Creates the operator's ServiceAccount, ClusterRole and ClusterRoleBinding as shipped.
+/// Creates the operator's ServiceAccount and RBAC exactly as `hostcycle manifests` ships them
+/// for an operator in `NS` watching every namespace.
 pub async fn install_operator_rbac(client: &Client) {
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let pp = PostParams::default();
-    Api::<ServiceAccount>::namespaced(client.clone(), NS)
-        .create(&pp, &rbac::service_account(NS))
-        .await
-        .unwrap();
-    Api::<ClusterRole>::all(client.clone())
-        .create(&pp, &rbac::cluster_role())
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&pp, &rbac::cluster_role_binding(NS))
-        .await
-        .unwrap();
+    install_rbac(client, &rbac::RbacOptions::cluster_wide(NS)).await;
+}
+
+/// Creates every object `hostcycle manifests` generates for `options` (CRDs aside).
+pub async fn install_rbac(client: &Client, options: &rbac::RbacOptions) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for object in rbac::rbac_objects(options).unwrap() {
+        let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                object["apiVersion"].as_str().unwrap().to_string(),
+            ),
+        };
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, &kind));
+        let obj: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+        let api: Api<DynamicObject> = match &obj.metadata.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("creating {kind} {:?}: {e}", obj.metadata.name));
+    }
 }
 
 pub fn has_reboot_annotation(h: &BareMetalHost) -> bool {
