@@ -577,3 +577,59 @@ fn new_host_registers_on_first_good_answer() {
         Some(OperationalStatus::Ok)
     );
 }
+
+/// Event notes carry no counter and no time: the same failure on every retry, or the same
+/// timed-out power request, gives the same note, so the publisher folds the repeats into one
+/// Event series instead of one Event per failed reconcile.
+#[test]
+fn repeated_failures_give_identical_event_notes() {
+    let notes = |d: &hostcycle_core::bmh::Decision| -> Vec<String> {
+        d.events().map(|e| e.message.clone()).collect()
+    };
+    let failing = |count: u32| {
+        let mut h = host_on().with_status(|st| st.error_count = count);
+        h.snapshot.bmc = BmcObservation::Failed(BmcFailure {
+            kind: BmcFailureKind::Unreachable,
+            message: "connection refused".into(),
+        });
+        notes(&decide(&h.snapshot, t(i64::from(count) * 1000)))
+    };
+    let first = failing(1);
+    assert!(!first.is_empty());
+    for count in [2, 3, 17] {
+        assert_eq!(failing(count), first, "error count {count}");
+    }
+    for note in &first {
+        assert!(
+            !note.contains("error 2") && !note.contains("(error"),
+            "{note}"
+        );
+    }
+
+    // A power-off retried after it timed out: same notes on the 2nd and the 5th attempt,
+    // and no timestamp (the status message keeps them).
+    let timed_out = |attempts: u32| {
+        let mut h = host_on().online(false);
+        let first = h.step(t(0));
+        assert!(recorded_request(&first).is_some());
+        let at = t(10_000_000);
+        h.snapshot
+            .status
+            .last_power_action
+            .as_mut()
+            .unwrap()
+            .attempts = attempts;
+        notes(&h.step(at))
+    };
+    let second = timed_out(1);
+    assert!(!second.is_empty());
+    assert_eq!(timed_out(4), second);
+    for note in &second {
+        assert!(
+            !note.contains("attempt")
+                && !note.contains("requested at")
+                && !note.contains(&t(0).to_string()),
+            "{note}"
+        );
+    }
+}

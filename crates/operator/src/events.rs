@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::sync::Mutex;
 
 /// Where Events about cluster-scoped objects are written.
 pub const CLUSTER_SCOPED_EVENT_NAMESPACE: &str = "kube-system";
@@ -57,7 +56,31 @@ pub struct EventPublisher {
     client: Client,
     controller: String,
     instance: String,
-    series: Mutex<HashMap<SeriesKey, SeriesState>>,
+    /// Held only to read or update the map, never across an API call: a slow events API
+    /// delays that one Event, not every other publish.
+    series: std::sync::Mutex<HashMap<SeriesKey, SeriesState>>,
+}
+
+/// The longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// A unique, valid Event name for an Event about `object` at `now`: the object's name cut so
+/// the whole stays a DNS subdomain of at most 253 characters, then a time suffix.
+pub fn event_name(object: &str, now: Timestamp) -> String {
+    let suffix = format!(".{:x}", now.as_nanosecond().max(0));
+    let mut base: String = object
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.')
+        .take(MAX_NAME - suffix.len())
+        .collect();
+    // Labels must start and end with an alphanumeric character.
+    while base.ends_with(['-', '.']) {
+        base.pop();
+    }
+    let base = base.trim_start_matches(['-', '.']);
+    let base = if base.is_empty() { "object" } else { base };
+    format!("{base}{suffix}")
 }
 
 impl EventPublisher {
@@ -66,7 +89,7 @@ impl EventPublisher {
             client,
             controller: controller.into(),
             instance: instance.into(),
-            series: Mutex::default(),
+            series: std::sync::Mutex::default(),
         }
     }
 
@@ -95,25 +118,33 @@ impl EventPublisher {
             reason: reason.to_string(),
             note: note.to_string(),
         };
-        let mut series = self.series.lock().await;
-        series.retain(|_, s| now.duration_since(s.last).unsigned_abs() < SERIES_WINDOW);
-        if let Some(state) = series.get_mut(&key) {
-            state.count += 1;
-            state.last = now;
-            let patch =
-                json!({ "series": { "count": state.count, "lastObservedTime": MicroTime(now) } });
+        let repeat = {
+            let mut series = self.lock_series();
+            series.retain(|_, s| now.duration_since(s.last).unsigned_abs() < SERIES_WINDOW);
+            series
+                .get(&key)
+                .map(|s| (s.name.clone(), s.count.saturating_add(1)))
+        };
+        if let Some((name, count)) = repeat {
+            let patch = json!({ "series": { "count": count, "lastObservedTime": MicroTime(now) } });
             match api
-                .patch(&state.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    if let Some(state) = self.lock_series().get_mut(&key) {
+                        state.count = state.count.max(count);
+                        state.last = now;
+                    }
+                    return Ok(());
+                }
                 // Expired or deleted meanwhile: start a new Event below.
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e),
             }
         }
         let base = regarding.name.clone().unwrap_or_else(|| "object".into());
-        let name = format!("{base}.{:x}", now.as_nanosecond());
+        let name = event_name(&base, now);
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -132,7 +163,7 @@ impl EventPublisher {
             ..Default::default()
         };
         api.create(&PostParams::default(), &event).await?;
-        series.insert(
+        self.lock_series().insert(
             key,
             SeriesState {
                 name,
@@ -141,6 +172,13 @@ impl EventPublisher {
             },
         );
         Ok(())
+    }
+
+    fn lock_series(&self) -> std::sync::MutexGuard<'_, HashMap<SeriesKey, SeriesState>> {
+        match self.series.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 }
 
@@ -192,5 +230,173 @@ impl EventSink {
             reason.to_string(),
             note.to_string(),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::testing::fake_client;
+    use std::sync::Arc;
+    use std::sync::Mutex as StdMutex;
+
+    fn is_dns_subdomain(name: &str) -> bool {
+        name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    }
+
+    #[test]
+    fn event_names_are_valid_for_any_object_name() {
+        let now = Timestamp::now();
+        let long = "h".repeat(253);
+        let dotted = format!("{}.{}", "a".repeat(200), "b".repeat(52));
+        let cut_at_dash = format!("{}-{}", "a".repeat(235), "b".repeat(17));
+        for object in [
+            "host-1",
+            long.as_str(),
+            dotted.as_str(),
+            cut_at_dash.as_str(),
+            "",
+            "-.-",
+            "UPPER_case",
+        ] {
+            let name = event_name(object, now);
+            assert!(
+                is_dns_subdomain(&name),
+                "{object:?} → {name:?} ({})",
+                name.len()
+            );
+        }
+        assert!(event_name(&long, now).starts_with("hhhh"));
+        assert_ne!(
+            event_name("a", now),
+            event_name(
+                "a",
+                now.checked_add(jiff::SignedDuration::from_nanos(1))
+                    .unwrap()
+            )
+        );
+    }
+
+    /// What the fake events API received.
+    #[derive(Default)]
+    struct Seen {
+        created: Vec<String>,
+        patched: Vec<String>,
+    }
+
+    fn events_api(seen: Arc<StdMutex<Seen>>, slow: &'static str) -> kube::Client {
+        fake_client(move |req| {
+            let seen = seen.clone();
+            async move {
+                let body = req.json();
+                if req.method == http::Method::POST {
+                    let regarding = body["regarding"]["name"].as_str().unwrap_or_default();
+                    if regarding == slow {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                    let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                    seen.lock().unwrap().created.push(name.to_string());
+                    (201, body)
+                } else {
+                    let name = req.path.rsplit('/').next().unwrap_or_default().to_string();
+                    seen.lock().unwrap().patched.push(name.clone());
+                    (
+                        200,
+                        json!({ "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                                "metadata": { "name": name, "namespace": "ns" },
+                                "eventTime": MicroTime(Timestamp::now()) }),
+                    )
+                }
+            }
+        })
+    }
+
+    fn about(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("BareMetalHost".into()),
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        }
+    }
+
+    /// One slow events API call (for one host) must not hold up Events about other hosts.
+    #[tokio::test]
+    async fn a_slow_event_does_not_hold_up_others() {
+        let seen = Arc::new(StdMutex::new(Seen::default()));
+        let publisher = Arc::new(EventPublisher::new(
+            events_api(seen.clone(), "slow"),
+            "test",
+            "instance",
+        ));
+        let slow = {
+            let publisher = publisher.clone();
+            tokio::spawn(async move {
+                publisher
+                    .publish(&about("slow"), EventKind::Warning, "BMCError", "A", "down")
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let fast = tokio::time::timeout(
+            Duration::from_secs(2),
+            publisher.publish(&about("fast"), EventKind::Normal, "PowerOff", "A", "off"),
+        )
+        .await;
+        assert!(
+            matches!(fast, Ok(Ok(()))),
+            "an Event about another host waited for the slow one: {fast:?}"
+        );
+        assert!(!slow.is_finished());
+        slow.abort();
+    }
+
+    /// Repeats (same object, reason and note) fold into one Event's series.
+    #[tokio::test]
+    async fn repeats_fold_into_a_series() {
+        let seen = Arc::new(StdMutex::new(Seen::default()));
+        let publisher = EventPublisher::new(events_api(seen.clone(), ""), "test", "instance");
+        let long = "h".repeat(253);
+        for _ in 0..4 {
+            publisher
+                .publish(
+                    &about(&long),
+                    EventKind::Warning,
+                    "BMCError",
+                    "A",
+                    "unreachable",
+                )
+                .await
+                .unwrap();
+        }
+        publisher
+            .publish(
+                &about(&long),
+                EventKind::Warning,
+                "BMCError",
+                "A",
+                "other note",
+            )
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.created.len(), 2, "{:?}", seen.created);
+        assert_eq!(seen.patched.len(), 3);
+        assert!(seen.patched.iter().all(|p| *p == seen.created[0]));
+        assert!(
+            seen.created.iter().all(|n| is_dns_subdomain(n)),
+            "{:?}",
+            seen.created
+        );
     }
 }

@@ -34,6 +34,10 @@ struct Fleet {
     transition: std::time::Duration,
     resets: Vec<Mutex<Vec<ResetRecord>>>,
     reads: AtomicU64,
+    /// How long a power-state read takes to answer (a slow BMC).
+    read_delay: Mutex<std::time::Duration>,
+    /// Arrival time of every request (reads and resets), oldest first.
+    requests: Mutex<Vec<Timestamp>>,
 }
 
 impl Fleet {
@@ -100,6 +104,8 @@ impl RedfishStub {
             transition,
             resets: (0..systems).map(|_| Mutex::new(Vec::new())).collect(),
             reads: AtomicU64::new(0),
+            read_delay: Mutex::new(std::time::Duration::ZERO),
+            requests: Mutex::new(Vec::new()),
         });
         let stop = CancellationToken::new();
         let app = Router::new()
@@ -159,6 +165,16 @@ impl RedfishStub {
     pub fn reads(&self) -> u64 {
         self.fleet.reads.load(Ordering::Relaxed)
     }
+
+    /// From now on every power-state read answers only after `delay` (a slow BMC).
+    pub fn set_read_delay(&self, delay: std::time::Duration) {
+        *lock(&self.fleet.read_delay) = delay;
+    }
+
+    /// Arrival times of every request any system received (reads and resets), oldest first.
+    pub fn requests(&self) -> Vec<Timestamp> {
+        lock(&self.fleet.requests).clone()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -169,6 +185,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 async fn system(State(state): State<AppState>, Path(id): Path<usize>) -> Response {
+    lock(&state.fleet.requests).push(Timestamp::now());
+    let delay = *lock(&state.fleet.read_delay);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let Some(power) = state.fleet.power(id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -193,6 +214,7 @@ async fn reset(
     body: axum::body::Bytes,
 ) -> Response {
     let at = Timestamp::now();
+    lock(&state.fleet.requests).push(at);
     let Some(log) = state.fleet.resets.get(id) else {
         return StatusCode::NOT_FOUND.into_response();
     };

@@ -153,11 +153,8 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
                     &mut d,
                     EventType::Normal,
                     event_reason::REBOOT_COMPLETED,
-                    format!(
-                        "host powered back on (requested at {}) after the reboot pending since {}",
-                        action.requested_at,
-                        fmt_opt(pending)
-                    ),
+                    // No times in the note (they are in status): repeats fold into a series.
+                    "host powered back on after the pending reboot".to_string(),
                 );
             }
         }
@@ -302,11 +299,17 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
                         message: format!("power {} not observed in time", target.as_str()),
                     },
                 );
+                // The status message says when and which attempt; the Event note carries no
+                // counter or time, so repeated timeouts fold into one Event series.
                 event(
                     &mut d,
                     EventType::Warning,
                     event_reason::POWER_ACTION_TIMED_OUT,
-                    message,
+                    format!(
+                        "power {} was not observed within {}s; requesting again",
+                        target.as_str(),
+                        cfg.power_action_timeout.as_secs()
+                    ),
                 );
                 send_power_request(
                     &mut d,
@@ -493,11 +496,8 @@ fn record_bmc_failure(
         d,
         EventType::Warning,
         event_reason::BMC_ERROR,
-        format!(
-            "{} (error {count}): {}",
-            error_type.as_str(),
-            failure.message
-        ),
+        // No error count in the note: a BMC failing on every retry is one Event series.
+        format!("{}: {}", error_type.as_str(), failure.message),
     );
     // Backoff, not a hot loop: 5 s, 10 s, 20 s ... capped.
     d.requeue_after = Some(cfg.error_backoff(count));
@@ -707,11 +707,8 @@ fn request_power(d: &mut Decision, wanted: &WantedPower, retry_of: Option<&LastP
             hard_fallback: None,
             failure: None,
         }));
-    let retry = if attempts > 1 {
-        format!(" (attempt {attempts})")
-    } else {
-        String::new()
-    };
+    // Retries say so without a counter, so they fold into one Event series.
+    let retry = if attempts > 1 { " (retry)" } else { "" };
     match target {
         PowerTarget::Off => {
             d.actions.push(Action::PowerOff { mode });
@@ -858,8 +855,4 @@ fn event(d: &mut Decision, type_: EventType, reason: &'static str, message: Stri
         reason,
         message,
     }));
-}
-
-fn fmt_opt(t: Option<Timestamp>) -> String {
-    t.map_or_else(|| "-".to_owned(), |t| t.to_string())
 }
