@@ -119,14 +119,29 @@ pub struct BmcDetails {
 #[serde(rename_all = "camelCase")]
 pub struct BareMetalHostStatus {
     /// Power state last observed from the BMC. Absent until the first observation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub powered_on: Option<bool>,
 
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Status fields read leniently: a value another writer (a newer or older version, metal3)
+    // put there that this version does not know reads as absent, and is never a reason for a
+    // whole list (and the watch) to fail to decode.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub operational_status: Option<OperationalStatus>,
 
     /// Kind of the last error; absent when `operationalStatus` is not `error`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub error_type: Option<ErrorType>,
 
     /// Human-readable detail of the last error; empty (and not written) when there is none.
@@ -135,28 +150,76 @@ pub struct BareMetalHostStatus {
     pub error_message: String,
 
     /// Consecutive errors; drives the retry backoff. Reset to 0 on recovery.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_or_default")]
     pub error_count: u32,
 
     /// The credentials last seen to work against the BMC.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub good_credentials: Option<CredentialsStatus>,
 
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_or_default")]
     pub provisioning: ProvisionStatus,
 
     /// Standard Kubernetes conditions: `RebootPending`, `BMCHealthy`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "lenient_items",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 
-    /// The last power action this controller requested, and what became of it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The last power action this controller requested, and what became of it. One this
+    /// version cannot read (an unknown trigger or state) reads as absent.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub last_power_action: Option<LastPowerAction>,
 
     /// Status fields this operator does not model, preserved verbatim.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+/// `value` decoded as `T`, or `None` when it is not a `T` this version knows.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Option::<Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
+}
+
+/// Like [`lenient`], with the default for a value this version cannot read.
+fn lenient_or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    Ok(lenient(deserializer)?.unwrap_or_default())
+}
+
+/// The items of a list this version can read; the others are left out.
+fn lenient_items<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Option::<Value>::deserialize(deserializer)?;
+    Ok(match value {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .filter_map(|item| serde_json::from_value(item).ok())
+            .collect(),
+        _ => Vec::new(),
+    })
 }
 
 /// metal3 `status.provisioning`.
@@ -436,5 +499,73 @@ impl BareMetalHost {
     pub fn annotations_or_empty(&self) -> &BTreeMap<String, String> {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         self.metadata.annotations.as_ref().unwrap_or(&EMPTY)
+    }
+}
+
+#[cfg(test)]
+mod lenient_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    /// Values a newer (or older) writer may put in status never fail the decode of the host,
+    /// nor of a list holding it.
+    #[test]
+    fn unknown_status_values_read_as_absent() {
+        let host = json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": { "name": "h", "namespace": "ns" },
+            "spec": { "online": true },
+            "status": {
+                "poweredOn": true,
+                "operationalStatus": "quarantined",
+                "errorType": "firmware update error",
+                "errorCount": -3,
+                "provisioning": { "state": "externally provisioned", "ID": "x" },
+                "conditions": [
+                    { "type": "BMCHealthy", "status": "True", "reason": "Ok", "message": "",
+                      "lastTransitionTime": "2025-01-01T00:00:00Z" },
+                    { "type": "Broken" }
+                ],
+                "lastPowerAction": {
+                    "action": "cycle", "trigger": "Firmware", "state": "Queued",
+                    "requestedAt": "2025-01-01T00:00:00Z", "lastAttemptAt": "2025-01-01T00:00:00Z"
+                },
+                "hardwareProfile": "unknown"
+            }
+        });
+        let parsed: BareMetalHost = serde_json::from_value(host.clone()).unwrap();
+        let status = parsed.status.unwrap();
+        assert_eq!(status.powered_on, Some(true));
+        assert_eq!(status.operational_status, None);
+        assert_eq!(status.error_type, None);
+        assert_eq!(status.error_count, 0);
+        assert_eq!(status.last_power_action, None);
+        assert_eq!(
+            status.conditions.len(),
+            1,
+            "the undecodable condition is left out"
+        );
+        assert_eq!(status.extra["hardwareProfile"], "unknown");
+        assert_eq!(
+            status.provisioning.state,
+            Some(crate::provisioning::ProvisioningState::ExternallyProvisioned)
+        );
+
+        let list = json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHostList",
+            "metadata": { "resourceVersion": "1" },
+            "items": [host, { "metadata": { "name": "plain" }, "spec": { "online": false } }]
+        });
+        let list: kube::core::ObjectList<BareMetalHost> = serde_json::from_value(list).unwrap();
+        assert_eq!(list.items.len(), 2);
+
+        // Known values still read as before.
+        let known: BareMetalHostStatus = serde_json::from_value(
+            json!({ "operationalStatus": "OK", "errorType": "power management error" }),
+        )
+        .unwrap();
+        assert_eq!(known.operational_status, Some(OperationalStatus::Ok));
+        assert_eq!(known.error_type, Some(ErrorType::PowerManagementError));
     }
 }
