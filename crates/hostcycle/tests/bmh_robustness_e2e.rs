@@ -579,7 +579,7 @@ async fn an_unknown_status_value_does_not_stall_the_watch() {
     let mut ops = Vec::new();
     for field in ["operationalStatus", "errorType"] {
         let path = format!("{base}/{field}/enum");
-        if schema.pointer(&path.replace("/spec", "/spec")).is_some() {
+        if schema.pointer(&path).is_some() {
             ops.push(json!({ "op": "remove", "path": path }));
         }
     }

@@ -373,6 +373,7 @@ pub fn rbac_objects(options: &RbacOptions) -> Result<Vec<serde_json::Value>, ser
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -437,7 +438,7 @@ mod tests {
             .collect()
     }
 
-    fn rules_of<'a>(objs: &'a [serde_json::Value], kind: &str) -> Vec<serde_json::Value> {
+    fn rules_of(objs: &[serde_json::Value], kind: &str) -> Vec<serde_json::Value> {
         objs.iter()
             .filter(|o| o["kind"] == kind && o["metadata"]["name"] == OPERATOR_NAME)
             .flat_map(|o| o["rules"].as_array().unwrap().clone())
