@@ -350,17 +350,17 @@ mod tests {
             "18446744073709551615",
             "18446744073709551615s",
             "9223372036854775807s",
-            "366d",
+            "8785h",
             "PT876000H",
         ] {
             let err = parse_duration(text).unwrap_err();
             assert!(
-                err.contains("longer than the maximum of 365 days"),
+                err.contains("longer than the maximum of 365 days") || err.contains("too big"),
                 "{text}: {err}"
             );
         }
         assert_eq!(
-            parse_duration("365d").unwrap(),
+            parse_duration("8760h").unwrap(),
             crate::deadline::MAX_DURATION
         );
     }
