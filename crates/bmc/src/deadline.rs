@@ -25,6 +25,17 @@ pub fn checked_duration(duration: Duration) -> Result<Duration, String> {
     }
 }
 
+/// A duration flag's value as a [`jiff::SignedDuration`] (`30s`, `2m`, `1h30m`, ISO 8601):
+/// not negative, at most [`MAX_DURATION`]. For clap's `value_parser`.
+pub fn parse_duration_flag(text: &str) -> Result<jiff::SignedDuration, String> {
+    let signed: jiff::SignedDuration = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
+    let unsigned = Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))?;
+    checked_duration(unsigned)?;
+    Ok(signed)
+}
+
 /// `now + after`, or the farthest instant that can be represented (never a panic).
 pub fn deadline_after(now: Instant, after: Duration) -> Instant {
     now.checked_add(after)
@@ -60,6 +71,22 @@ mod tests {
         let err = checked_duration(Duration::from_secs(u64::MAX)).unwrap_err();
         assert!(err.contains("longer than the maximum of 365 days"), "{err}");
         assert!(checked_duration(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn duration_flags() {
+        assert_eq!(
+            parse_duration_flag("90s").unwrap(),
+            jiff::SignedDuration::from_secs(90)
+        );
+        assert!(parse_duration_flag("-1s").unwrap_err().contains("negative"));
+        assert!(
+            parse_duration_flag("8785h")
+                .unwrap_err()
+                .contains("maximum of 365 days")
+        );
+        assert!(parse_duration_flag("9223372036854775807s").is_err());
+        assert!(parse_duration_flag("soon").is_err());
     }
 
     #[test]

@@ -105,7 +105,8 @@ where
             operation,
             attempt = attempts,
             retry_in_ms = delay.as_millis() as u64,
-            error = %error,
+            // Cut: the error may carry a path or text the BMC sent.
+            error = %crate::text::clip(&error.to_string()),
             "transient BMC failure; retrying"
         );
         tokio::time::sleep(delay).await;

@@ -252,12 +252,7 @@ pub struct OperatorArgs {
 /// [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION) (365 days), so that no deadline
 /// or requeue computed from it can overflow.
 fn flag_duration(text: &str) -> Result<jiff::SignedDuration, String> {
-    let signed: jiff::SignedDuration = text
-        .parse()
-        .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
-    let unsigned = Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))?;
-    hostcycle_bmc::deadline::checked_duration(unsigned)?;
-    Ok(signed)
+    hostcycle_bmc::deadline::parse_duration_flag(text)
 }
 
 fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
