@@ -125,15 +125,19 @@ pub enum OutputFormat {
     Json,
 }
 
-/// `30`, `30s`, `2m`, `1m 30s` or ISO 8601 (`PT30S`).
+/// `30`, `30s`, `2m`, `1m 30s` or ISO 8601 (`PT30S`); at most
+/// [`MAX_DURATION`](crate::deadline::MAX_DURATION) (365 days).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    if let Ok(seconds) = text.trim().parse::<u64>() {
-        return Ok(Duration::from_secs(seconds));
-    }
-    let signed: jiff::SignedDuration = text
-        .parse()
-        .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
-    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
+    let duration = match text.trim().parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => {
+            let signed: jiff::SignedDuration = text
+                .parse()
+                .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
+            Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))?
+        }
+    };
+    crate::deadline::checked_duration(duration)
 }
 
 /// What a command did; printed as text or JSON.
@@ -230,7 +234,7 @@ fn connect(args: &ConnectionArgs) -> anyhow::Result<std::sync::Arc<dyn PowerDriv
     let options = ConnectorOptions {
         request_timeout: args.request_timeout,
         retry: RetryPolicy {
-            deadline: args.request_timeout * 3,
+            deadline: crate::deadline::scaled(args.request_timeout, 3),
             ..RetryPolicy::default()
         },
         ipmi: IpmiOptions {
@@ -338,6 +342,27 @@ mod tests {
         assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-5s").is_err());
+    }
+
+    #[test]
+    fn huge_durations_are_refused_not_a_panic() {
+        for text in [
+            "18446744073709551615",
+            "18446744073709551615s",
+            "9223372036854775807s",
+            "8785h",
+            "PT876000H",
+        ] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(
+                err.contains("longer than the maximum of 365 days") || err.contains("too big"),
+                "{text}: {err}"
+            );
+        }
+        assert_eq!(
+            parse_duration("8760h").unwrap(),
+            crate::deadline::MAX_DURATION
+        );
     }
 
     #[test]

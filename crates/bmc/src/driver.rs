@@ -101,6 +101,18 @@ impl PowerOutcome {
         }
     }
 
+    /// The outcome with its texts cut to about 1 KiB ([`crate::text::clip`]): they may quote
+    /// the BMC and end up in a host's status and Events.
+    pub fn bounded(mut self) -> Self {
+        for text in [&mut self.action, &mut self.hard_fallback, &mut self.output]
+            .into_iter()
+            .flatten()
+        {
+            crate::text::clip_in_place(text);
+        }
+        self
+    }
+
     pub fn fell_back_to_hard(&self) -> bool {
         self.hard_fallback.is_some()
     }
@@ -210,17 +222,23 @@ impl<T: BmcOperations> PowerDriver for T {
 
     async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
         let what = || format!("power on of {}", self.describe());
-        within(self.call_deadline(), what, self.request_power_on()).await
+        within(self.call_deadline(), what, self.request_power_on())
+            .await
+            .map(PowerOutcome::bounded)
     }
 
     async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let what = || format!("{mode} power off of {}", self.describe());
-        within(self.call_deadline(), what, self.request_power_off(mode)).await
+        within(self.call_deadline(), what, self.request_power_off(mode))
+            .await
+            .map(PowerOutcome::bounded)
     }
 
     async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let what = || format!("{mode} reboot of {}", self.describe());
-        within(self.call_deadline(), what, self.request_reboot(mode)).await
+        within(self.call_deadline(), what, self.request_reboot(mode))
+            .await
+            .map(PowerOutcome::bounded)
     }
 }
 
@@ -230,11 +248,12 @@ pub(crate) async fn within<T>(
     what: impl FnOnce() -> String,
     call: impl std::future::Future<Output = Result<T, BmcError>>,
 ) -> Result<T, BmcError> {
-    match tokio::time::timeout(deadline, call).await {
+    let result = match tokio::time::timeout(deadline, call).await {
         Ok(result) => result,
         Err(_) => Err(BmcError::Timeout {
             what: what(),
             after: deadline,
         }),
-    }
+    };
+    result.map_err(BmcError::bounded)
 }

@@ -14,6 +14,7 @@ use tokio::sync::{Mutex, OnceCell, Semaphore};
 use url::Url;
 
 use crate::address::{RedfishAddress, RedfishFlavor, endpoint_of};
+use crate::bounded::{self, BodyError};
 use crate::credentials::BmcCredentials;
 use crate::driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
@@ -21,6 +22,7 @@ use crate::driver::{
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, parse_retry_after, with_retries};
+use crate::text;
 use crate::tls::find_tls_error;
 
 /// Where Redfish services keep their sessions (DSP0266 §13.3).
@@ -28,7 +30,7 @@ const SESSIONS_PATH: &str = "/redfish/v1/SessionService/Sessions";
 const SYSTEMS_PATH: &str = "/redfish/v1/Systems";
 const X_AUTH_TOKEN: &str = "X-Auth-Token";
 /// Longest BMC error text kept in an error message.
-const MAX_MESSAGE_CHARS: usize = 300;
+const MAX_MESSAGE_BYTES: usize = 300;
 
 /// How the driver authenticates.
 #[derive(
@@ -62,6 +64,8 @@ pub struct RedfishOptions {
     pub request_timeout: Duration,
     /// Retries and the deadline of each exchange with the BMC.
     pub retry: RetryPolicy,
+    /// Largest response body read from the BMC; a larger one is an error (see [`bounded`]).
+    pub max_body_bytes: usize,
 }
 
 impl Default for RedfishOptions {
@@ -70,6 +74,7 @@ impl Default for RedfishOptions {
             auth: RedfishAuthMode::Auto,
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            max_body_bytes: bounded::DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -222,9 +227,10 @@ impl ResetInfo {
         candidates.iter().copied().find(|c| self.allows(c))
     }
 
+    /// The allowed types for messages, cut to about 1 KiB (a BMC may list thousands).
     fn allowed_list(&self) -> String {
         match &self.allowed {
-            Some(list) => format!("[{}]", list.join(", ")),
+            Some(list) => text::clip(&format!("[{}]", list.join(", "))),
             None => "(not advertised)".into(),
         }
     }
@@ -275,6 +281,15 @@ impl RedfishDriver {
             });
         }
         Ok(url)
+    }
+
+    /// Text from the BMC made fit for an error or a log: no password, about 1 KiB at most.
+    fn bmc_text(&self, bmc_text: &str) -> String {
+        text::from_bmc(
+            bmc_text,
+            self.credentials.username(),
+            self.credentials.password(),
+        )
     }
 
     fn auth_state(&self) -> AuthState {
@@ -351,7 +366,12 @@ impl RedfishDriver {
                 });
             }
         } else if reply.status.is_server_error() || reply.status == StatusCode::TOO_MANY_REQUESTS {
-            return Err(self.status_error(&Method::POST, SESSIONS_PATH, &reply));
+            // Never the body of a failed login: BMCs have been seen echoing the password.
+            let mut error = self.status_error(&Method::POST, SESSIONS_PATH, &reply);
+            if let BmcError::Http { message, .. } = &mut error {
+                message.clear();
+            }
+            return Err(error);
         } else if !auto {
             return Err(match reply.status {
                 StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
@@ -417,10 +437,17 @@ impl RedfishDriver {
             .map_err(|e| self.transport_error(&method, &path, e))?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response
-            .bytes()
+        // Capped: a BMC streaming gigabytes must not exhaust the operator's memory.
+        let body = bounded::read_body(response, self.options.max_body_bytes)
             .await
-            .map_err(|e| self.transport_error(&method, &path, e))?;
+            .map_err(|e| match e {
+                BodyError::Transport(e) => self.transport_error(&method, &path, e),
+                BodyError::TooLarge(too_large) => BmcError::InvalidResponse {
+                    endpoint: self.endpoint.clone(),
+                    path: path.clone(),
+                    detail: too_large.to_string(),
+                },
+            })?;
         Ok(Reply {
             status,
             headers,
@@ -484,7 +511,7 @@ impl RedfishDriver {
                 method: method.to_string(),
                 path: path.to_string(),
                 status: status.as_u16(),
-                message: redfish_message(&reply.body),
+                message: redfish_message(&reply.body, &self.credentials),
                 retry_after: reply
                     .headers
                     .get(RETRY_AFTER)
@@ -530,7 +557,8 @@ impl RedfishDriver {
         body: Option<serde_json::Value>,
         repeatable: bool,
     ) -> Result<Reply, BmcError> {
-        let operation = format!("{method} {}{path}", self.endpoint);
+        // The path may come from the BMC (a member id, an action target): bounded for logs.
+        let operation = text::clip(&format!("{method} {}{path}", self.endpoint));
         with_retries(&self.options.retry, &operation, || async {
             match self.exchange_once(&method, path, body.as_ref()).await {
                 Err(BmcError::Timeout { what, after }) if !repeatable => {
@@ -550,7 +578,8 @@ impl RedfishDriver {
         serde_json::from_slice(body).map_err(|e| BmcError::InvalidResponse {
             endpoint: self.endpoint.clone(),
             path: path.to_string(),
-            detail: format!("malformed JSON: {e}"),
+            // serde's message may quote the BMC's values.
+            detail: self.bmc_text(&format!("malformed JSON: {e}")),
         })
     }
 
@@ -568,12 +597,14 @@ impl RedfishDriver {
                     members => Err(BmcError::SystemAmbiguous {
                         endpoint: self.endpoint.clone(),
                         count: members.len(),
-                        members: members
-                            .iter()
-                            .take(10)
-                            .map(|m| m.odata_id.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
+                        members: self.bmc_text(
+                            &members
+                                .iter()
+                                .take(10)
+                                .map(|m| m.odata_id.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        ),
                     }),
                 }
             })
@@ -808,8 +839,9 @@ impl Drop for RedfishDriver {
     }
 }
 
-/// `": message (extended; info)"` from a Redfish error body, or a cleaned-up text excerpt.
-fn redfish_message(body: &[u8]) -> String {
+/// `": message (extended; info)"` from a Redfish error body, or a cleaned-up text excerpt;
+/// without the password (scrubbed before the text is cut, so no part of it is left).
+fn redfish_message(body: &[u8], credentials: &BmcCredentials) -> String {
     #[derive(Deserialize)]
     struct ErrorBody {
         error: ErrorDetail,
@@ -832,19 +864,21 @@ fn redfish_message(body: &[u8]) -> String {
             parts.dedup();
             parts.join("; ")
         }
-        Err(_) => String::from_utf8_lossy(body)
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" "),
+        // Scrubbed before the whitespace is squeezed: the password may contain some.
+        Err(_) => text::scrub_secret(
+            &String::from_utf8_lossy(body),
+            credentials.username(),
+            credentials.password(),
+        )
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" "),
     };
     if text.is_empty() {
         return String::new();
     }
-    let mut short: String = text.chars().take(MAX_MESSAGE_CHARS).collect();
-    if short.len() < text.len() {
-        short.push('…');
-    }
-    format!(": {short}")
+    let text = text::scrub_secret(&text, credentials.username(), credentials.password());
+    format!(": {}", text::clip_to(&text, MAX_MESSAGE_BYTES))
 }
 
 /// Every message in an error's source chain, joined, without repeats.
@@ -895,14 +929,32 @@ mod tests {
     fn error_messages_from_redfish_bodies() {
         let body = br#"{"error":{"code":"Base.1.0.GeneralError","message":"nope",
             "@Message.ExtendedInfo":[{"Message":"ResetType not supported"}]}}"#;
-        assert_eq!(redfish_message(body), ": nope; ResetType not supported");
+        let credentials = BmcCredentials::new("admin", "Sekr1t-xyzzy").unwrap();
+        let message = |body: &[u8]| redfish_message(body, &credentials);
+        assert_eq!(message(body), ": nope; ResetType not supported");
         assert_eq!(
-            redfish_message(b"<html>\n  <b>Bad</b> </html>"),
+            message(b"<html>\n  <b>Bad</b> </html>"),
             ": <html> <b>Bad</b> </html>"
         );
-        assert_eq!(redfish_message(b""), "");
+        assert_eq!(message(b""), "");
         let long = "x".repeat(1000);
-        assert!(redfish_message(long.as_bytes()).chars().count() < 310);
+        assert!(message(long.as_bytes()).chars().count() < 310);
+    }
+
+    #[test]
+    fn error_messages_never_carry_the_password() {
+        let credentials = BmcCredentials::new("admin", "Sekr1t xyzzy").unwrap();
+        // Near the cut, JSON-escaped in a JSON message, or in plain text with odd spacing.
+        let near_the_cut = format!("{}Sekr1t xyzzy{}", "y".repeat(280), "y".repeat(100));
+        let escaped = br#"{"error":{"message":"bad password Sekr1t xyzzy"}}"#;
+        for body in [
+            near_the_cut.as_bytes(),
+            escaped.as_slice(),
+            b"<p>login failed for Sekr1t xyzzy</p>\n\n",
+        ] {
+            let message = redfish_message(body, &credentials);
+            assert!(!message.contains("Sekr"), "{message}");
+        }
     }
 
     #[test]

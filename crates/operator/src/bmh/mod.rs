@@ -347,14 +347,17 @@ async fn reconcile(
 
 /// Adds up to 10 % to long requeues so a fleet's steady-state polls spread out instead of
 /// hitting the BMCs and the API server in the same second.
+/// Never more than [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION): the requeue
+/// timer cannot take much more, and adding to it must not overflow.
 fn spread(after: Duration) -> Duration {
+    let after = after.min(hostcycle_bmc::deadline::MAX_DURATION);
     if after < Duration::from_secs(10) {
         return after;
     }
     let tenth_ms = u64::try_from(after.as_millis() / 10)
         .unwrap_or(u64::MAX)
         .max(1);
-    after + Duration::from_millis(rand::random_range(0..tenth_ms))
+    after.saturating_add(Duration::from_millis(rand::random_range(0..tenth_ms)))
 }
 
 /// Applies status updates and writes the status with the object's resourceVersion as a
