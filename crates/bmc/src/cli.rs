@@ -246,11 +246,35 @@ fn connect(args: &ConnectionArgs) -> anyhow::Result<std::sync::Arc<dyn PowerDriv
     Ok(BmcConnector::new(options).connect_str(&args.address, credentials, &host)?)
 }
 
-/// Runs a command and returns its report (what [`run`] prints).
+/// Runs a command and returns its report (what [`run`] prints). Logs out of the BMC before
+/// returning, whatever happened: a session left open holds one of the BMC's few slots until
+/// the BMC times it out.
 pub async fn execute(args: &BmcArgs) -> anyhow::Result<CliReport> {
-    let start = tokio::time::Instant::now();
     let connection = args.command.connection();
     let driver = connect(connection)?;
+    let result = execute_with(args, driver.as_ref()).await;
+    close(driver.as_ref(), connection.request_timeout).await;
+    result
+}
+
+/// Logs out, waiting at most `deadline`; a failure is a warning (the command's result stands).
+async fn close(driver: &dyn PowerDriver, deadline: Duration) {
+    match tokio::time::timeout(deadline, driver.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(
+            error = %e,
+            "could not log out of the BMC; its session stays open until the BMC times it out"
+        ),
+        Err(_) => tracing::warn!(
+            after = ?deadline,
+            "logging out of the BMC timed out; its session stays open until the BMC times it out"
+        ),
+    }
+}
+
+async fn execute_with(args: &BmcArgs, driver: &dyn PowerDriver) -> anyhow::Result<CliReport> {
+    let start = tokio::time::Instant::now();
+    let connection = args.command.connection();
     let mut report = CliReport {
         command: "",
         address: connection.address.clone(),
@@ -271,18 +295,18 @@ pub async fn execute(args: &BmcArgs) -> anyhow::Result<CliReport> {
             report.power_state = if on.no_wait {
                 driver.power_state().await?
             } else {
-                wait_on(driver.as_ref(), &on.wait).await?
+                wait_on(driver, &on.wait).await?
             };
         }
         BmcCommand::Off(off) => {
             report.command = "off";
-            power_off(driver.as_ref(), off, &mut report).await?;
+            power_off(driver, off, &mut report).await?;
         }
         BmcCommand::Cycle(cycle) => {
             report.command = "cycle";
-            power_off(driver.as_ref(), &cycle.off, &mut report).await?;
+            power_off(driver, &cycle.off, &mut report).await?;
             report.actions.push(driver.power_on().await?);
-            report.power_state = wait_on(driver.as_ref(), &cycle.off.wait).await?;
+            report.power_state = wait_on(driver, &cycle.off.wait).await?;
         }
     }
     report.elapsed_seconds = (start.elapsed().as_secs_f64() * 10.0).round() / 10.0;

@@ -193,6 +193,14 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
     /// Restarts the host (Redfish `GracefulRestart`/`ForceRestart`, IPMI `chassis power
     /// reset`, or the command driver's reboot command).
     async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+
+    /// Logs out of the BMC (closes a Redfish session), within the call deadline. A process
+    /// calls it before it exits: dropping a driver only starts a logout, which an exiting
+    /// process does not finish, and BMCs have few session slots. Calls made afterwards log in
+    /// again. Drivers that hold nothing open do nothing.
+    async fn close(&self) -> Result<(), BmcError> {
+        Ok(())
+    }
 }
 
 /// A driver's raw exchanges with its BMC. Every type that implements it is a
@@ -207,6 +215,11 @@ pub trait BmcOperations: Send + Sync + fmt::Debug {
     async fn request_power_on(&self) -> Result<PowerOutcome, BmcError>;
     async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
     async fn request_reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+    /// Ends what the driver holds open on the BMC (a Redfish session); see
+    /// [`PowerDriver::close`].
+    async fn end_session(&self) -> Result<(), BmcError> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -239,6 +252,11 @@ impl<T: BmcOperations> PowerDriver for T {
         within(self.call_deadline(), what, self.request_reboot(mode))
             .await
             .map(PowerOutcome::bounded)
+    }
+
+    async fn close(&self) -> Result<(), BmcError> {
+        let what = || format!("logging out of {}", self.describe());
+        within(self.call_deadline(), what, self.end_session()).await
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, LOCATION, RETRY_AFTER};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use tokio::sync::{Mutex, OnceCell, Semaphore};
@@ -24,6 +24,9 @@ use crate::error::BmcError;
 use crate::retry::{RetryPolicy, parse_retry_after, with_retries};
 use crate::text;
 use crate::tls::find_tls_error;
+
+mod reset_types;
+mod session;
 
 /// Where Redfish services keep their sessions (DSP0266 §13.3).
 const SESSIONS_PATH: &str = "/redfish/v1/SessionService/Sessions";
@@ -116,8 +119,10 @@ impl fmt::Display for CrossHostRedirect {
 
 impl std::error::Error for CrossHostRedirect {}
 
-/// The redirect policy of every Redfish client: follow only within the same scheme, host and
-/// port (sushy and some BMCs redirect System names to ids), at most 5 times.
+/// The redirect policy of every Redfish client: refuse other hosts; hand redirects within the
+/// same scheme, host and port (sushy and some BMCs redirect System names to ids, some every path
+/// to its trailing-slash form) to the driver, which follows them keeping the method, body and
+/// credentials (see `send_following`).
 pub(crate) fn redirect_policy() -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(|attempt| {
         let Some(first) = attempt.previous().first() else {
@@ -127,10 +132,7 @@ pub(crate) fn redirect_policy() -> reqwest::redirect::Policy {
             let target = endpoint_of(attempt.url());
             return attempt.error(CrossHostRedirect { target });
         }
-        if attempt.previous().len() > 5 {
-            return attempt.error("more than 5 redirects");
-        }
-        attempt.follow()
+        attempt.stop()
     })
 }
 
@@ -181,20 +183,6 @@ struct ResetAction {
     allowable_values: Option<Vec<String>>,
     #[serde(rename = "@Redfish.ActionInfo")]
     action_info: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ActionInfo {
-    #[serde(rename = "Parameters", default)]
-    parameters: Vec<ActionParameter>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ActionParameter {
-    #[serde(rename = "Name")]
-    name: Option<String>,
-    #[serde(rename = "AllowableValues")]
-    allowable_values: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -332,12 +320,15 @@ impl RedfishDriver {
     }
 
     async fn login(&self) -> Result<Auth, BmcError> {
-        let url = self.url(SESSIONS_PATH)?;
+        let sessions_path = self.sessions_path().await;
+        let url = self.url(&sessions_path)?;
         let body = serde_json::json!({
             "UserName": self.credentials.username(),
             "Password": self.credentials.password(),
         });
-        let reply = self.send(Method::POST, url, Some(&body), None).await?;
+        let reply = self
+            .send_following(Method::POST, url, Some(&body), None)
+            .await?;
         let auto = self.options.auth == RedfishAuthMode::Auto;
         if reply.status.is_success() {
             let token = reply
@@ -346,11 +337,7 @@ impl RedfishDriver {
                 .and_then(|v| v.to_str().ok());
             if let Some(token) = token {
                 let token: Arc<str> = Arc::from(token);
-                let location = reply
-                    .headers
-                    .get(LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|l| self.url(l).ok());
+                let location = self.session_url(&reply);
                 tracing::debug!(endpoint = %self.endpoint, "opened a Redfish session");
                 self.set_auth_state(AuthState::Session {
                     token: token.clone(),
@@ -361,13 +348,13 @@ impl RedfishDriver {
             if !auto {
                 return Err(BmcError::InvalidResponse {
                     endpoint: self.endpoint.clone(),
-                    path: SESSIONS_PATH.into(),
+                    path: sessions_path,
                     detail: "session created without an X-Auth-Token header".into(),
                 });
             }
         } else if reply.status.is_server_error() || reply.status == StatusCode::TOO_MANY_REQUESTS {
             // Never the body of a failed login: BMCs have been seen echoing the password.
-            let mut error = self.status_error(&Method::POST, SESSIONS_PATH, &reply);
+            let mut error = self.status_error(&Method::POST, &sessions_path, &reply);
             if let BmcError::Http { message, .. } = &mut error {
                 message.clear();
             }
@@ -384,7 +371,7 @@ impl RedfishDriver {
                     driver: self.description().to_string(),
                     operation: "open a Redfish session".into(),
                     reason: format!(
-                        "POST {SESSIONS_PATH} answered HTTP {}; use basic or auto auth",
+                        "POST {sessions_path} answered HTTP {}; use basic or auto auth",
                         reply.status.as_u16()
                     ),
                 },
@@ -531,7 +518,7 @@ impl RedfishDriver {
         let url = self.url(path)?;
         let auth = self.current_auth().await?;
         let mut reply = self
-            .send(method.clone(), url.clone(), body, Some(&auth))
+            .send_following(method.clone(), url.clone(), body, Some(&auth))
             .await?;
         if reply.status == StatusCode::UNAUTHORIZED
             && let Auth::Token(expired) = &auth
@@ -539,7 +526,9 @@ impl RedfishDriver {
             tracing::info!(endpoint = %self.endpoint, "Redfish session expired; logging in again");
             self.drop_session(expired);
             let auth = self.current_auth().await?;
-            reply = self.send(method.clone(), url, body, Some(&auth)).await?;
+            reply = self
+                .send_following(method.clone(), url, body, Some(&auth))
+                .await?;
         }
         if reply.status.is_success() {
             Ok(reply)
@@ -632,18 +621,7 @@ impl RedfishDriver {
         let target = action
             .and_then(|a| a.target.clone())
             .unwrap_or_else(|| format!("{path}/Actions/ComputerSystem.Reset"));
-        let mut allowed = action.and_then(|a| a.allowable_values.clone());
-        if allowed.is_none()
-            && let Some(info_path) = action.and_then(|a| a.action_info.as_deref())
-        {
-            let reply = self.exchange(Method::GET, info_path, None, true).await?;
-            let info: ActionInfo = self.parse(info_path, &reply.body)?;
-            allowed = info
-                .parameters
-                .into_iter()
-                .find(|p| p.name.as_deref() == Some("ResetType"))
-                .and_then(|p| p.allowable_values);
-        }
+        let allowed = self.allowed_reset_types(action).await?;
         Ok(ResetInfo { target, allowed })
     }
 
@@ -757,6 +735,10 @@ impl BmcOperations for RedfishDriver {
 
     fn call_deadline(&self) -> Duration {
         self.options.retry.deadline
+    }
+
+    async fn end_session(&self) -> Result<(), BmcError> {
+        self.logout().await
     }
 
     async fn read_power_state(&self) -> Result<PowerState, BmcError> {

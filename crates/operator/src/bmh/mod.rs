@@ -155,7 +155,7 @@ pub async fn run(
     let stop = shutdown.clone();
     controller
         .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed");
@@ -163,6 +163,8 @@ pub async fn run(
         })
         .await;
     housekeeping_task.abort();
+    // Free the BMCs' session slots: a session left behind can lock an administrator out.
+    ctx.drivers.close_all(Duration::from_secs(5)).await;
 }
 
 /// What a reconcile reacts to: the generation (spec) and the annotations.
