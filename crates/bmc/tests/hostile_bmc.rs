@@ -302,7 +302,12 @@ async fn hostcycle_bmc_status_reads_with_the_same_cap() {
 #[tokio::test]
 async fn thousands_of_allowed_reset_types_are_cut_in_errors_and_outcomes() {
     let server = MockServer::start().await;
-    let mut many: Vec<String> = (0..40_000).map(|i| format!("VendorType{i}")).collect();
+    // Valid ResetType values only (a list with unknown values is looked up in the ActionInfo
+    // instead), repeated into a huge list.
+    let known = ["On", "Nmi", "PushPowerButton", "ForceOn", "PowerCycle"];
+    let mut many: Vec<String> = (0..40_000)
+        .map(|i| known[i % known.len()].to_string())
+        .collect();
     mount_get(
         &server,
         SYSTEM,
