@@ -335,6 +335,22 @@ async fn reconcile(
                 current = next;
                 follow_up_requeue = requeue;
             }
+            Action::Restart { mode } => {
+                let Some(driver) = &driver else { continue };
+                let result =
+                    power_call(driver.as_ref(), PowerCall::Restart(*mode), &ctx.metrics).await;
+                if let Err(e @ BmcError::OutcomeUnknown { .. }) = &result {
+                    // Accepting a restart completes the reboot, so an unknown outcome must not
+                    // count as accepted: the request stays in flight and is sent again after
+                    // the power-action timeout.
+                    tracing::warn!(host = %host_id(&current), error = %e, "restart outcome unknown");
+                    follow_up_requeue = Some(ctx.config.decide.transition_requeue);
+                    continue;
+                }
+                let (next, requeue) = record_power_result(&ctx, &api, &current, &result).await?;
+                current = next;
+                follow_up_requeue = requeue;
+            }
         }
     }
     let requeue = match (requeue, follow_up_requeue) {
@@ -470,6 +486,8 @@ async fn remove_annotations(
 enum PowerCall {
     On,
     Off(PowerOffMode),
+    /// spec.disablePowerOff: GracefulRestart (falling back to ForceRestart) or ForceRestart.
+    Restart(PowerOffMode),
 }
 
 /// Sends one power request, timing it and counting the result.
@@ -481,18 +499,18 @@ async fn power_call(
     let started = Instant::now();
     let (result, action, mode, operation) = match call {
         PowerCall::On => (driver.power_on().await, "on", "none", "power_on"),
-        PowerCall::Off(mode) => {
-            let bmc_mode = match mode {
-                PowerOffMode::Soft => hostcycle_bmc::PowerOffMode::Soft,
-                PowerOffMode::Hard => hostcycle_bmc::PowerOffMode::Hard,
-            };
-            (
-                driver.power_off(bmc_mode).await,
-                "off",
-                mode.as_str(),
-                "power_off",
-            )
-        }
+        PowerCall::Off(mode) => (
+            driver.power_off(bmc_mode(mode)).await,
+            "off",
+            mode.as_str(),
+            "power_off",
+        ),
+        PowerCall::Restart(mode) => (
+            driver.reboot(bmc_mode(mode)).await,
+            "restart",
+            mode.as_str(),
+            "reboot",
+        ),
     };
     let kind = driver.description().kind.to_string();
     metrics
@@ -522,6 +540,13 @@ async fn power_call(
             .inc();
     }
     result
+}
+
+fn bmc_mode(mode: PowerOffMode) -> hostcycle_bmc::PowerOffMode {
+    match mode {
+        PowerOffMode::Soft => hostcycle_bmc::PowerOffMode::Soft,
+        PowerOffMode::Hard => hostcycle_bmc::PowerOffMode::Hard,
+    }
 }
 
 /// Records what a power call did (fallback to hard, failure) with `after_power_call`.
