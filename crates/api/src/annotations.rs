@@ -47,11 +47,12 @@ pub fn classify_reboot_annotation(key: &str) -> Option<RebootAnnotationKind<'_>>
 pub enum InvalidRebootValue {
     /// The value is not JSON.
     NotJson,
-    /// The value is JSON but not an object (e.g. a bare string or `null`).
+    /// The value is JSON but neither an object nor `null` (e.g. a bare string or a list).
     NotAnObject,
-    /// `mode` is a string other than `soft` / `hard` (matching is case-sensitive).
+    /// `mode` is a string other than `soft` / `hard` / `""` (values are case-sensitive; keys
+    /// are not).
     UnknownMode(String),
-    /// `mode` is not a string.
+    /// `mode` is neither a string nor `null`.
     ModeNotAString,
     /// `reboot.metal3.io/` with nothing after the slash.
     EmptyKey,
@@ -80,8 +81,17 @@ pub struct ParsedRebootValue {
 
 /// Parses a reboot annotation value: `{"mode":"hard"|"soft"}`, default soft.
 ///
-/// Empty (or whitespace-only) is a valid soft request. Other JSON keys are ignored.
-/// Anything unusable gives soft plus the reason.
+/// Read as metal3's baremetal-operator reads it (Go `encoding/json` into
+/// `{Mode string; Force bool}`), so clients written for metal3 work unchanged:
+///
+/// - object keys match case-insensitively (`{"Mode":"hard"}` is hard) and, when a key appears
+///   more than once in any casing, the last one wins;
+/// - `null`, `{"mode":null}` and `{"mode":""}` are soft requests without a warning (Go leaves
+///   the default, or compares `""` with `"hard"`);
+/// - `force` and every other key are ignored (see docs/reboot-api.md for `force`).
+///
+/// Empty (or whitespace-only) is a valid soft request. Anything unusable gives soft plus the
+/// reason; unlike metal3 an unknown mode such as `"HARD"` is reported too.
 pub fn parse_reboot_value(value: &str) -> ParsedRebootValue {
     let soft = |invalid| ParsedRebootValue {
         mode: PowerOffMode::Soft,
@@ -94,13 +104,20 @@ pub fn parse_reboot_value(value: &str) -> ParsedRebootValue {
         Ok(json) => json,
         Err(_) => return soft(Some(InvalidRebootValue::NotJson)),
     };
-    let Some(object) = json.as_object() else {
-        return soft(Some(InvalidRebootValue::NotAnObject));
+    match json {
+        serde_json::Value::Null => return soft(None),
+        serde_json::Value::Object(_) => {}
+        _ => return soft(Some(InvalidRebootValue::NotAnObject)),
+    }
+    // Second pass over the same (valid) text, keeping the order of the keys.
+    let mode = match serde_json::from_str::<ModeField>(value) {
+        Ok(ModeField(mode)) => mode,
+        Err(_) => return soft(Some(InvalidRebootValue::NotJson)),
     };
-    match object.get("mode") {
-        None => soft(None),
+    match mode {
+        None | Some(serde_json::Value::Null) => soft(None),
         Some(serde_json::Value::String(mode)) => match mode.as_str() {
-            "soft" => soft(None),
+            "soft" | "" => soft(None),
             "hard" => ParsedRebootValue {
                 mode: PowerOffMode::Hard,
                 invalid: None,
@@ -108,6 +125,39 @@ pub fn parse_reboot_value(value: &str) -> ParsedRebootValue {
             other => soft(Some(InvalidRebootValue::UnknownMode(other.to_owned()))),
         },
         Some(_) => soft(Some(InvalidRebootValue::ModeNotAString)),
+    }
+}
+
+/// The value of the last key of a JSON object that equals `mode` ignoring ASCII case (Go's
+/// case folding of `mode` is exactly that: none of its letters has a non-ASCII fold).
+struct ModeField(Option<serde_json::Value>);
+
+impl<'de> serde::Deserialize<'de> for ModeField {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ModeField;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ModeField, A::Error> {
+                let mut mode = None;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key.eq_ignore_ascii_case("mode") {
+                        mode = Some(map.next_value::<serde_json::Value>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(ModeField(mode))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
     }
 }
 

@@ -91,6 +91,13 @@ pub struct BareMetalHostSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub externally_provisioned: bool,
 
+    /// metal3 `disablePowerOff`: power is never cut. A reboot is a BMC restart (hard:
+    /// ForceRestart; soft: GracefulRestart, ForceRestart if the BMC does not offer it), and
+    /// `online: false` or a keyed `reboot.metal3.io/{key}` hold is refused (Warning Event and
+    /// the `PowerOffRefused` condition).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_power_off: bool,
+
     /// Spec fields this operator does not model, preserved verbatim.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -118,13 +125,25 @@ pub struct BmcDetails {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BareMetalHostStatus {
-    /// Power state last observed from the BMC. Absent until the first observation.
+    /// Power state last observed from the BMC. Always written, as metal3 does (`false` until
+    /// the first observation: a metal3 client reads a missing `poweredOn` as `false` anyway);
+    /// `None` in memory only for a status that never carried the field. Use
+    /// [`BareMetalHostStatus::observed_powered_on`] to tell a real "off" from "never seen".
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        serialize_with = "serialize_powered_on"
+    )]
+    pub powered_on: Option<bool>,
+
+    /// When the controller last wrote this status (metal3 `status.lastUpdated`); set by every
+    /// status write. RFC 3339 with sub-second precision.
     #[serde(
         default,
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
-    pub powered_on: Option<bool>,
+    pub last_updated: Option<Timestamp>,
 
     // Status fields read leniently: a value another writer (a newer or older version, metal3)
     // put there that this version does not know reads as absent, and is never a reason for a
@@ -222,6 +241,38 @@ where
     })
 }
 
+/// `poweredOn` is never omitted: `None` (not observed yet) is written as `false`, metal3's zero
+/// value.
+fn serialize_powered_on<S: serde::Serializer>(
+    powered_on: &Option<bool>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_bool(powered_on.unwrap_or(false))
+}
+
+impl BareMetalHostStatus {
+    /// The power state as last observed, or `None` when it has never been observed.
+    ///
+    /// `poweredOn: false` is also what a status written before the first observation holds
+    /// (the field is never omitted), so `false` counts only with evidence that the BMC has
+    /// answered: working credentials, a power action, a recorded power-on, or status `OK`.
+    /// `true` is always an observation.
+    pub fn observed_powered_on(&self) -> Option<bool> {
+        match self.powered_on {
+            Some(true) => Some(true),
+            Some(false)
+                if self.good_credentials.is_some()
+                    || self.last_power_action.is_some()
+                    || self.provisioning.last_powered_on.is_some()
+                    || self.operational_status == Some(OperationalStatus::Ok) =>
+            {
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// metal3 `status.provisioning`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -242,6 +293,18 @@ pub struct ProvisionStatus {
     /// `lastPoweredOn`. RFC 3339 with sub-second precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_reboot_since: Option<Timestamp>,
+
+    /// `hard` once any request of the pending reboot asked for a hard reboot: the power-off
+    /// that serves it stays hard even if that annotation is removed before the power-off is
+    /// sent. Absent means soft; reset whenever a new `pendingRebootSince` is recorded.
+    /// hostcycle only (metal3 keeps no such field). Read leniently: an unknown value must not
+    /// make the whole `provisioning` (and its timestamps) unreadable.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pending_reboot_mode: Option<PowerOffMode>,
 
     /// Fields such as `ID`, `image`, `rootDeviceHints`, `bootMode`, preserved verbatim.
     #[serde(flatten)]
@@ -440,6 +503,10 @@ pub struct LastPowerAction {
     /// Error returned by the BMC call, for `state: Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// `spec.disablePowerOff`: this `on` action is a BMC restart serving a reboot (`mode` is
+    /// the restart's). It completes when the BMC accepts it, not when the host is seen on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restart: bool,
 }
 
 impl LastPowerAction {
@@ -470,6 +537,29 @@ pub enum HardFallbackSource {
     SoftTimeout,
 }
 
+impl BareMetalHostSpec {
+    /// metal3 `spec.image.url` when set and non-empty (the image field is not modelled and is
+    /// read from the preserved fields).
+    pub fn image_url(&self) -> Option<&str> {
+        image_url(self.extra.get("image"))
+    }
+}
+
+impl ProvisionStatus {
+    /// metal3 `status.provisioning.image.url` when set and non-empty: the image the host was
+    /// provisioned with.
+    pub fn image_url(&self) -> Option<&str> {
+        image_url(self.extra.get("image"))
+    }
+}
+
+fn image_url(image: Option<&Value>) -> Option<&str> {
+    image
+        .and_then(|i| i.get("url"))
+        .and_then(Value::as_str)
+        .filter(|u| !u.trim().is_empty())
+}
+
 impl BareMetalHost {
     /// An online host running an OS we did not provision (`externallyProvisioned: true`),
     /// powered through `bmc_address` with the credentials in Secret `credentials_name`.
@@ -490,6 +580,7 @@ impl BareMetalHost {
                 }),
                 boot_mac_address: None,
                 consumer_ref: None,
+                disable_power_off: false,
                 extra: BTreeMap::new(),
             },
         )
@@ -521,7 +612,10 @@ mod lenient_tests {
                 "operationalStatus": "quarantined",
                 "errorType": "firmware update error",
                 "errorCount": -3,
-                "provisioning": { "state": "externally provisioned", "ID": "x" },
+                "provisioning": {
+                    "state": "externally provisioned", "ID": "x",
+                    "lastPoweredOn": "2025-01-01T00:00:00Z", "pendingRebootMode": "gentle"
+                },
                 "conditions": [
                     { "type": "BMCHealthy", "status": "True", "reason": "Ok", "message": "",
                       "lastTransitionTime": "2025-01-01T00:00:00Z" },
@@ -541,6 +635,11 @@ mod lenient_tests {
         assert_eq!(status.error_type, None);
         assert_eq!(status.error_count, 0);
         assert_eq!(status.last_power_action, None);
+        assert_eq!(status.provisioning.pending_reboot_mode, None);
+        assert!(
+            status.provisioning.last_powered_on.is_some(),
+            "an unknown pendingRebootMode keeps the rest of provisioning readable"
+        );
         assert_eq!(
             status.conditions.len(),
             1,

@@ -7,8 +7,8 @@
 //! | state | when |
 //! | --- | --- |
 //! | `externally provisioned` | `spec.externallyProvisioned: true` |
-//! | `provisioned` | `spec.consumerRef` is set |
-//! | `deprovisioning` | was (externally) provisioned and no longer is; stays while `reboot.metal3.io` annotations remain (the controller removes them) |
+//! | `provisioned` | `spec.consumerRef` is set, unless `spec.image` was removed (below) |
+//! | `deprovisioning` | was (externally) provisioned and no longer is — `consumerRef` cleared, or `spec.image` removed from a host provisioned with an image (`status.provisioning.image` set), as CAPM3 does when it deletes a Metal3Machine; stays while `reboot.metal3.io` annotations remain (the controller removes them) |
 //! | `unmanaged` | no `spec.bmc.address`: power cannot be managed |
 //! | `registering` | BMC configured, but its credentials have never been seen to work |
 //! | `available` | registered, not in use |
@@ -118,6 +118,10 @@ pub struct ProvisioningInputs<'a> {
     pub bmc_configured: bool,
     /// The BMC credentials have been seen to work (now or before).
     pub registered: bool,
+    /// The host was provisioned with an image (`status.provisioning.image.url`) and
+    /// `spec.image` is now absent or empty: metal3 deprovisions it, even while `consumerRef`
+    /// is still set (CAPM3 clears `consumerRef` only after the state left `provisioned`).
+    pub image_removed: bool,
     /// Any `reboot.metal3.io` annotation is present.
     pub reboot_annotations_present: bool,
     /// `status.provisioning.state` as last recorded.
@@ -132,7 +136,7 @@ pub fn derive_provisioning_state(inputs: ProvisioningInputs<'_>) -> Provisioning
     if inputs.externally_provisioned {
         return ProvisioningState::ExternallyProvisioned;
     }
-    if inputs.has_consumer {
+    if inputs.has_consumer && !inputs.image_removed {
         return ProvisioningState::Provisioned;
     }
     match inputs.previous {

@@ -6,6 +6,10 @@ pub mod condition {
     pub const REBOOT_PENDING: &str = "RebootPending";
     /// True while the BMC answers and power actions succeed.
     pub const BMC_HEALTHY: &str = "BMCHealthy";
+    /// Written only for hosts with `spec.disablePowerOff: true` (and set False once the flag is
+    /// cleared): True while something asks for the host to stay off (`online: false`, a keyed
+    /// `reboot.metal3.io/{key}` hold) and is refused, because power is never cut.
+    pub const POWER_OFF_REFUSED: &str = "PowerOffRefused";
 
     /// Condition status strings.
     pub const TRUE: &str = "True";
@@ -26,6 +30,15 @@ pub mod condition_reason {
     pub const AWAITING_POWER_ON: &str = "AwaitingPowerOn";
     /// No reboot pending.
     pub const NO_REBOOT_PENDING: &str = "NoRebootPending";
+    /// `spec.disablePowerOff`: the host is on and a BMC restart for the reboot has been (or is
+    /// about to be) requested.
+    pub const AWAITING_RESTART: &str = "AwaitingRestart";
+
+    // PowerOffRefused
+    /// `spec.disablePowerOff` is true and `online: false` and/or keyed holds are present.
+    pub const POWER_OFF_DISABLED: &str = "PowerOffDisabled";
+    /// Nothing asks for the host to stay off (or power-off is allowed again).
+    pub const NOTHING_REFUSED: &str = "NothingRefused";
 
     // BMCHealthy
     pub const BMC_RESPONDING: &str = "BMCResponding";
@@ -42,6 +55,12 @@ pub mod event_reason {
     pub const POWER_OFF: &str = "PowerOff";
     /// Normal: a power-on was requested.
     pub const POWER_ON: &str = "PowerOn";
+    /// Normal: `spec.disablePowerOff`: a BMC restart was requested for a reboot (soft:
+    /// GracefulRestart, falling back to ForceRestart; hard: ForceRestart).
+    pub const POWER_RESTART: &str = "PowerRestart";
+    /// Warning: `spec.disablePowerOff`: `online: false` or a keyed hold cannot be honoured; the
+    /// host stays on (see the `PowerOffRefused` condition).
+    pub const POWER_OFF_REFUSED: &str = "PowerOffRefused";
     /// Normal: a hard reboot request arrived while a soft power-off was in flight.
     pub const POWER_OFF_ESCALATED: &str = "PowerOffEscalated";
     /// Warning: the BMC layer's soft power-off timed out and it powered off hard.

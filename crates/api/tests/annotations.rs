@@ -54,18 +54,58 @@ fn parse_values() {
             Some(UnknownMode("reboot".into())),
         ),
         (r#"{"mode":1}"#, Soft, Some(ModeNotAString)),
-        (r#"{"mode":null}"#, Soft, Some(ModeNotAString)),
+        (r#"{"mode":null}"#, Soft, None),
         (r#"{"mode":["hard"]}"#, Soft, Some(ModeNotAString)),
         (r#"{}"#, Soft, None),
         (r#"{"uid":"1234","reason":"fencing"}"#, Soft, None),
         (r#"{"mode":"hard","uid":"1234"}"#, Hard, None),
         (r#" {"mode":"hard"} "#, Hard, None),
-        ("null", Soft, Some(NotAnObject)),
+        ("null", Soft, None),
+        (" null ", Soft, None),
         (r#""hard""#, Soft, Some(NotAnObject)),
         ("[1,2]", Soft, Some(NotAnObject)),
         ("hard", Soft, Some(NotJson)),
         ("5f1a0b7c-3e0e-4b8a-9a3c-0d7b8a1c2e3f", Soft, Some(NotJson)),
         (r#"{"mode":"hard""#, Soft, Some(NotJson)),
+    ];
+    for (value, mode, invalid) in cases {
+        let parsed = parse_reboot_value(value);
+        assert_eq!(parsed.mode, *mode, "{value:?}");
+        assert_eq!(parsed.invalid, *invalid, "{value:?}");
+    }
+}
+
+/// metal3 decodes the value with Go's `encoding/json` into `{Mode string; Force bool}`: keys
+/// match case-insensitively, the last matching key wins, `null` and `""` leave the default
+/// (soft) without an error, and `force` never changes the mode.
+#[test]
+fn parse_values_as_metal3_does() {
+    use InvalidRebootValue::*;
+    use PowerOffMode::*;
+    let cases: &[(&str, PowerOffMode, Option<InvalidRebootValue>)] = &[
+        (r#"{"Mode":"hard"}"#, Hard, None),
+        (r#"{"MODE":"hard"}"#, Hard, None),
+        (r#"{"mOdE":"hard","Force":true}"#, Hard, None),
+        (r#"{"mod\u0065":"hard"}"#, Hard, None),
+        (r#"{"Mode":"soft"}"#, Soft, None),
+        (r#"{"mode":""}"#, Soft, None),
+        (r#"{"Mode":""}"#, Soft, None),
+        (r#"{"mode":"","force":true}"#, Soft, None),
+        (r#"{"force":true}"#, Soft, None),
+        (r#"{"mode":"hard","force":false}"#, Hard, None),
+        (r#"{"mode":"hard","force":true}"#, Hard, None),
+        ("null", Soft, None),
+        (r#"{"mode":null}"#, Soft, None),
+        // The last key wins, whatever its casing.
+        (r#"{"mode":"hard","Mode":"soft"}"#, Soft, None),
+        (r#"{"Mode":"soft","mode":"hard"}"#, Hard, None),
+        (r#"{"mode":"soft","mode":"hard"}"#, Hard, None),
+        // Not the key `mode`.
+        (r#"{"modes":"hard"}"#, Soft, None),
+        (r#"{"mode ":"hard"}"#, Soft, None),
+        // Values stay case-sensitive.
+        (r#"{"Mode":"Hard"}"#, Soft, Some(UnknownMode("Hard".into()))),
+        (r#"{"Mode":true}"#, Soft, Some(ModeNotAString)),
     ];
     for (value, mode, invalid) in cases {
         let parsed = parse_reboot_value(value);
@@ -173,9 +213,49 @@ proptest! {
         let parsed = parse_reboot_value(&value);
         if parsed.mode == PowerOffMode::Hard {
             let json: serde_json::Value = serde_json::from_str(&value).unwrap();
-            prop_assert_eq!(json["mode"].as_str(), Some("hard"));
+            let object = json.as_object().unwrap();
+            prop_assert!(object
+                .iter()
+                .any(|(k, v)| k.eq_ignore_ascii_case("mode") && v.as_str() == Some("hard")));
             prop_assert!(parsed.invalid.is_none());
         }
+    }
+
+    /// Any casing of the `mode` key, `force` present or not and in any order with other keys:
+    /// `hard` is hard; `soft`, `""`, `null` and no `mode` at all are soft; never a warning.
+    #[test]
+    fn metal3_argument_objects_decode_like_go(
+        key in "[mM][oO][dD][eE]",
+        mode in prop_oneof![
+            Just(Some("\"hard\"")),
+            Just(Some("\"soft\"")),
+            Just(Some("\"\"")),
+            Just(Some("null")),
+            Just(None),
+        ],
+        force in proptest::option::of(any::<bool>()),
+        force_key in "[fF][oO][rR][cC][eE]",
+        other in proptest::option::of(("[a-z]{1,8}", "[a-zA-Z0-9 ]{0,12}")),
+        force_first in any::<bool>(),
+    ) {
+        let mut members = Vec::new();
+        if let Some(mode) = mode {
+            members.push(format!("\"{key}\":{mode}"));
+        }
+        if let Some(force) = force {
+            let member = format!("\"{force_key}\":{force}");
+            if force_first { members.insert(0, member) } else { members.push(member) }
+        }
+        if let Some((k, v)) = &other
+            && !k.eq_ignore_ascii_case("mode")
+        {
+            members.push(format!("\"{k}\":\"{v}\""));
+        }
+        let value = format!("{{{}}}", members.join(","));
+        let parsed = parse_reboot_value(&value);
+        let expected = if mode == Some("\"hard\"") { PowerOffMode::Hard } else { PowerOffMode::Soft };
+        prop_assert_eq!(parsed.mode, expected, "{}", value);
+        prop_assert_eq!(parsed.invalid, None, "{}", value);
     }
 
     #[test]

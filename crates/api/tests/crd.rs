@@ -115,6 +115,21 @@ fn crd_timestamps_are_date_time_strings() {
         let schema = prop(root, &["status", "lastPowerAction", field]);
         assert_eq!(schema.format.as_deref(), Some("date-time"), "{field}");
     }
+    // metal3's status.lastUpdated.
+    let schema = prop(root, &["status", "lastUpdated"]);
+    assert_eq!(schema.format.as_deref(), Some("date-time"));
+}
+
+#[test]
+fn crd_has_metal3_disable_power_off_and_status_fields() {
+    let crd = crd();
+    let root = schema_root(&crd);
+    let schema = prop(root, &["spec", "disablePowerOff"]);
+    assert_eq!(schema.type_.as_deref(), Some("boolean"));
+    let schema = prop(root, &["status", "poweredOn"]);
+    assert_eq!(schema.type_.as_deref(), Some("boolean"));
+    let schema = prop(root, &["status", "provisioning", "pendingRebootMode"]);
+    assert_eq!(schema.type_.as_deref(), Some("string"));
 }
 
 #[test]

@@ -115,6 +115,7 @@ fn derive_provisioning_state_table() {
         let got = derive_provisioning_state(ProvisioningInputs {
             externally_provisioned: ext,
             has_consumer: consumer,
+            image_removed: false,
             bmc_configured: bmc,
             registered,
             reboot_annotations_present: annotations,

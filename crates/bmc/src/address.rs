@@ -204,23 +204,53 @@ impl AddressError {
     }
 }
 
-/// Removes a `user[:password]@` part so an address can be echoed safely.
+/// Removes a `user[:password]@` part so an address can be echoed safely, whatever the
+/// password contains. A password may hold `/`, `?`, `#`, `@` or `:`, so the authority cannot
+/// be told apart reliably: everything up to the last `@` goes when that `@` is in the
+/// apparent authority or has a `:` (the user/password separator) anywhere before it. Only a
+/// path holding an `@` but no `:` is kept as is (it cannot hide a `user:password`).
 pub fn redact_userinfo(raw: &str) -> String {
-    let (prefix, rest) = match raw.find("://") {
-        Some(i) => raw.split_at(i + 3),
-        None => ("", raw),
+    let (prefix, rest) = split_scheme(raw);
+    let Some(last_at) = rest.rfind('@') else {
+        return raw.to_string();
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{prefix}<redacted>@{}", &rest[at + 1..]),
-        None => raw.to_string(),
+    if last_at < authority_end || rest[..last_at].contains(':') {
+        format!("{prefix}<redacted>@{}", &rest[last_at + 1..])
+    } else {
+        raw.to_string()
     }
+}
+
+/// `("scheme://", rest)` when `raw` starts with a scheme; `("", raw)` otherwise (a `://`
+/// inside a password is not a scheme).
+fn split_scheme(raw: &str) -> (&str, &str) {
+    if let Some(i) = raw.find("://") {
+        let scheme = &raw[..i];
+        let is_scheme = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if is_scheme {
+            return raw.split_at(i + 3);
+        }
+    }
+    ("", raw)
 }
 
 fn parse(raw: &str) -> Result<BmcAddress, AddressError> {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(AddressError::new(raw, "the address is empty"));
+    }
+    // Before anything that could quote a part of the address: an `@` means credentials
+    // (a password may contain `/`, `#` or spaces that would confuse later checks).
+    if trimmed.contains('@') {
+        return Err(AddressError::new(
+            raw,
+            "it contains '@': credentials must not be part of the address; put them in the \
+             credentials Secret",
+        ));
     }
     if trimmed.chars().any(char::is_whitespace) {
         return Err(AddressError::new(raw, "the address contains whitespace"));
@@ -514,6 +544,40 @@ mod tests {
             assert!(!msg.contains("hunter2"), "{msg}");
             assert!(msg.contains("<redacted>@10.0.0.1"), "{msg}");
         }
+    }
+
+    #[test]
+    fn passwords_with_url_delimiters_are_redacted() {
+        for password in [
+            "s3cretPW/x",
+            "s3cret#PW",
+            "s3cret?PW",
+            "s3cret@PW",
+            "s3cret:PW",
+            "s3cret%2FPW",
+            "s3cret PW",
+            "s3cret://PW",
+        ] {
+            for raw in [
+                format!("redfish://admin:{password}@10.0.0.1/redfish/v1/Systems/1"),
+                format!("ipmi://admin:{password}@10.0.0.1"),
+                format!("admin:{password}@10.0.0.1"),
+                format!("redfish://:{password}@10.0.0.1"),
+            ] {
+                let err = BmcAddress::parse(&raw).unwrap_err();
+                for text in [err.to_string(), format!("{err:?}"), redact_userinfo(&raw)] {
+                    assert!(!text.contains("s3cret"), "{raw}: {text}");
+                    assert!(!text.contains("PW"), "{raw}: {text}");
+                }
+                assert!(err.address.contains("<redacted>@10.0.0.1"), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_at_sign_anywhere_is_rejected() {
+        let err = BmcAddress::parse("redfish://h/redfish/v1/Systems/a@b").unwrap_err();
+        assert!(err.reason.contains("credentials"), "{err}");
     }
 
     #[test]

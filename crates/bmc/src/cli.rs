@@ -125,15 +125,19 @@ pub enum OutputFormat {
     Json,
 }
 
-/// `30`, `30s`, `2m`, `1m 30s` or ISO 8601 (`PT30S`).
+/// `30`, `30s`, `2m`, `1m 30s` or ISO 8601 (`PT30S`); at most
+/// [`MAX_DURATION`](crate::deadline::MAX_DURATION) (365 days).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    if let Ok(seconds) = text.trim().parse::<u64>() {
-        return Ok(Duration::from_secs(seconds));
-    }
-    let signed: jiff::SignedDuration = text
-        .parse()
-        .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
-    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
+    let duration = match text.trim().parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => {
+            let signed: jiff::SignedDuration = text
+                .parse()
+                .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
+            Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))?
+        }
+    };
+    crate::deadline::checked_duration(duration)
 }
 
 /// What a command did; printed as text or JSON.
@@ -230,7 +234,7 @@ fn connect(args: &ConnectionArgs) -> anyhow::Result<std::sync::Arc<dyn PowerDriv
     let options = ConnectorOptions {
         request_timeout: args.request_timeout,
         retry: RetryPolicy {
-            deadline: args.request_timeout * 3,
+            deadline: crate::deadline::scaled(args.request_timeout, 3),
             ..RetryPolicy::default()
         },
         ipmi: IpmiOptions {
@@ -242,11 +246,35 @@ fn connect(args: &ConnectionArgs) -> anyhow::Result<std::sync::Arc<dyn PowerDriv
     Ok(BmcConnector::new(options).connect_str(&args.address, credentials, &host)?)
 }
 
-/// Runs a command and returns its report (what [`run`] prints).
+/// Runs a command and returns its report (what [`run`] prints). Logs out of the BMC before
+/// returning, whatever happened: a session left open holds one of the BMC's few slots until
+/// the BMC times it out.
 pub async fn execute(args: &BmcArgs) -> anyhow::Result<CliReport> {
-    let start = tokio::time::Instant::now();
     let connection = args.command.connection();
     let driver = connect(connection)?;
+    let result = execute_with(args, driver.as_ref()).await;
+    close(driver.as_ref(), connection.request_timeout).await;
+    result
+}
+
+/// Logs out, waiting at most `deadline`; a failure is a warning (the command's result stands).
+async fn close(driver: &dyn PowerDriver, deadline: Duration) {
+    match tokio::time::timeout(deadline, driver.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(
+            error = %e,
+            "could not log out of the BMC; its session stays open until the BMC times it out"
+        ),
+        Err(_) => tracing::warn!(
+            after = ?deadline,
+            "logging out of the BMC timed out; its session stays open until the BMC times it out"
+        ),
+    }
+}
+
+async fn execute_with(args: &BmcArgs, driver: &dyn PowerDriver) -> anyhow::Result<CliReport> {
+    let start = tokio::time::Instant::now();
+    let connection = args.command.connection();
     let mut report = CliReport {
         command: "",
         address: connection.address.clone(),
@@ -267,18 +295,18 @@ pub async fn execute(args: &BmcArgs) -> anyhow::Result<CliReport> {
             report.power_state = if on.no_wait {
                 driver.power_state().await?
             } else {
-                wait_on(driver.as_ref(), &on.wait).await?
+                wait_on(driver, &on.wait).await?
             };
         }
         BmcCommand::Off(off) => {
             report.command = "off";
-            power_off(driver.as_ref(), off, &mut report).await?;
+            power_off(driver, off, &mut report).await?;
         }
         BmcCommand::Cycle(cycle) => {
             report.command = "cycle";
-            power_off(driver.as_ref(), &cycle.off, &mut report).await?;
+            power_off(driver, &cycle.off, &mut report).await?;
             report.actions.push(driver.power_on().await?);
-            report.power_state = wait_on(driver.as_ref(), &cycle.off.wait).await?;
+            report.power_state = wait_on(driver, &cycle.off.wait).await?;
         }
     }
     report.elapsed_seconds = (start.elapsed().as_secs_f64() * 10.0).round() / 10.0;
@@ -338,6 +366,27 @@ mod tests {
         assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-5s").is_err());
+    }
+
+    #[test]
+    fn huge_durations_are_refused_not_a_panic() {
+        for text in [
+            "18446744073709551615",
+            "18446744073709551615s",
+            "9223372036854775807s",
+            "8785h",
+            "PT876000H",
+        ] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(
+                err.contains("longer than the maximum of 365 days") || err.contains("too big"),
+                "{text}: {err}"
+            );
+        }
+        assert_eq!(
+            parse_duration("8760h").unwrap(),
+            crate::deadline::MAX_DURATION
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!   that time only when the command exits 0 and prints `true`.
 //!
 //! Commands run without a shell, with a timeout; the child is killed on timeout or drop.
+//! They get a cleared environment holding only [`COMMAND_ENVIRONMENT`] (the operator's own
+//! variables may hold secrets), and at most 64 KiB of each output stream is kept.
 //! The driver can reboot and tell whether a reboot finished; it cannot power on or off.
 
 use std::fmt;
@@ -16,14 +18,27 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::Timestamp;
 
+use crate::bounded::{MAX_CHILD_OUTPUT_BYTES, wait_with_capped_output};
 use crate::driver::{
     DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome, PowerRequest,
     PowerState,
 };
 use crate::error::BmcError;
+use crate::text;
 
-/// Longest command output kept for events and errors.
-const MAX_OUTPUT_CHARS: usize = 2000;
+/// The only variables a command inherits from the operator: where programs are, the home
+/// directory (ssh keys, tools' configuration), locale and time zone. Anything else a
+/// command needs (a kubeconfig, a token file) goes into its argv or its script.
+pub const COMMAND_ENVIRONMENT: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ"];
+
+/// The variables of `names` that are set in this process, to hand to a child whose
+/// environment was cleared.
+pub(crate) fn inherited_environment(names: &[&str]) -> Vec<(String, std::ffi::OsString)> {
+    names
+        .iter()
+        .filter_map(|name| std::env::var_os(name).map(|value| (name.to_string(), value)))
+        .collect()
+}
 
 /// The cluster's reboot tooling.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -192,13 +207,8 @@ fn command_failed(argv: &[String], node: &str, output: &CommandOutput) -> BmcErr
     }
 }
 
-fn truncate(text: &[u8]) -> String {
-    let text = String::from_utf8_lossy(text);
-    if text.chars().count() > MAX_OUTPUT_CHARS {
-        text.chars().take(MAX_OUTPUT_CHARS).collect::<String>() + "…"
-    } else {
-        text.into_owned()
-    }
+fn truncate(output: &[u8]) -> String {
+    text::clip_bytes(output)
 }
 
 /// Kills a command's whole process group when dropped armed (timeout, cancel, error).
@@ -227,6 +237,8 @@ async fn run(
     let child = tokio::process::Command::new(program)
         .args(args)
         .args(extra)
+        .env_clear()
+        .envs(inherited_environment(COMMAND_ENVIRONMENT))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -240,7 +252,11 @@ async fn run(
             detail: e.to_string(),
         })?;
     let mut group = ProcessGroup(child.id());
-    let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
+    let result = tokio::time::timeout(
+        timeout,
+        wait_with_capped_output(child, MAX_CHILD_OUTPUT_BYTES),
+    )
+    .await;
     if matches!(result, Ok(Ok(_))) {
         // It finished by itself; whatever it left running on purpose is its business.
         group.0 = None;

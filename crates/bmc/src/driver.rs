@@ -101,6 +101,18 @@ impl PowerOutcome {
         }
     }
 
+    /// The outcome with its texts cut to about 1 KiB ([`crate::text::clip`]): they may quote
+    /// the BMC and end up in a host's status and Events.
+    pub fn bounded(mut self) -> Self {
+        for text in [&mut self.action, &mut self.hard_fallback, &mut self.output]
+            .into_iter()
+            .flatten()
+        {
+            crate::text::clip_in_place(text);
+        }
+        self
+    }
+
     pub fn fell_back_to_hard(&self) -> bool {
         self.hard_fallback.is_some()
     }
@@ -181,6 +193,14 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
     /// Restarts the host (Redfish `GracefulRestart`/`ForceRestart`, IPMI `chassis power
     /// reset`, or the command driver's reboot command).
     async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+
+    /// Logs out of the BMC (closes a Redfish session), within the call deadline. A process
+    /// calls it before it exits: dropping a driver only starts a logout, which an exiting
+    /// process does not finish, and BMCs have few session slots. Calls made afterwards log in
+    /// again. Drivers that hold nothing open do nothing.
+    async fn close(&self) -> Result<(), BmcError> {
+        Ok(())
+    }
 }
 
 /// A driver's raw exchanges with its BMC. Every type that implements it is a
@@ -195,6 +215,11 @@ pub trait BmcOperations: Send + Sync + fmt::Debug {
     async fn request_power_on(&self) -> Result<PowerOutcome, BmcError>;
     async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
     async fn request_reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
+    /// Ends what the driver holds open on the BMC (a Redfish session); see
+    /// [`PowerDriver::close`].
+    async fn end_session(&self) -> Result<(), BmcError> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -210,17 +235,28 @@ impl<T: BmcOperations> PowerDriver for T {
 
     async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
         let what = || format!("power on of {}", self.describe());
-        within(self.call_deadline(), what, self.request_power_on()).await
+        within(self.call_deadline(), what, self.request_power_on())
+            .await
+            .map(PowerOutcome::bounded)
     }
 
     async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let what = || format!("{mode} power off of {}", self.describe());
-        within(self.call_deadline(), what, self.request_power_off(mode)).await
+        within(self.call_deadline(), what, self.request_power_off(mode))
+            .await
+            .map(PowerOutcome::bounded)
     }
 
     async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let what = || format!("{mode} reboot of {}", self.describe());
-        within(self.call_deadline(), what, self.request_reboot(mode)).await
+        within(self.call_deadline(), what, self.request_reboot(mode))
+            .await
+            .map(PowerOutcome::bounded)
+    }
+
+    async fn close(&self) -> Result<(), BmcError> {
+        let what = || format!("logging out of {}", self.describe());
+        within(self.call_deadline(), what, self.end_session()).await
     }
 }
 
@@ -230,11 +266,12 @@ pub(crate) async fn within<T>(
     what: impl FnOnce() -> String,
     call: impl std::future::Future<Output = Result<T, BmcError>>,
 ) -> Result<T, BmcError> {
-    match tokio::time::timeout(deadline, call).await {
+    let result = match tokio::time::timeout(deadline, call).await {
         Ok(result) => result,
         Err(_) => Err(BmcError::Timeout {
             what: what(),
             after: deadline,
         }),
-    }
+    };
+    result.map_err(BmcError::bounded)
 }

@@ -1,5 +1,7 @@
 //! Errors of the power layer. Each says what failed and what to do about it; none contains a
-//! password (URLs never carry credentials, and command lines never contain the password).
+//! password (URLs never carry credentials, command lines never contain the password, and
+//! BMC text is scrubbed by [`crate::text::from_bmc`]). Text fields are bounded, see
+//! [`BmcError::bounded`].
 
 use std::time::Duration;
 
@@ -173,6 +175,135 @@ impl BmcError {
             BmcError::Http { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+
+    /// The error with every text field cut to about 1 KiB ([`crate::text::clip`]): fields
+    /// may hold what a BMC sent (paths, member ids, messages), and the error goes on into a
+    /// host's status, Events and logs. Drivers return errors through this.
+    pub fn bounded(self) -> BmcError {
+        use crate::text::clip_in_place as clip;
+        let mut error = self;
+        match &mut error {
+            BmcError::Address(address) => {
+                clip(&mut address.address);
+                clip(&mut address.reason);
+            }
+            BmcError::AuthenticationFailed { endpoint, detail }
+            | BmcError::Certificate { endpoint, detail }
+            | BmcError::Connection { endpoint, detail } => {
+                clip(endpoint);
+                clip(detail);
+            }
+            BmcError::PermissionDenied {
+                endpoint,
+                method,
+                path,
+            } => {
+                clip(endpoint);
+                clip(method);
+                clip(path);
+            }
+            BmcError::SystemNotFound { endpoint, path } => {
+                clip(endpoint);
+                clip(path);
+            }
+            BmcError::SystemAmbiguous {
+                endpoint, members, ..
+            } => {
+                clip(endpoint);
+                clip(members);
+            }
+            BmcError::Unsupported {
+                driver,
+                operation,
+                reason,
+            } => {
+                clip(driver);
+                clip(operation);
+                clip(reason);
+            }
+            BmcError::Timeout { what, .. } | BmcError::OutcomeUnknown { what, .. } => clip(what),
+            BmcError::Http {
+                endpoint,
+                method,
+                path,
+                message,
+                ..
+            } => {
+                clip(endpoint);
+                clip(method);
+                clip(path);
+                clip(message);
+            }
+            BmcError::InvalidResponse {
+                endpoint,
+                path,
+                detail,
+            } => {
+                clip(endpoint);
+                clip(path);
+                clip(detail);
+            }
+            BmcError::RedirectRefused {
+                endpoint,
+                path,
+                target,
+            } => {
+                clip(endpoint);
+                clip(path);
+                clip(target);
+            }
+            BmcError::RetriesExhausted {
+                operation, last, ..
+            } => {
+                clip(operation);
+                let inner = std::mem::replace(last.as_mut(), BmcError::Config(String::new()));
+                **last = inner.bounded();
+            }
+            BmcError::IpmitoolMissing { path } => clip(path),
+            BmcError::Ipmitool {
+                endpoint,
+                operation,
+                status,
+                stderr,
+                ..
+            } => {
+                clip(endpoint);
+                clip(operation);
+                clip(status);
+                clip(stderr);
+            }
+            BmcError::IpmitoolOutput {
+                endpoint,
+                operation,
+                output,
+            } => {
+                clip(endpoint);
+                clip(operation);
+                clip(output);
+            }
+            BmcError::Command {
+                command,
+                status,
+                stdout,
+                stderr,
+            } => {
+                clip(command);
+                clip(status);
+                clip(stdout);
+                clip(stderr);
+            }
+            BmcError::Spawn { program, detail } => {
+                clip(program);
+                clip(detail);
+            }
+            BmcError::Config(detail) => clip(detail),
+            BmcError::PowerStateNotReached { expected, last, .. } => {
+                clip(expected);
+                clip(last);
+            }
+        }
+        error
     }
 
     /// A short machine-friendly reason, for status conditions and metrics labels.

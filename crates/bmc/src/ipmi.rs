@@ -1,6 +1,7 @@
 //! The IPMI driver: runs `ipmitool -I lanplus`. The password goes through the environment
-//! (`-E`), never on the command line; every run has a timeout and the child is killed when
-//! the call is dropped or times out.
+//! (`-E`), never on the command line; ipmitool's environment is otherwise cleared (only
+//! `PATH` is kept). Every run has a timeout and the child is killed when the call is dropped
+//! or times out; at most 64 KiB of its output is kept.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -12,6 +13,8 @@ use async_trait::async_trait;
 use tokio::sync::Semaphore;
 
 use crate::address::IpmiAddress;
+use crate::bounded::{MAX_CHILD_OUTPUT_BYTES, wait_with_capped_output};
+use crate::command::inherited_environment;
 use crate::credentials::BmcCredentials;
 use crate::driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
@@ -19,6 +22,7 @@ use crate::driver::{
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, with_retries};
+use crate::text;
 
 /// IPMI v2.0 passwords are at most 20 bytes (ipmitool refuses longer ones).
 const MAX_PASSWORD_BYTES: usize = 20;
@@ -89,11 +93,11 @@ impl IpmiDriver {
         options: IpmiOptions,
     ) -> Result<Self, BmcError> {
         let endpoint = address.endpoint();
-        let length = credentials.password().len();
-        if length > MAX_PASSWORD_BYTES {
+        // The message does not say how long the password is: that narrows a guess.
+        if credentials.password().len() > MAX_PASSWORD_BYTES {
             return Err(BmcError::Config(format!(
-                "the password for {endpoint} is {length} bytes long, but IPMI allows at most \
-                 {MAX_PASSWORD_BYTES}; use a shorter BMC password or a Redfish address"
+                "the password for {endpoint} is longer than the {MAX_PASSWORD_BYTES} bytes IPMI \
+                 allows; use a shorter BMC password or a Redfish address"
             )));
         }
         Ok(IpmiDriver {
@@ -129,6 +133,9 @@ impl IpmiDriver {
             .arg("-v")
             .arg("chassis")
             .args(args)
+            // Nothing of the operator's environment but PATH (it may hold other secrets).
+            .env_clear()
+            .envs(inherited_environment(&["PATH"]))
             // ipmitool reads IPMITOOL_PASSWORD first, older versions only IPMI_PASSWORD.
             .env("IPMITOOL_PASSWORD", self.credentials.password())
             .env("IPMI_PASSWORD", self.credentials.password())
@@ -159,7 +166,7 @@ impl IpmiDriver {
         // Dropping the future on timeout drops the child, which kills it (kill_on_drop).
         let output = match tokio::time::timeout(
             self.options.command_timeout,
-            child.wait_with_output(),
+            wait_with_capped_output(child, MAX_CHILD_OUTPUT_BYTES),
         )
         .await
         {
@@ -184,11 +191,25 @@ impl IpmiDriver {
         if output.status.success() {
             return Ok(stdout);
         }
-        let stderr = meaningful_stderr(&String::from_utf8_lossy(&output.stderr));
-        Err(self.classify_failure(&operation, output.status.to_string(), stderr))
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        Err(self.classify_failure(&operation, output.status.to_string(), &stderr))
     }
 
-    fn classify_failure(&self, operation: &str, status: String, stderr: String) -> BmcError {
+    /// ipmitool's stderr fit for an error: it may quote the BMC, so no password and bounded
+    /// (scrubbed before it is cut, so no part of the password is left).
+    fn shown_stderr(&self, raw_stderr: &str) -> String {
+        let scrubbed = text::scrub_secret(
+            raw_stderr,
+            self.credentials.username(),
+            self.credentials.password(),
+        );
+        text::clip(&meaningful_stderr(&scrubbed))
+    }
+
+    /// Classifies on the raw text; what is kept in the error is [`Self::shown_stderr`].
+    fn classify_failure(&self, operation: &str, status: String, raw_stderr: &str) -> BmcError {
+        let matched = meaningful_stderr(raw_stderr);
+        let stderr = self.shown_stderr(raw_stderr);
         const AUTH_FAILURES: &[&str] = &[
             "RAKP 2 HMAC is invalid",
             "unauthorized name",
@@ -201,13 +222,16 @@ impl IpmiDriver {
             "cipher suite",
             "Invalid cipher suite",
         ];
-        if AUTH_FAILURES.iter().any(|needle| stderr.contains(needle)) {
+        if AUTH_FAILURES.iter().any(|needle| matched.contains(needle)) {
             return BmcError::AuthenticationFailed {
                 endpoint: self.endpoint.clone(),
                 detail: format!("ipmitool: {stderr}"),
             };
         }
-        if CIPHER_FAILURES.iter().any(|needle| stderr.contains(needle)) {
+        if CIPHER_FAILURES
+            .iter()
+            .any(|needle| matched.contains(needle))
+        {
             return BmcError::Unsupported {
                 driver: self.description().to_string(),
                 operation: format!(
@@ -218,7 +242,7 @@ impl IpmiDriver {
             };
         }
         // A BMC that refuses a command answered, so repeating will not help.
-        let rejected = stderr.contains("Unable to set Chassis Power Control");
+        let rejected = matched.contains("Unable to set Chassis Power Control");
         BmcError::Ipmitool {
             endpoint: self.endpoint.clone(),
             operation: operation.to_string(),
@@ -291,7 +315,11 @@ impl BmcOperations for IpmiDriver {
         parse_chassis_power(&stdout).ok_or_else(|| BmcError::IpmitoolOutput {
             endpoint: self.endpoint.clone(),
             operation: "chassis power status".into(),
-            output: stdout.trim().chars().take(MAX_STDERR_CHARS).collect(),
+            output: text::from_bmc(
+                stdout.trim(),
+                self.credentials.username(),
+                self.credentials.password(),
+            ),
         })
     }
 

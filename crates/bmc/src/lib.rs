@@ -21,15 +21,18 @@
 //! ```
 
 pub mod address;
+pub mod bounded;
 pub mod cli;
 pub mod command;
 pub mod credentials;
+pub mod deadline;
 pub mod driver;
 pub mod error;
 pub mod ipmi;
 pub mod redfish;
 pub mod retry;
 pub mod soft_off;
+pub mod text;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -93,6 +96,8 @@ pub struct ConnectorOptions {
     pub idle_connections_per_endpoint: usize,
     /// How long an idle connection is kept.
     pub idle_timeout: Duration,
+    /// Largest Redfish response body read (1 MiB by default); larger ones are errors.
+    pub max_response_bytes: usize,
     pub ipmi: IpmiOptions,
 }
 
@@ -106,6 +111,7 @@ impl Default for ConnectorOptions {
             max_ipmi_sessions_per_endpoint: 1,
             idle_connections_per_endpoint: 1,
             idle_timeout: Duration::from_secs(60),
+            max_response_bytes: bounded::DEFAULT_MAX_BODY_BYTES,
             ipmi: IpmiOptions::default(),
         }
     }
@@ -149,6 +155,7 @@ impl BmcConnector {
                     auth: host.redfish_auth,
                     request_timeout: self.options.request_timeout,
                     retry: self.options.retry.clone(),
+                    max_body_bytes: self.options.max_response_bytes,
                 };
                 Ok(Arc::new(RedfishDriver::new(
                     redfish.clone(),

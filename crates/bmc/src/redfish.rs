@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, LOCATION, RETRY_AFTER};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use tokio::sync::{Mutex, OnceCell, Semaphore};
 use url::Url;
 
 use crate::address::{RedfishAddress, RedfishFlavor, endpoint_of};
+use crate::bounded::{self, BodyError};
 use crate::credentials::BmcCredentials;
 use crate::driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
@@ -21,14 +22,18 @@ use crate::driver::{
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, parse_retry_after, with_retries};
+use crate::text;
 use crate::tls::find_tls_error;
+
+mod reset_types;
+mod session;
 
 /// Where Redfish services keep their sessions (DSP0266 §13.3).
 const SESSIONS_PATH: &str = "/redfish/v1/SessionService/Sessions";
 const SYSTEMS_PATH: &str = "/redfish/v1/Systems";
 const X_AUTH_TOKEN: &str = "X-Auth-Token";
 /// Longest BMC error text kept in an error message.
-const MAX_MESSAGE_CHARS: usize = 300;
+const MAX_MESSAGE_BYTES: usize = 300;
 
 /// How the driver authenticates.
 #[derive(
@@ -62,6 +67,8 @@ pub struct RedfishOptions {
     pub request_timeout: Duration,
     /// Retries and the deadline of each exchange with the BMC.
     pub retry: RetryPolicy,
+    /// Largest response body read from the BMC; a larger one is an error (see [`bounded`]).
+    pub max_body_bytes: usize,
 }
 
 impl Default for RedfishOptions {
@@ -70,6 +77,7 @@ impl Default for RedfishOptions {
             auth: RedfishAuthMode::Auto,
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            max_body_bytes: bounded::DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -111,8 +119,10 @@ impl fmt::Display for CrossHostRedirect {
 
 impl std::error::Error for CrossHostRedirect {}
 
-/// The redirect policy of every Redfish client: follow only within the same scheme, host and
-/// port (sushy and some BMCs redirect System names to ids), at most 5 times.
+/// The redirect policy of every Redfish client: refuse other hosts; hand redirects within the
+/// same scheme, host and port (sushy and some BMCs redirect System names to ids, some every path
+/// to its trailing-slash form) to the driver, which follows them keeping the method, body and
+/// credentials (see `send_following`).
 pub(crate) fn redirect_policy() -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(|attempt| {
         let Some(first) = attempt.previous().first() else {
@@ -122,10 +132,7 @@ pub(crate) fn redirect_policy() -> reqwest::redirect::Policy {
             let target = endpoint_of(attempt.url());
             return attempt.error(CrossHostRedirect { target });
         }
-        if attempt.previous().len() > 5 {
-            return attempt.error("more than 5 redirects");
-        }
-        attempt.follow()
+        attempt.stop()
     })
 }
 
@@ -179,20 +186,6 @@ struct ResetAction {
 }
 
 #[derive(Debug, Deserialize)]
-struct ActionInfo {
-    #[serde(rename = "Parameters", default)]
-    parameters: Vec<ActionParameter>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ActionParameter {
-    #[serde(rename = "Name")]
-    name: Option<String>,
-    #[serde(rename = "AllowableValues")]
-    allowable_values: Option<Vec<String>>,
-}
-
-#[derive(Debug, Deserialize)]
 struct Collection {
     #[serde(rename = "Members", default)]
     members: Vec<Link>,
@@ -222,9 +215,10 @@ impl ResetInfo {
         candidates.iter().copied().find(|c| self.allows(c))
     }
 
+    /// The allowed types for messages, cut to about 1 KiB (a BMC may list thousands).
     fn allowed_list(&self) -> String {
         match &self.allowed {
-            Some(list) => format!("[{}]", list.join(", ")),
+            Some(list) => text::clip(&format!("[{}]", list.join(", "))),
             None => "(not advertised)".into(),
         }
     }
@@ -277,6 +271,15 @@ impl RedfishDriver {
         Ok(url)
     }
 
+    /// Text from the BMC made fit for an error or a log: no password, about 1 KiB at most.
+    fn bmc_text(&self, bmc_text: &str) -> String {
+        text::from_bmc(
+            bmc_text,
+            self.credentials.username(),
+            self.credentials.password(),
+        )
+    }
+
     fn auth_state(&self) -> AuthState {
         match self.auth.read() {
             Ok(state) => state.clone(),
@@ -317,12 +320,15 @@ impl RedfishDriver {
     }
 
     async fn login(&self) -> Result<Auth, BmcError> {
-        let url = self.url(SESSIONS_PATH)?;
+        let sessions_path = self.sessions_path().await;
+        let url = self.url(&sessions_path)?;
         let body = serde_json::json!({
             "UserName": self.credentials.username(),
             "Password": self.credentials.password(),
         });
-        let reply = self.send(Method::POST, url, Some(&body), None).await?;
+        let reply = self
+            .send_following(Method::POST, url, Some(&body), None)
+            .await?;
         let auto = self.options.auth == RedfishAuthMode::Auto;
         if reply.status.is_success() {
             let token = reply
@@ -331,11 +337,7 @@ impl RedfishDriver {
                 .and_then(|v| v.to_str().ok());
             if let Some(token) = token {
                 let token: Arc<str> = Arc::from(token);
-                let location = reply
-                    .headers
-                    .get(LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|l| self.url(l).ok());
+                let location = self.session_url(&reply);
                 tracing::debug!(endpoint = %self.endpoint, "opened a Redfish session");
                 self.set_auth_state(AuthState::Session {
                     token: token.clone(),
@@ -346,12 +348,17 @@ impl RedfishDriver {
             if !auto {
                 return Err(BmcError::InvalidResponse {
                     endpoint: self.endpoint.clone(),
-                    path: SESSIONS_PATH.into(),
+                    path: sessions_path,
                     detail: "session created without an X-Auth-Token header".into(),
                 });
             }
         } else if reply.status.is_server_error() || reply.status == StatusCode::TOO_MANY_REQUESTS {
-            return Err(self.status_error(&Method::POST, SESSIONS_PATH, &reply));
+            // Never the body of a failed login: BMCs have been seen echoing the password.
+            let mut error = self.status_error(&Method::POST, &sessions_path, &reply);
+            if let BmcError::Http { message, .. } = &mut error {
+                message.clear();
+            }
+            return Err(error);
         } else if !auto {
             return Err(match reply.status {
                 StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
@@ -364,7 +371,7 @@ impl RedfishDriver {
                     driver: self.description().to_string(),
                     operation: "open a Redfish session".into(),
                     reason: format!(
-                        "POST {SESSIONS_PATH} answered HTTP {}; use basic or auto auth",
+                        "POST {sessions_path} answered HTTP {}; use basic or auto auth",
                         reply.status.as_u16()
                     ),
                 },
@@ -417,10 +424,17 @@ impl RedfishDriver {
             .map_err(|e| self.transport_error(&method, &path, e))?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response
-            .bytes()
+        // Capped: a BMC streaming gigabytes must not exhaust the operator's memory.
+        let body = bounded::read_body(response, self.options.max_body_bytes)
             .await
-            .map_err(|e| self.transport_error(&method, &path, e))?;
+            .map_err(|e| match e {
+                BodyError::Transport(e) => self.transport_error(&method, &path, e),
+                BodyError::TooLarge(too_large) => BmcError::InvalidResponse {
+                    endpoint: self.endpoint.clone(),
+                    path: path.clone(),
+                    detail: too_large.to_string(),
+                },
+            })?;
         Ok(Reply {
             status,
             headers,
@@ -484,7 +498,7 @@ impl RedfishDriver {
                 method: method.to_string(),
                 path: path.to_string(),
                 status: status.as_u16(),
-                message: redfish_message(&reply.body),
+                message: redfish_message(&reply.body, &self.credentials),
                 retry_after: reply
                     .headers
                     .get(RETRY_AFTER)
@@ -504,7 +518,7 @@ impl RedfishDriver {
         let url = self.url(path)?;
         let auth = self.current_auth().await?;
         let mut reply = self
-            .send(method.clone(), url.clone(), body, Some(&auth))
+            .send_following(method.clone(), url.clone(), body, Some(&auth))
             .await?;
         if reply.status == StatusCode::UNAUTHORIZED
             && let Auth::Token(expired) = &auth
@@ -512,7 +526,9 @@ impl RedfishDriver {
             tracing::info!(endpoint = %self.endpoint, "Redfish session expired; logging in again");
             self.drop_session(expired);
             let auth = self.current_auth().await?;
-            reply = self.send(method.clone(), url, body, Some(&auth)).await?;
+            reply = self
+                .send_following(method.clone(), url, body, Some(&auth))
+                .await?;
         }
         if reply.status.is_success() {
             Ok(reply)
@@ -530,7 +546,8 @@ impl RedfishDriver {
         body: Option<serde_json::Value>,
         repeatable: bool,
     ) -> Result<Reply, BmcError> {
-        let operation = format!("{method} {}{path}", self.endpoint);
+        // The path may come from the BMC (a member id, an action target): bounded for logs.
+        let operation = text::clip(&format!("{method} {}{path}", self.endpoint));
         with_retries(&self.options.retry, &operation, || async {
             match self.exchange_once(&method, path, body.as_ref()).await {
                 Err(BmcError::Timeout { what, after }) if !repeatable => {
@@ -550,7 +567,8 @@ impl RedfishDriver {
         serde_json::from_slice(body).map_err(|e| BmcError::InvalidResponse {
             endpoint: self.endpoint.clone(),
             path: path.to_string(),
-            detail: format!("malformed JSON: {e}"),
+            // serde's message may quote the BMC's values.
+            detail: self.bmc_text(&format!("malformed JSON: {e}")),
         })
     }
 
@@ -568,12 +586,14 @@ impl RedfishDriver {
                     members => Err(BmcError::SystemAmbiguous {
                         endpoint: self.endpoint.clone(),
                         count: members.len(),
-                        members: members
-                            .iter()
-                            .take(10)
-                            .map(|m| m.odata_id.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
+                        members: self.bmc_text(
+                            &members
+                                .iter()
+                                .take(10)
+                                .map(|m| m.odata_id.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        ),
                     }),
                 }
             })
@@ -601,18 +621,7 @@ impl RedfishDriver {
         let target = action
             .and_then(|a| a.target.clone())
             .unwrap_or_else(|| format!("{path}/Actions/ComputerSystem.Reset"));
-        let mut allowed = action.and_then(|a| a.allowable_values.clone());
-        if allowed.is_none()
-            && let Some(info_path) = action.and_then(|a| a.action_info.as_deref())
-        {
-            let reply = self.exchange(Method::GET, info_path, None, true).await?;
-            let info: ActionInfo = self.parse(info_path, &reply.body)?;
-            allowed = info
-                .parameters
-                .into_iter()
-                .find(|p| p.name.as_deref() == Some("ResetType"))
-                .and_then(|p| p.allowable_values);
-        }
+        let allowed = self.allowed_reset_types(action).await?;
         Ok(ResetInfo { target, allowed })
     }
 
@@ -728,6 +737,10 @@ impl BmcOperations for RedfishDriver {
         self.options.retry.deadline
     }
 
+    async fn end_session(&self) -> Result<(), BmcError> {
+        self.logout().await
+    }
+
     async fn read_power_state(&self) -> Result<PowerState, BmcError> {
         let (_, system) = self.get_system().await?;
         Ok(parse_power_state(system.power_state.as_deref()))
@@ -808,8 +821,9 @@ impl Drop for RedfishDriver {
     }
 }
 
-/// `": message (extended; info)"` from a Redfish error body, or a cleaned-up text excerpt.
-fn redfish_message(body: &[u8]) -> String {
+/// `": message (extended; info)"` from a Redfish error body, or a cleaned-up text excerpt;
+/// without the password (scrubbed before the text is cut, so no part of it is left).
+fn redfish_message(body: &[u8], credentials: &BmcCredentials) -> String {
     #[derive(Deserialize)]
     struct ErrorBody {
         error: ErrorDetail,
@@ -832,19 +846,21 @@ fn redfish_message(body: &[u8]) -> String {
             parts.dedup();
             parts.join("; ")
         }
-        Err(_) => String::from_utf8_lossy(body)
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" "),
+        // Scrubbed before the whitespace is squeezed: the password may contain some.
+        Err(_) => text::scrub_secret(
+            &String::from_utf8_lossy(body),
+            credentials.username(),
+            credentials.password(),
+        )
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" "),
     };
     if text.is_empty() {
         return String::new();
     }
-    let mut short: String = text.chars().take(MAX_MESSAGE_CHARS).collect();
-    if short.len() < text.len() {
-        short.push('…');
-    }
-    format!(": {short}")
+    let text = text::scrub_secret(&text, credentials.username(), credentials.password());
+    format!(": {}", text::clip_to(&text, MAX_MESSAGE_BYTES))
 }
 
 /// Every message in an error's source chain, joined, without repeats.
@@ -895,14 +911,32 @@ mod tests {
     fn error_messages_from_redfish_bodies() {
         let body = br#"{"error":{"code":"Base.1.0.GeneralError","message":"nope",
             "@Message.ExtendedInfo":[{"Message":"ResetType not supported"}]}}"#;
-        assert_eq!(redfish_message(body), ": nope; ResetType not supported");
+        let credentials = BmcCredentials::new("admin", "Sekr1t-xyzzy").unwrap();
+        let message = |body: &[u8]| redfish_message(body, &credentials);
+        assert_eq!(message(body), ": nope; ResetType not supported");
         assert_eq!(
-            redfish_message(b"<html>\n  <b>Bad</b> </html>"),
+            message(b"<html>\n  <b>Bad</b> </html>"),
             ": <html> <b>Bad</b> </html>"
         );
-        assert_eq!(redfish_message(b""), "");
+        assert_eq!(message(b""), "");
         let long = "x".repeat(1000);
-        assert!(redfish_message(long.as_bytes()).chars().count() < 310);
+        assert!(message(long.as_bytes()).chars().count() < 310);
+    }
+
+    #[test]
+    fn error_messages_never_carry_the_password() {
+        let credentials = BmcCredentials::new("admin", "Sekr1t xyzzy").unwrap();
+        // Near the cut, JSON-escaped in a JSON message, or in plain text with odd spacing.
+        let near_the_cut = format!("{}Sekr1t xyzzy{}", "y".repeat(280), "y".repeat(100));
+        let escaped = br#"{"error":{"message":"bad password Sekr1t xyzzy"}}"#;
+        for body in [
+            near_the_cut.as_bytes(),
+            escaped.as_slice(),
+            b"<p>login failed for Sekr1t xyzzy</p>\n\n",
+        ] {
+            let message = redfish_message(body, &credentials);
+            assert!(!message.contains("Sekr"), "{message}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::time::Instant;
 
+use crate::deadline::deadline_after;
 use crate::error::BmcError;
 
 /// How one BMC call is retried.
@@ -61,7 +62,7 @@ where
     Fut: Future<Output = Result<T, BmcError>>,
 {
     let start = Instant::now();
-    let deadline = start + policy.deadline;
+    let deadline = deadline_after(start, policy.deadline);
     let mut delays = ExponentialBuilder::default()
         .with_min_delay(policy.initial_backoff)
         .with_max_delay(policy.max_backoff)
@@ -97,14 +98,15 @@ where
         if let Some(asked) = error.retry_after() {
             delay = delay.max(asked.min(policy.max_retry_after));
         }
-        if Instant::now() + delay >= deadline {
+        if deadline_after(Instant::now(), delay) >= deadline {
             return Err(give_up(error));
         }
         tracing::warn!(
             operation,
             attempt = attempts,
             retry_in_ms = delay.as_millis() as u64,
-            error = %error,
+            // Cut: the error may carry a path or text the BMC sent.
+            error = %crate::text::clip(&error.to_string()),
             "transient BMC failure; retrying"
         );
         tokio::time::sleep(delay).await;

@@ -10,6 +10,9 @@ use tokio_util::sync::CancellationToken;
 use crate::driver::{PowerDriver, PowerOffMode, PowerOutcome, PowerState};
 use crate::error::BmcError;
 
+/// The shortest time between two power-state reads while waiting.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Timing of a power-off.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SoftOffPolicy {
@@ -156,7 +159,9 @@ pub async fn wait_for_power_state(
     timeout: Duration,
     poll_interval: Duration,
 ) -> Result<PowerState, BmcError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::deadline::deadline_after(Instant::now(), timeout);
+    // A zero interval would poll the BMC in a busy loop.
+    let poll_interval = poll_interval.max(MIN_POLL_INTERVAL);
     let mut last = String::from("not read yet");
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -178,7 +183,7 @@ pub async fn wait_for_power_state(
                 last,
             });
         }
-        tokio::time::sleep(poll_interval.min(deadline - now)).await;
+        tokio::time::sleep(poll_interval.min(deadline.saturating_duration_since(now))).await;
     }
 }
 

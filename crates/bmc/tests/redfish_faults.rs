@@ -609,3 +609,189 @@ async fn concurrency_per_endpoint_is_bounded() {
         start.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_malformed_inline_list_is_resolved_from_action_info() {
+    let server = MockServer::start().await;
+    let mut body = system(
+        "On",
+        Some(&["On", "ForceOff", "GracefulShutdownGracefulRestart"]),
+    );
+    body["Actions"]["#ComputerSystem.Reset"]["@Redfish.ActionInfo"] =
+        json!("/redfish/v1/Systems/1/ResetActionInfo");
+    mount_system(&server, body).await;
+    Mock::given(method("GET"))
+        .and(path("/redfish/v1/Systems/1/ResetActionInfo"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "Parameters": [{ "Name": "ResetType",
+                "AllowableValues": ["On", "ForceOff", "GracefulShutdown", "GracefulRestart"] }]
+        })))
+        .mount(&server)
+        .await;
+    mount_reset(&server, "GracefulShutdown", 204).await;
+    let outcome = driver(&server).power_off(PowerOffMode::Soft).await.unwrap();
+    assert_eq!(
+        outcome.action.as_deref(),
+        Some("ResetType=GracefulShutdown")
+    );
+    assert!(!outcome.fell_back_to_hard());
+}
+
+#[tokio::test]
+async fn a_malformed_inline_list_without_a_usable_action_info_tries_graceful_first() {
+    let server = MockServer::start().await;
+    let mut body = system(
+        "On",
+        Some(&["On", "ForceOff", "GracefulShutdownGracefulRestart"]),
+    );
+    body["Actions"]["#ComputerSystem.Reset"]["@Redfish.ActionInfo"] =
+        json!("/redfish/v1/Systems/1/ResetActionInfo");
+    mount_system(&server, body).await;
+    // No ActionInfo mounted: 404.
+    mount_reset(&server, "GracefulShutdown", 400).await;
+    mount_reset(&server, "ForceOff", 204).await;
+    let outcome = driver(&server).power_off(PowerOffMode::Soft).await.unwrap();
+    assert_eq!(outcome.action.as_deref(), Some("ResetType=ForceOff"));
+    let reason = outcome.hard_fallback.unwrap();
+    assert!(
+        reason.contains("rejected GracefulShutdown (HTTP 400"),
+        "{reason}"
+    );
+    assert_eq!(
+        requests_to(&server, "POST", RESET).await,
+        2,
+        "graceful once, then hard"
+    );
+}
+
+/// A login POST redirected (308, or 301 as some BMCs do for the trailing-slash form) is sent
+/// again as a POST with its body to the new place, never as a GET without credentials.
+#[tokio::test]
+async fn a_redirected_login_is_posted_again_with_its_body() {
+    for status in [301u16, 308] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path(SESSIONS))
+            .respond_with(
+                ResponseTemplate::new(status).insert_header("Location", format!("{SESSIONS}/")),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path(format!("{SESSIONS}/")))
+            .and(body_json(json!({ "UserName": USER, "Password": PASSWORD })))
+            .respond_with(
+                ResponseTemplate::new(201)
+                    .insert_header("X-Auth-Token", "token-r")
+                    .insert_header("Location", format!("{SESSIONS}/r")),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path(SYSTEM))
+            .and(header("X-Auth-Token", "token-r"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(system("On", None)))
+            .mount(&server)
+            .await;
+        Mock::given(method("DELETE"))
+            .and(path(format!("{SESSIONS}/r")))
+            .and(header("X-Auth-Token", "token-r"))
+            .respond_with(ResponseTemplate::new(204))
+            .mount(&server)
+            .await;
+        let driver = driver_with(&server, fast_options(), RedfishAuthMode::Session);
+        assert_eq!(
+            driver.power_state().await.unwrap(),
+            PowerState::On,
+            "{status}"
+        );
+        assert_eq!(requests_to(&server, "GET", SESSIONS).await, 0, "{status}");
+        assert_eq!(
+            requests_to(&server, "GET", &format!("{SESSIONS}/")).await,
+            0
+        );
+        driver.close().await.unwrap();
+        assert_eq!(
+            requests_to(&server, "DELETE", &format!("{SESSIONS}/r")).await,
+            1,
+            "{status}: logged out"
+        );
+    }
+}
+
+/// Redirects that go nowhere are reported as redirect problems, never as wrong credentials.
+#[tokio::test]
+async fn redirect_problems_are_reported_as_such() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(SESSIONS))
+        .respond_with(ResponseTemplate::new(301).insert_header("Location", format!("{SESSIONS}/")))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!("{SESSIONS}/")))
+        .respond_with(ResponseTemplate::new(301).insert_header("Location", SESSIONS))
+        .mount(&server)
+        .await;
+    let err = driver_with(&server, fast_options(), RedfishAuthMode::Session)
+        .power_state()
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        !matches!(err, BmcError::AuthenticationFailed { .. }),
+        "{message}"
+    );
+    assert!(message.contains("redirects"), "{message}");
+    assert!(!message.contains("credentials"), "{message}");
+    assert_no_secret(&message);
+
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(SYSTEM))
+        .respond_with(ResponseTemplate::new(307))
+        .mount(&server)
+        .await;
+    let err = driver(&server).power_state().await.unwrap_err();
+    assert!(
+        err.to_string().contains("redirect") && err.to_string().contains("without a Location"),
+        "{err}"
+    );
+}
+
+/// `close` deletes the session at once, and the driver logs in again if used afterwards.
+#[tokio::test]
+async fn close_logs_out_now_and_a_later_call_logs_in_again() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(SESSIONS))
+        .respond_with(
+            ResponseTemplate::new(201)
+                .insert_header("X-Auth-Token", "t")
+                .insert_header("Location", format!("{SESSIONS}/t")),
+        )
+        .mount(&server)
+        .await;
+    mount_system(&server, system("On", None)).await;
+    Mock::given(method("DELETE"))
+        .and(path(format!("{SESSIONS}/t")))
+        .respond_with(ResponseTemplate::new(204))
+        .mount(&server)
+        .await;
+    let driver = driver_with(&server, fast_options(), RedfishAuthMode::Session);
+    driver.power_state().await.unwrap();
+    driver.close().await.unwrap();
+    assert_eq!(
+        requests_to(&server, "DELETE", &format!("{SESSIONS}/t")).await,
+        1
+    );
+    driver.close().await.unwrap();
+    assert_eq!(
+        requests_to(&server, "DELETE", &format!("{SESSIONS}/t")).await,
+        1,
+        "nothing left to close"
+    );
+    driver.power_state().await.unwrap();
+    assert_eq!(requests_to(&server, "POST", SESSIONS).await, 2);
+    drop(driver);
+}

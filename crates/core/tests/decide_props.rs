@@ -80,6 +80,7 @@ fn last_action() -> impl Strategy<Value = Option<LastPowerAction>> {
                     completed_at: None,
                     hard_fallback: None,
                     failure: None,
+                    restart: false,
                 },
             ),
     )
@@ -121,6 +122,8 @@ prop_compose! {
             externally_provisioned: externally,
             has_consumer,
             bmc_configured: true,
+            disable_power_off: false,
+            image: None,
             paused: hostcycle_api::is_paused(&annotations),
             detached: hostcycle_api::is_detached(&annotations),
             reboot_requests: RebootRequests::from_annotations(&annotations),

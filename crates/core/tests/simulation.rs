@@ -278,6 +278,9 @@ fn run(mut sc: Scenario) -> Outcome {
                     power_on_with_keyed_annotation |= keyed_present;
                     bmc.power_on(now);
                 }
+                Action::Restart { .. } => {
+                    unreachable!("no simulated host has spec.disablePowerOff")
+                }
                 Action::EmitEvent(_) => {}
             }
         }

@@ -68,6 +68,7 @@ fn power_action_lifecycle_and_errors() {
         completed_at: None,
         hard_fallback: None,
         failure: None,
+        restart: false,
     };
     apply_status_updates(
         &mut st,

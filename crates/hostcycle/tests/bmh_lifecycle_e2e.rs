@@ -105,7 +105,15 @@ async fn off_hosts_deprovisioning_paused_detached_and_drift() {
             "state must leave provisioned: {state:?}"
         );
         let removed: Vec<String> = lab
-            .events(name)
+            .events_when(name, "RebootAnnotationRemoved for a and b", |events| {
+                ["reboot.metal3.io/a", "reboot.metal3.io/b"]
+                    .iter()
+                    .all(|key| {
+                        events
+                            .iter()
+                            .any(|(_, r, n)| r == "RebootAnnotationRemoved" && n.contains(key))
+                    })
+            })
             .await
             .into_iter()
             .filter(|(_, r, _)| r == "RebootAnnotationRemoved")
@@ -177,7 +185,13 @@ async fn off_hosts_deprovisioning_paused_detached_and_drift() {
             .unwrap();
         lab.wait_emulator_power(name, FakePower::Off).await;
         lab.wait_emulator_power(name, FakePower::On).await;
-        let events = lab.events(name).await;
+        let events = lab
+            .events_when(name, "a PowerStateCorrected Warning", |events| {
+                events
+                    .iter()
+                    .any(|(t, r, _)| t == "Warning" && r == "PowerStateCorrected")
+            })
+            .await;
         assert!(
             events
                 .iter()
@@ -376,7 +390,13 @@ async fn wrong_credentials_surface_in_status_and_recover_when_the_secret_is_fixe
         .await;
     assert!(host.status.unwrap().error_message.is_empty());
     lab.wait_reboot_done("creds").await;
-    let events = lab.events("creds").await;
+    let events = lab
+        .events_when("creds", "a BMCError Warning", |events| {
+            events
+                .iter()
+                .any(|(t, r, _)| t == "Warning" && r == "BMCError")
+        })
+        .await;
     assert!(
         events
             .iter()

@@ -56,7 +56,22 @@ async fn soft_hard_mixed_and_malformed_reboots() {
             "suffixless annotation removed by the controller"
         );
         assert_single_clean_cycle(&lab, "soft").await;
-        let events = lab.events("soft").await;
+        let events = lab
+            .events_when(
+                "soft",
+                "RebootRequested, PowerOff, RebootAnnotationRemoved, PowerOn",
+                |events| {
+                    [
+                        "RebootRequested",
+                        "PowerOff",
+                        "RebootAnnotationRemoved",
+                        "PowerOn",
+                    ]
+                    .iter()
+                    .all(|want| events.iter().any(|(_, r, _)| r == want))
+                },
+            )
+            .await;
         let offs = power_off_notes(&events);
         assert_eq!(offs.len(), 1, "one PowerOff event: {events:?}");
         assert!(offs[0].starts_with("soft"), "soft power-off: {offs:?}");
@@ -78,7 +93,12 @@ async fn soft_hard_mixed_and_malformed_reboots() {
         let host = lab.wait_reboot_done("hard").await;
         assert_eq!(annotations(&host).get(REBOOT), None);
         assert_single_clean_cycle(&lab, "hard").await;
-        let offs = power_off_notes(&lab.events("hard").await);
+        let offs = power_off_notes(
+            &lab.events_when("hard", "PowerOn", |events| {
+                events.iter().any(|(_, r, _)| r == "PowerOn")
+            })
+            .await,
+        );
         assert!(
             offs.len() == 1 && offs[0].starts_with("hard"),
             "hard power-off: {offs:?}"
@@ -102,7 +122,12 @@ async fn soft_hard_mixed_and_malformed_reboots() {
             h.status.as_ref().and_then(|s| s.powered_on) == Some(false)
         })
         .await;
-        let offs = power_off_notes(&lab.events("mixed").await);
+        let offs = power_off_notes(
+            &lab.events_when("mixed", "PowerOff", |events| {
+                events.iter().any(|(_, r, _)| r == "PowerOff")
+            })
+            .await,
+        );
         assert!(
             offs.len() == 1 && offs[0].starts_with("hard"),
             "soft+hard → one hard power-off: {offs:?}"
@@ -118,7 +143,17 @@ async fn soft_hard_mixed_and_malformed_reboots() {
         lab.annotate("malformed", REBOOT, "{not json").await;
         lab.wait_reboot_done("malformed").await;
         assert_single_clean_cycle(&lab, "malformed").await;
-        let events = lab.events("malformed").await;
+        let events = lab
+            .events_when(
+                "malformed",
+                "InvalidRebootAnnotation and PowerOn",
+                |events| {
+                    ["InvalidRebootAnnotation", "PowerOn"]
+                        .iter()
+                        .all(|want| events.iter().any(|(_, r, _)| r == want))
+                },
+            )
+            .await;
         assert!(
             events
                 .iter()

@@ -16,6 +16,7 @@ use common::{LabOptions, PASSWORD, USER};
 use hostcycle_api::queue::{EntryPhase, RebootMethod};
 use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
 use hostcycle_testkit::bmc_emulators::RedfishEmulator;
+use hostcycle_testkit::wait_until;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -157,6 +158,19 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
     // second entry for a node already queued (the first wins).
     let ghost = lab.queue("ghost").await;
     lab.wait_entry_gone("ghost", REBOOT_TIMEOUT).await;
+    wait_until(
+        &format!("a NodeNotFound Event about entry {ghost}"),
+        Duration::from_secs(30),
+        || async {
+            lab.event_reasons_about(&ghost)
+                .await
+                .iter()
+                .any(|r| r == "NodeNotFound")
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
     let notes = lab.events_about(&ghost).await;
     assert!(
         notes.iter().any(|(r, _)| r == "NodeNotFound"),

@@ -537,6 +537,24 @@ async fn events_of(lab: &QueueLab, kind: &str, name: &str) -> Vec<Seen> {
         .collect()
 }
 
+/// The Events about the object once one with each of `reasons` is there (Events go out from
+/// a background task after the step they describe).
+async fn events_with(lab: &QueueLab, kind: &str, name: &str, reasons: &[&str]) -> Vec<Seen> {
+    let what = format!("Events {reasons:?} about {kind} {name}");
+    let found = wait_until(&what, Duration::from_secs(30), || async {
+        let events = events_of(lab, kind, name).await;
+        reasons
+            .iter()
+            .all(|want| events.iter().any(|e| e.reason == *want))
+            .then_some(events)
+    })
+    .await;
+    match found {
+        Ok(events) => events,
+        Err(e) => panic!("{e}\nEvents now: {:?}", events_of(lab, kind, name).await),
+    }
+}
+
 /// How many times an Event with `reason` was published about the object (series counted).
 fn times(events: &[Seen], reason: &str) -> i32 {
     events
@@ -968,7 +986,12 @@ async fn annotation_flow_resumes_after_a_sigkill_at_each_step() {
         ("k-b", &[][..]),
         ("k-c", &[][..]),
     ] {
-        let events = events_of(&lab, "Machine", &machine_name(node)).await;
+        let wanted: Vec<&str> = after_restart
+            .iter()
+            .chain(&["NodeRestored", "RemediationSucceeded"])
+            .copied()
+            .collect();
+        let events = events_with(&lab, "Machine", &machine_name(node), &wanted).await;
         let reasons: Vec<&str> = events.iter().map(|e| e.reason.as_str()).collect();
         assert!(
             times(&events, "RemediationStarted") <= 1,
@@ -1046,7 +1069,10 @@ async fn bmc_outage_waits_and_concurrent_failures_take_turns() {
         "the power-off is requested"
     );
     assert!(
-        warning(&events_of(&lab, "BareMetalHost", "b-0").await, "BMCError"),
+        warning(
+            &events_with(&lab, "BareMetalHost", "b-0", &["BMCError"]).await,
+            "BMCError"
+        ),
         "the host controller's BMCError Warning on the host"
     );
     // For a while: the host stays on, its Node stays, the request keeps waiting.
@@ -1292,7 +1318,13 @@ async fn a_node_that_never_returns_fails_and_escalates() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\noperator log: {}", operator_log(&lab)));
-    let events = events_of(&lab, "Machine", &machine_name("f-w")).await;
+    let events = events_with(
+        &lab,
+        "Machine",
+        &machine_name("f-w"),
+        &["RemediationFailed", "RemediationEscalated"],
+    )
+    .await;
     assert!(warning(&events, "RemediationFailed"), "{events:?}");
     assert!(
         events.iter().any(|e| e.reason == "RemediationEscalated"
@@ -1321,7 +1353,13 @@ async fn a_node_that_never_returns_fails_and_escalates() {
         "{:?}",
         failed.annotations()
     );
-    let events = events_of(&lab, "Machine", &machine_name("f-m")).await;
+    let events = events_with(
+        &lab,
+        "Machine",
+        &machine_name("f-m"),
+        &["RemediationFailed"],
+    )
+    .await;
     assert!(warning(&events, "RemediationFailed"), "{events:?}");
     assert!(
         events
@@ -1355,7 +1393,17 @@ async fn a_node_that_never_returns_fails_and_escalates() {
         condition(&gave_up, "Processing").map(|c| c.0).as_deref(),
         Some("False")
     );
-    let events = events_of(&lab, "HostRemediation", &request.name_any()).await;
+    let events = events_with(
+        &lab,
+        "HostRemediation",
+        &request.name_any(),
+        &[
+            "RemediationRetry",
+            "RemediationFailed",
+            "RemediationEscalated",
+        ],
+    )
+    .await;
     assert!(warning(&events, "RemediationRetry"), "{events:?}");
     assert!(warning(&events, "RemediationFailed"), "{events:?}");
     assert!(warning(&events, "RemediationEscalated"), "{events:?}");

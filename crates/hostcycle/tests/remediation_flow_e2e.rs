@@ -144,8 +144,16 @@ async fn follow(lab: &RemediationLab, w: &Watched, marked: Timestamp) -> Node {
     .await
     .unwrap();
     w.probe.stop();
-    let node = lab.wait_node_back(w.host, &w.old_uid, CYCLE_TIMEOUT).await;
+    lab.wait_node_back(w.host, &w.old_uid, CYCLE_TIMEOUT).await;
     lab.wait_machine_clean(&w.machine, CYCLE_TIMEOUT).await;
+    // Read after the cleanup: the Node seen at its registration may predate the restore.
+    let node = lab.node(w.host).await;
+    assert_ne!(
+        node.uid().as_deref(),
+        Some(w.old_uid.as_str()),
+        "{}: a new Node",
+        w.host
+    );
     node
 }
 
@@ -594,12 +602,15 @@ async fn machine_health_check_flow(lab: &RemediationLab, machine: &MachineRef, h
         )
         .await;
     let node = lab.wait_node_back(host, &old_uid, CYCLE_TIMEOUT).await;
-    assert_node_restored(&node, host);
     let done = lab
         .wait_request(ns, name, "phase Succeeded", CYCLE_TIMEOUT, |r| {
             r.status.as_ref().map(|s| s.phase()) == Some(RemediationPhase::Succeeded)
         })
         .await;
+    // Read after Succeeded: the Node seen at its registration may predate the restore.
+    let node_now = lab.node(host).await;
+    assert_eq!(node.uid(), node_now.uid());
+    assert_node_restored(&node_now, host);
     assert_request_succeeded(&done, host);
     assert_eq!(node_rec.deletions().len(), 1, "{host}: Node deleted once");
     assert!(
@@ -747,12 +758,15 @@ async fn node_health_check_flow(lab: &RemediationLab, template_ns: &str, host: &
     lab.lab.unannotate(host, HOLD_ANNOTATION).await;
 
     let node = lab.wait_node_back(host, &old_uid, CYCLE_TIMEOUT).await;
-    assert_node_restored(&node, host);
     let done = lab
         .wait_request(template_ns, host, "phase Succeeded", CYCLE_TIMEOUT, |r| {
             r.status.as_ref().map(|s| s.phase()) == Some(RemediationPhase::Succeeded)
         })
         .await;
+    // Read after Succeeded: the Node seen at its registration may predate the restore.
+    let node_now = lab.node(host).await;
+    assert_eq!(node.uid(), node_now.uid());
+    assert_node_restored(&node_now, host);
     assert_request_succeeded(&done, host);
     for s in request_rec.seen().iter().filter(|s| !s.deleted) {
         let phase = s.object.status.as_ref().map(|st| st.phase());

@@ -235,13 +235,13 @@ pub struct OperatorArgs {
     #[arg(long)]
     pub identity: Option<String>,
     /// Power-state re-check interval when nothing is changing.
-    #[arg(long, default_value = "60s")]
+    #[arg(long, default_value = "60s", value_parser = flag_duration)]
     pub steady_poll: jiff::SignedDuration,
     /// Power-state re-check interval while a change is pending.
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value = "1s", value_parser = flag_duration)]
     pub transition_poll: jiff::SignedDuration,
     /// How long the OS gets after a soft power-off before power is cut.
-    #[arg(long, default_value = "180s")]
+    #[arg(long, default_value = "180s", value_parser = flag_duration)]
     pub soft_power_off_timeout: jiff::SignedDuration,
     /// Hosts whose power state is polled at once (steady state).
     #[arg(long, default_value_t = 64)]
@@ -255,22 +255,32 @@ pub struct OperatorArgs {
     #[arg(long, default_value = "15s")]
     pub bmc_read_deadline: jiff::SignedDuration,
     /// Timeout of one HTTP request to a BMC.
-    #[arg(long, default_value = "30s")]
+    #[arg(long, default_value = "30s", value_parser = flag_duration)]
     pub bmc_request_timeout: jiff::SignedDuration,
     /// Deadline of one BMC call, retries included.
-    #[arg(long, default_value = "120s")]
+    #[arg(long, default_value = "120s", value_parser = flag_duration)]
     pub bmc_call_deadline: jiff::SignedDuration,
     /// Storm protection: remediations between power-off and the Node back, at most.
     #[arg(long, default_value_t = 1)]
     pub max_concurrent_remediations: usize,
     /// How long a remediation triggered by `host.metal3.io/external-remediation` waits for
     /// the Node after the power-on (HostRemediations set theirs in `spec.strategy`).
-    #[arg(long, default_value = "20m")]
+    #[arg(long, default_value = "20m", value_parser = flag_duration)]
     pub remediation_power_on_timeout: jiff::SignedDuration,
 }
 
+/// A duration flag's value: not negative, at most
+/// [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION) (365 days), so that no deadline
+/// or requeue computed from it can overflow.
+fn flag_duration(text: &str) -> Result<jiff::SignedDuration, String> {
+    hostcycle_bmc::deadline::parse_duration_flag(text)
+}
+
 fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
-    Duration::try_from(d).with_context(|| format!("--{flag} must not be negative"))
+    let unsigned =
+        Duration::try_from(d).with_context(|| format!("--{flag} must not be negative"))?;
+    hostcycle_bmc::deadline::checked_duration(unsigned)
+        .map_err(|reason| anyhow::anyhow!("--{flag}: {reason}"))
 }
 
 impl OperatorArgs {
@@ -291,9 +301,11 @@ impl OperatorArgs {
             )?,
             ..Default::default()
         };
-        decide.power_action_timeout = decide
-            .power_action_timeout
-            .max(decide.soft_power_off_timeout + Duration::from_secs(60));
+        decide.power_action_timeout = decide.power_action_timeout.max(
+            decide
+                .soft_power_off_timeout
+                .saturating_add(Duration::from_secs(60)),
+        );
         let lease_duration = duration(self.lease_duration, "lease-duration")?;
         let leader_election = self.leader_elect.then(|| LeaderElection {
             namespace: self
@@ -375,4 +387,52 @@ pub async fn run_cli(args: OperatorArgs, client: Client) -> anyhow::Result<()> {
         trigger.cancel();
     });
     run(client, config, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        operator: OperatorArgs,
+    }
+
+    const DURATION_FLAGS: &[&str] = &[
+        "--steady-poll",
+        "--transition-poll",
+        "--soft-power-off-timeout",
+        "--bmc-request-timeout",
+        "--bmc-call-deadline",
+        "--remediation-power-on-timeout",
+    ];
+
+    #[test]
+    fn huge_durations_are_refused_by_every_flag() {
+        for flag in DURATION_FLAGS {
+            for value in ["9223372036854775807s", "8785h", "18446744073709551615s"] {
+                let err = Cli::try_parse_from(["operator", flag, value]).unwrap_err();
+                let text = err.to_string();
+                assert!(
+                    text.contains("maximum of 365 days") || text.contains("not a duration"),
+                    "{flag} {value}: {text}"
+                );
+            }
+            let ok = Cli::try_parse_from(["operator", flag, "8760h"]).unwrap();
+            ok.operator.into_config().unwrap();
+        }
+    }
+
+    #[test]
+    fn config_from_out_of_range_values_is_an_error_not_a_panic() {
+        let mut args = Cli::try_parse_from(["operator"]).unwrap().operator;
+        args.soft_power_off_timeout = jiff::SignedDuration::MAX;
+        let err = args.into_config().unwrap_err().to_string();
+        assert!(err.contains("--soft-power-off-timeout"), "{err}");
+        assert!(err.contains("365 days"), "{err}");
+    }
 }

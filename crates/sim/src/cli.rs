@@ -36,10 +36,10 @@ pub struct SimArgs {
     #[arg(long = "control-plane", value_name = "NODE")]
     pub control_plane: Vec<String>,
     /// Time from power-on until the node reports Ready, e.g. 2s.
-    #[arg(long, default_value = "2s")]
+    #[arg(long, default_value = "2s", value_parser = hostcycle_bmc::deadline::parse_duration_flag)]
     pub boot_delay: jiff::SignedDuration,
     /// Node Lease renewal interval.
-    #[arg(long, default_value = "2s")]
+    #[arg(long, default_value = "2s", value_parser = hostcycle_bmc::deadline::parse_duration_flag)]
     pub lease_interval: jiff::SignedDuration,
 }
 

@@ -10,6 +10,7 @@ pub mod machines;
 pub mod pki;
 pub mod process;
 pub mod redfish_stub;
+pub mod redfish_vendor;
 
 pub use process::{
     ManagedProcess, cache_dir, ensure_port_free, free_port, free_udp_port, require_program,

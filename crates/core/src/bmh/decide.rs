@@ -70,9 +70,11 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
 
     let mut requests = s.reboot_requests.clone();
     let previous_state = st.provisioning.state.as_ref();
+    let provisioned_image = st.provisioning.image_url();
     let state = derive_provisioning_state(ProvisioningInputs {
         externally_provisioned: s.externally_provisioned,
         has_consumer: s.has_consumer,
+        image_removed: provisioned_image.is_some() && s.image.is_none(),
         bmc_configured: s.bmc_configured,
         registered: st.good_credentials.is_some() || matches!(s.bmc, BmcObservation::Power(_)),
         reboot_annotations_present: !requests.is_empty(),
@@ -81,6 +83,18 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     if previous_state != Some(&state) {
         d.status
             .push(StatusUpdate::SetProvisioningState(state.clone()));
+    }
+    // `status.provisioning.image` records the image a provisioned host runs; it stays after
+    // the image is removed while the consumer is still set (that removal deprovisioned the
+    // host, which must not count as provisioned again until an image is set again).
+    if state == ProvisioningState::Provisioned
+        && let Some(image) = &s.image
+        && st.provisioning.extra.get("image") != Some(image)
+    {
+        d.status
+            .push(StatusUpdate::SetProvisionedImage(Some(image.clone())));
+    } else if !s.has_consumer && st.provisioning.extra.contains_key("image") {
+        d.status.push(StatusUpdate::SetProvisionedImage(None));
     }
 
     // Reboot requests belong to the consumer that just left: drop them all.
@@ -95,6 +109,16 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
         requests = RebootRequests::default();
         removed_annotations = true;
     }
+
+    // spec.disablePowerOff: power is never cut, so nothing can hold the host off. Keyed holds
+    // are not reboot requests here (a restart cannot keep the host off until its owner
+    // releases it; restarting once and ignoring the hold would let a fencing client believe
+    // it is held): they and `online: false` are refused, loudly.
+    refuse_power_off(&mut d, s, &requests);
+    if s.disable_power_off {
+        requests.keyed.clear();
+    }
+    let online = s.online || s.disable_power_off;
 
     if !s.bmc_configured {
         set_operational_status(&mut d, st, OperationalStatus::Discovered);
@@ -136,6 +160,7 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     if let (Some(action), Some(on)) = (last_action.as_mut(), observed)
         && action.state != PowerActionState::Completed
         && action.action.is_on() == on
+        && !action.restart
     {
         d.status.push(StatusUpdate::CompletePowerAction { at: now });
         action.state = PowerActionState::Completed;
@@ -166,7 +191,9 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     //    "the reboot asked for is done" whatever the power state was.
     let mut reboot_pending = reboot_is_pending(pending, last_powered_on);
     let mut warned_invalid = false;
+    let mut pending_recorded_now = false;
     if !requests.is_empty() && !reboot_pending {
+        pending_recorded_now = true;
         let since = strictly_after(now, last_powered_on);
         d.status.push(StatusUpdate::SetPendingRebootSince(since));
         pending = Some(since);
@@ -184,16 +211,45 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
         warn_invalid(&mut d, &requests, &mut warned_invalid);
     }
 
+    // The pending reboot's mode: hard once any of its requests was hard, recorded before any
+    // power-off it causes, so a hard request removed before its power-off is sent (host
+    // transitioning, failed or lost call, BMC down) is still served hard.
+    let mut reboot_mode = if pending_recorded_now {
+        PowerOffMode::Soft
+    } else {
+        st.provisioning
+            .pending_reboot_mode
+            .unwrap_or(PowerOffMode::Soft)
+    };
+    if reboot_pending
+        && reboot_mode != PowerOffMode::Hard
+        && requests.effective_mode() == PowerOffMode::Hard
+    {
+        d.status.push(StatusUpdate::MarkPendingRebootHard);
+        reboot_mode = PowerOffMode::Hard;
+    }
+    if !reboot_pending {
+        reboot_mode = requests.effective_mode();
+    }
+
     let Some(on) = observed else {
         // Transitioning or unknown: no power decision on a state we cannot see, except that
         // a hard request overrides a soft power-off in flight at once.
         if let Some(action) = last_action.as_ref()
-            && !requests.is_empty()
-            && should_escalate(action, requests.effective_mode())
+            && reboot_pending
+            && should_escalate(action, reboot_mode)
         {
             escalate(&mut d, action, &requests, now);
         }
-        set_reboot_condition(&mut d, st, reboot_pending, None, &requests, s.online);
+        set_reboot_condition(
+            &mut d,
+            st,
+            reboot_pending,
+            None,
+            &requests,
+            online,
+            s.disable_power_off,
+        );
         d.requeue_after = Some(match power {
             ObservedPower::Unknown => cfg.unknown_power_requeue,
             _ => cfg.transition_requeue,
@@ -202,7 +258,7 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     };
 
     // 3. The host is off: the suffixless request's power cycle has done its "off".
-    if reboot_pending && !on && s.online && requests.has_suffixless() {
+    if reboot_pending && !on && online && requests.has_suffixless() {
         remove_annotations(
             &mut d,
             vec![REBOOT_ANNOTATION.to_owned()],
@@ -216,14 +272,16 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     // 4. Desired power. Any reboot annotation holds the host off; a pending reboot must
     //    pass through "off" before the host may run again; otherwise spec.online decides.
     let reboot_driven = reboot_pending || !requests.is_empty();
-    let want_on = s.online && requests.is_empty() && !(reboot_pending && on);
-    let (trigger, mode) = if want_on {
+    // spec.disablePowerOff: the host always runs, and a pending reboot of a running host is a
+    // BMC restart (the power-on rule below still waits for a snapshot without annotations).
+    let restart = s.disable_power_off && reboot_pending && on;
+    let want_on = s.disable_power_off || (online && requests.is_empty() && !(reboot_pending && on));
+    let (trigger, mode) = if restart {
+        (PowerActionTrigger::RebootRequested, reboot_mode)
+    } else if want_on {
         (PowerActionTrigger::SpecOnline, PowerOffMode::Soft)
     } else if reboot_driven {
-        (
-            PowerActionTrigger::RebootRequested,
-            requests.effective_mode(),
-        )
+        (PowerActionTrigger::RebootRequested, reboot_mode)
     } else {
         (PowerActionTrigger::SpecOffline, PowerOffMode::Soft)
     };
@@ -231,7 +289,7 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
 
     let mut timed_out_now = false;
     let mut requeue = cfg.steady_requeue;
-    if on == want_on {
+    if on == want_on && !restart {
         // Nothing to change. Keep watching closely while an action may still land.
         if last_action
             .as_ref()
@@ -240,17 +298,28 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
         {
             requeue = cfg.transition_requeue;
         }
+    } else if want_on
+        && !on
+        && last_action
+            .as_ref()
+            .is_some_and(|a| a.restart && !timed_out(a, now, cfg))
+    {
+        // A host seen off just after a BMC restart is coming back by itself (a restart may
+        // show "off" for a while): no power-on, and no "corrected" warning, unless it stays
+        // off past the power-action timeout.
+        requeue = cfg.transition_requeue;
     } else if want_on && removed_annotations {
         // Power on only from a snapshot that shows no reboot annotation at all.
         requeue = cfg.transition_requeue;
     } else {
-        let open_same = last_action
-            .as_ref()
-            .filter(|a| a.state != PowerActionState::Completed && a.action == target);
+        let open_same = last_action.as_ref().filter(|a| {
+            a.state != PowerActionState::Completed && a.action == target && a.restart == restart
+        });
         let reason = power_reason(trigger, &requests);
         let wanted = WantedPower {
             target,
             mode,
+            restart,
             trigger,
             pending,
             now,
@@ -341,7 +410,9 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
             None => {
                 // We saw the host in the desired state before and did not change it since:
                 // someone else did. Put it back, and say so.
-                if st.powered_on.map(PowerTarget::from_powered_on) == Some(target) {
+                if !restart
+                    && st.observed_powered_on().map(PowerTarget::from_powered_on) == Some(target)
+                {
                     event(
                         &mut d,
                         EventType::Warning,
@@ -363,7 +434,7 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     //    (so its count keeps backing off retries); anything else clears once the BMC answers.
     let power_error_outstanding = timed_out_now
         || (st.error_type.is_some()
-            && on != want_on
+            && (on != want_on || restart)
             && last_action.as_ref().is_some_and(|a| {
                 a.action == target
                     && (a.state == PowerActionState::Failed
@@ -400,7 +471,8 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
         reboot_pending_after,
         Some(on),
         &requests,
-        s.online,
+        online,
+        s.disable_power_off,
     );
     d.requeue_after = Some(requeue);
     d
@@ -417,18 +489,51 @@ pub fn after_power_call(
     let mut d = Decision::default();
     match result {
         PowerCallResult::Accepted { hard_fallback } => {
+            let restart = status
+                .last_power_action
+                .as_ref()
+                .filter(|a| a.restart && a.state == PowerActionState::Requested);
             if let Some(reason) = hard_fallback {
                 d.status.push(StatusUpdate::SetHardFallback(HardFallback {
                     by: HardFallbackSource::Bmc,
                     reason: reason.clone(),
                     at: Some(now),
                 }));
+                let what = if restart.is_some() {
+                    "soft restart fell back to ForceRestart"
+                } else {
+                    "soft power-off fell back to hard"
+                };
                 event(
                     &mut d,
                     EventType::Warning,
                     event_reason::SOFT_POWER_OFF_FALLBACK,
-                    format!("soft power-off fell back to hard: {reason}"),
+                    format!("{what}: {reason}"),
                 );
+            }
+            // A BMC restart (spec.disablePowerOff) cannot be observed the way a power cycle is
+            // (the host reports on before and after): the BMC accepting it is the proof that
+            // the processes running before the request are stopped. lastPoweredOn is its
+            // request time, as for a power-on.
+            if let Some(action) = restart {
+                d.status.push(StatusUpdate::CompletePowerAction { at: now });
+                let last_powered_on = status.provisioning.last_powered_on;
+                let pending = status.provisioning.pending_reboot_since;
+                if last_powered_on.is_none_or(|t| action.requested_at > t) {
+                    d.status
+                        .push(StatusUpdate::SetLastPoweredOn(action.requested_at));
+                    if reboot_is_pending(pending, last_powered_on)
+                        && !reboot_is_pending(pending, Some(action.requested_at))
+                    {
+                        event(
+                            &mut d,
+                            EventType::Normal,
+                            event_reason::REBOOT_COMPLETED,
+                            // No times in the note (they are in status): repeats fold.
+                            "host restarted through its BMC after the pending reboot".to_string(),
+                        );
+                    }
+                }
             }
             d.requeue_after = Some(cfg.transition_requeue);
         }
@@ -596,10 +701,12 @@ fn escalate(d: &mut Decision, action: &LastPowerAction, requests: &RebootRequest
         .filter(|r| r.mode == PowerOffMode::Hard)
         .map(|r| r.annotation.as_str())
         .collect();
-    let reason = format!(
-        "hard reboot requested by {} while a soft power-off was in flight",
+    let by = if hard_by.is_empty() {
+        "a request since removed (pendingRebootMode: hard)".to_owned()
+    } else {
         hard_by.join(", ")
-    );
+    };
+    let reason = format!("hard reboot requested by {by} while a soft power-off was in flight");
     go_hard(
         d,
         action,
@@ -642,6 +749,7 @@ fn go_hard(
                 at: Some(now),
             }),
             failure: None,
+            restart: false,
         }));
     d.actions.push(Action::PowerOff {
         mode: PowerOffMode::Hard,
@@ -652,6 +760,8 @@ fn go_hard(
 struct WantedPower<'a> {
     target: PowerTarget,
     mode: PowerOffMode,
+    /// A BMC restart (`spec.disablePowerOff`) instead of a power-off; `target` is `On`.
+    restart: bool,
     trigger: PowerActionTrigger,
     /// `pendingRebootSince` as it will be written.
     pending: Option<Timestamp>,
@@ -671,6 +781,17 @@ fn send_power_request(
     if wanted.trigger == PowerActionTrigger::RebootRequested {
         warn_invalid(d, requests, warned);
     }
+    if wanted.restart && requests.has_suffixless() {
+        // metal3 removes the suffixless form once the restart is issued; removing it before
+        // the call means a crash in between still restarts (the reboot stays pending) and the
+        // annotation can never start a second cycle.
+        remove_annotations(
+            d,
+            vec![REBOOT_ANNOTATION.to_owned()],
+            AnnotationRemovalReason::RebootRestarted,
+            "the host is restarted through its BMC (spec.disablePowerOff)",
+        );
+    }
     request_power(d, wanted, retry_of);
 }
 
@@ -679,6 +800,7 @@ fn request_power(d: &mut Decision, wanted: &WantedPower, retry_of: Option<&LastP
     let WantedPower {
         target,
         mode,
+        restart,
         trigger,
         pending,
         now,
@@ -697,7 +819,7 @@ fn request_power(d: &mut Decision, wanted: &WantedPower, retry_of: Option<&LastP
     d.status
         .push(StatusUpdate::RecordPowerRequest(LastPowerAction {
             action: target,
-            mode: (target == PowerTarget::Off).then_some(mode),
+            mode: (target == PowerTarget::Off || restart).then_some(mode),
             trigger,
             state: PowerActionState::Requested,
             requested_at,
@@ -706,6 +828,7 @@ fn request_power(d: &mut Decision, wanted: &WantedPower, retry_of: Option<&LastP
             completed_at: None,
             hard_fallback: None,
             failure: None,
+            restart,
         }));
     // Retries say so without a counter, so they fold into one Event series.
     let retry = if attempts > 1 { " (retry)" } else { "" };
@@ -717,6 +840,18 @@ fn request_power(d: &mut Decision, wanted: &WantedPower, retry_of: Option<&LastP
                 EventType::Normal,
                 event_reason::POWER_OFF,
                 format!("{} power-off: {reason}{retry}", mode.as_str()),
+            );
+        }
+        PowerTarget::On if restart => {
+            d.actions.push(Action::Restart { mode });
+            event(
+                d,
+                EventType::Normal,
+                event_reason::POWER_RESTART,
+                format!(
+                    "{} restart through the BMC (spec.disablePowerOff): {reason}{retry}",
+                    mode.as_str()
+                ),
             );
         }
         PowerTarget::On => {
@@ -786,6 +921,58 @@ fn warn_invalid(d: &mut Decision, requests: &RebootRequests, warned: &mut bool) 
     }
 }
 
+/// `spec.disablePowerOff`: what asks for the host to stay off is refused. The
+/// `PowerOffRefused` condition says so (and says False again once nothing is refused or the
+/// flag is cleared); a Warning Event goes with every change of what is refused.
+fn refuse_power_off(d: &mut Decision, s: &HostSnapshot, requests: &RebootRequests) {
+    let st = &s.status;
+    let present = st
+        .conditions
+        .iter()
+        .any(|c| c.type_ == condition::POWER_OFF_REFUSED);
+    if !s.disable_power_off && !present {
+        return;
+    }
+    let mut refused = Vec::new();
+    if s.disable_power_off {
+        if !s.online {
+            refused.push("online: false".to_owned());
+        }
+        refused.extend(requests.keyed.values().map(|r| r.annotation.clone()));
+    }
+    let update = if refused.is_empty() {
+        ConditionUpdate {
+            type_: condition::POWER_OFF_REFUSED,
+            status: condition::FALSE,
+            reason: condition_reason::NOTHING_REFUSED,
+            message: if s.disable_power_off {
+                "spec.disablePowerOff: nothing asks for the host to stay off".to_owned()
+            } else {
+                "spec.disablePowerOff is false: power-off is allowed".to_owned()
+            },
+        }
+    } else {
+        ConditionUpdate {
+            type_: condition::POWER_OFF_REFUSED,
+            status: condition::TRUE,
+            reason: condition_reason::POWER_OFF_DISABLED,
+            message: format!(
+                "spec.disablePowerOff is true: the host is never powered off, so {} cannot hold it off; it stays on (reboots are BMC restarts)",
+                refused.join(", ")
+            ),
+        }
+    };
+    if !refused.is_empty() && condition_differs(&st.conditions, &update) {
+        event(
+            d,
+            EventType::Warning,
+            event_reason::POWER_OFF_REFUSED,
+            update.message.clone(),
+        );
+    }
+    set_condition(d, st, update);
+}
+
 fn set_reboot_condition(
     d: &mut Decision,
     st: &BareMetalHostStatus,
@@ -793,12 +980,19 @@ fn set_reboot_condition(
     observed_on: Option<bool>,
     requests: &RebootRequests,
     online: bool,
+    restarts: bool,
 ) {
     let (status, reason, message) = if !pending {
         (
             condition::FALSE,
             condition_reason::NO_REBOOT_PENDING,
             String::new(),
+        )
+    } else if observed_on != Some(false) && restarts {
+        (
+            condition::TRUE,
+            condition_reason::AWAITING_RESTART,
+            "the host is being restarted through its BMC (spec.disablePowerOff)".to_owned(),
         )
     } else if observed_on != Some(false) {
         (

@@ -10,9 +10,16 @@ use jiff::Timestamp;
 #[derive(Debug, Clone, PartialEq)]
 pub enum StatusUpdate {
     SetPoweredOn(bool),
+    /// Records a new pending reboot; also resets `pendingRebootMode` (soft until marked hard).
     SetPendingRebootSince(Timestamp),
+    /// A request of the pending reboot is hard: `pendingRebootMode: hard` (write-ahead of the
+    /// hard power-off, which must stay hard even if the annotation goes).
+    MarkPendingRebootHard,
     SetLastPoweredOn(Timestamp),
     SetProvisioningState(ProvisioningState),
+    /// `status.provisioning.image`: the image a provisioned host runs (`spec.image` as it was),
+    /// or `None` to remove it once the host has no consumer any more.
+    SetProvisionedImage(Option<serde_json::Value>),
     SetOperationalStatus(OperationalStatus),
     /// Sets `errorType`, `errorMessage` and `errorCount` (already incremented).
     SetError {
@@ -52,6 +59,8 @@ pub struct ConditionUpdate {
 pub enum AnnotationRemovalReason {
     /// The suffixless `reboot.metal3.io`: the host is off, so the power cycle's "off" is done.
     RebootPoweredOff,
+    /// `spec.disablePowerOff`: the suffixless `reboot.metal3.io` is served by a BMC restart.
+    RebootRestarted,
     /// The host left the provisioned state: every reboot annotation goes.
     HostDeprovisioned,
 }
@@ -94,6 +103,12 @@ pub enum Action {
         mode: PowerOffMode,
     },
     PowerOn,
+    /// `spec.disablePowerOff`: restart through the BMC instead of a power cycle (hard:
+    /// ForceRestart; soft: GracefulRestart, falling back to ForceRestart when the BMC does not
+    /// offer or rejects it).
+    Restart {
+        mode: PowerOffMode,
+    },
     /// Best effort; a failure to emit must not fail the reconcile.
     EmitEvent(Event),
 }
@@ -114,7 +129,7 @@ impl Decision {
     pub fn power_action(&self) -> Option<PowerTarget> {
         self.actions.iter().find_map(|a| match a {
             Action::PowerOff { .. } => Some(PowerTarget::Off),
-            Action::PowerOn => Some(PowerTarget::On),
+            Action::PowerOn | Action::Restart { .. } => Some(PowerTarget::On),
             _ => None,
         })
     }

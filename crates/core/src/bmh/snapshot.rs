@@ -75,6 +75,11 @@ pub struct HostSnapshot {
     pub has_consumer: bool,
     /// `spec.bmc.address` is non-empty.
     pub bmc_configured: bool,
+    /// `spec.disablePowerOff`.
+    pub disable_power_off: bool,
+    /// `spec.image` when its `url` is set (kept verbatim, recorded as
+    /// `status.provisioning.image` once the host is provisioned).
+    pub image: Option<serde_json::Value>,
     /// `baremetalhost.metal3.io/paused` present.
     pub paused: bool,
     /// `baremetalhost.metal3.io/detached` present.
@@ -108,6 +113,11 @@ impl HostSnapshot {
                 .bmc
                 .as_ref()
                 .is_some_and(|b| !b.address.trim().is_empty()),
+            disable_power_off: host.spec.disable_power_off,
+            image: host
+                .spec
+                .image_url()
+                .and_then(|_| host.spec.extra.get("image").cloned()),
             paused: is_paused(annotations),
             detached: is_detached(annotations),
             reboot_requests: RebootRequests::from_annotations(annotations),

@@ -1,4 +1,4 @@
-use hostcycle_api::{BareMetalHostStatus, PowerActionState};
+use hostcycle_api::{BareMetalHostStatus, PowerActionState, PowerOffMode};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -6,21 +6,38 @@ use super::decision::{ConditionUpdate, StatusUpdate};
 
 /// Applies a decision's status updates to `status` (pure; the caller persists the result).
 ///
-/// `now` stamps condition transitions; `generation` becomes their `observedGeneration`.
+/// `now` stamps condition transitions and `lastUpdated` (every non-empty set of updates is a
+/// status write); `generation` becomes the conditions' `observedGeneration`.
 pub fn apply_status_updates(
     status: &mut BareMetalHostStatus,
     updates: &[StatusUpdate],
     now: Timestamp,
     generation: Option<i64>,
 ) {
+    if !updates.is_empty() {
+        status.last_updated = Some(now);
+    }
     for update in updates {
         match update {
             StatusUpdate::SetPoweredOn(on) => status.powered_on = Some(*on),
             StatusUpdate::SetPendingRebootSince(t) => {
                 status.provisioning.pending_reboot_since = Some(*t);
+                status.provisioning.pending_reboot_mode = None;
+            }
+            StatusUpdate::MarkPendingRebootHard => {
+                status.provisioning.pending_reboot_mode = Some(PowerOffMode::Hard);
             }
             StatusUpdate::SetLastPoweredOn(t) => status.provisioning.last_powered_on = Some(*t),
             StatusUpdate::SetProvisioningState(s) => status.provisioning.state = Some(s.clone()),
+            StatusUpdate::SetProvisionedImage(Some(image)) => {
+                status
+                    .provisioning
+                    .extra
+                    .insert("image".to_owned(), image.clone());
+            }
+            StatusUpdate::SetProvisionedImage(None) => {
+                status.provisioning.extra.remove("image");
+            }
             StatusUpdate::SetOperationalStatus(s) => status.operational_status = Some(*s),
             StatusUpdate::SetError {
                 error_type,

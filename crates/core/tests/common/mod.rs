@@ -34,6 +34,8 @@ pub fn host_on() -> Host {
             externally_provisioned: false,
             has_consumer: true,
             bmc_configured: true,
+            disable_power_off: false,
+            image: None,
             paused: false,
             detached: false,
             reboot_requests: RebootRequests::default(),
@@ -215,6 +217,7 @@ pub fn requested(
         completed_at: None,
         hard_fallback: None,
         failure: None,
+        restart: false,
     }
 }
 

@@ -112,8 +112,8 @@ pub struct CancelArgs {
 
 #[derive(Debug, Args)]
 pub struct WaitArgs {
-    /// Give up after this long (e.g. 90s, 30m, 2h).
-    #[arg(long, default_value = "1h")]
+    /// Give up after this long (e.g. 90s, 30m, 2h; at most 365 days).
+    #[arg(long, default_value = "1h", value_parser = hostcycle_bmc::deadline::parse_duration_flag)]
     pub timeout: jiff::SignedDuration,
 }
 

@@ -57,7 +57,7 @@ pub fn changes(
 
 /// Runs `wait`.
 pub async fn run(client: &Client, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
+    let deadline = hostcycle_bmc::deadline::deadline_after(Instant::now(), timeout);
     let mut seen = BTreeMap::new();
     let mut last: Vec<RebootQueueEntry> = Vec::new();
     let mut last_error: Option<String> = None;

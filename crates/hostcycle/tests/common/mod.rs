@@ -391,6 +391,27 @@ impl Lab {
             .collect()
     }
 
+    /// The Events about `name` once `ready` holds for them. Events go out from a background
+    /// task after the step they describe, so a test that saw the step waits for its Event.
+    pub async fn events_when(
+        &self,
+        name: &str,
+        what: &str,
+        ready: impl Fn(&[(String, String, String)]) -> bool,
+    ) -> Vec<(String, String, String)> {
+        let waited = format!("Events about {name}: {what}");
+        let ready = &ready;
+        match wait_until(&waited, Duration::from_secs(30), || async move {
+            let events = self.events(name).await;
+            ready(&events).then_some(events)
+        })
+        .await
+        {
+            Ok(events) => events,
+            Err(e) => panic!("{e}\nEvents now: {:?}", self.events(name).await),
+        }
+    }
+
     /// Waits until an Event with `reason` exists for `name`.
     pub async fn wait_event(&self, name: &str, reason: &str) {
         let what = format!("a {reason} Event for {name}");

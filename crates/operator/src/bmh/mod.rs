@@ -267,7 +267,7 @@ pub async fn run(
     let stop = shutdown.clone();
     controller
         .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed");
@@ -276,6 +276,8 @@ pub async fn run(
         .await;
     housekeeping_task.abort();
     sync_task.abort();
+    // Free the BMCs' session slots: a session left behind can lock an administrator out.
+    ctx.drivers.close_all(Duration::from_secs(5)).await;
 }
 
 /// Watch errors are retried with backoff; a refusal by RBAC is said in words at warn level.
@@ -515,6 +517,22 @@ async fn reconcile_in_lane(
                 current = next;
                 follow_up_requeue = requeue;
             }
+            Action::Restart { mode } => {
+                let Some(driver) = &driver else { continue };
+                let result =
+                    power_call(driver.as_ref(), PowerCall::Restart(*mode), &ctx.metrics).await;
+                if let Err(e @ BmcError::OutcomeUnknown { .. }) = &result {
+                    // Accepting a restart completes the reboot, so an unknown outcome must not
+                    // count as accepted: the request stays in flight and is sent again after
+                    // the power-action timeout.
+                    tracing::warn!(host = %host_id(&current), error = %e, "restart outcome unknown");
+                    follow_up_requeue = Some(ctx.config.decide.transition_requeue);
+                    continue;
+                }
+                let (next, requeue) = record_power_result(ctx, &api, &current, &result).await?;
+                current = next;
+                follow_up_requeue = requeue;
+            }
         }
     }
     let requeue = match (requeue, follow_up_requeue) {
@@ -529,14 +547,17 @@ async fn reconcile_in_lane(
 
 /// Adds up to 10 % to long requeues so a fleet's steady-state polls spread out instead of
 /// hitting the BMCs and the API server in the same second.
+/// Never more than [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION): the requeue
+/// timer cannot take much more, and adding to it must not overflow.
 fn spread(after: Duration) -> Duration {
+    let after = after.min(hostcycle_bmc::deadline::MAX_DURATION);
     if after < Duration::from_secs(10) {
         return after;
     }
     let tenth_ms = u64::try_from(after.as_millis() / 10)
         .unwrap_or(u64::MAX)
         .max(1);
-    after + Duration::from_millis(rand::random_range(0..tenth_ms))
+    after.saturating_add(Duration::from_millis(rand::random_range(0..tenth_ms)))
 }
 
 /// Applies status updates and writes the status with the object's resourceVersion as a
@@ -647,6 +668,8 @@ async fn remove_annotations(
 enum PowerCall {
     On,
     Off(PowerOffMode),
+    /// spec.disablePowerOff: GracefulRestart (falling back to ForceRestart) or ForceRestart.
+    Restart(PowerOffMode),
 }
 
 /// Sends one power request, timing it and counting the result.
@@ -658,18 +681,18 @@ async fn power_call(
     let started = Instant::now();
     let (result, action, mode, operation) = match call {
         PowerCall::On => (driver.power_on().await, "on", "none", "power_on"),
-        PowerCall::Off(mode) => {
-            let bmc_mode = match mode {
-                PowerOffMode::Soft => hostcycle_bmc::PowerOffMode::Soft,
-                PowerOffMode::Hard => hostcycle_bmc::PowerOffMode::Hard,
-            };
-            (
-                driver.power_off(bmc_mode).await,
-                "off",
-                mode.as_str(),
-                "power_off",
-            )
-        }
+        PowerCall::Off(mode) => (
+            driver.power_off(bmc_mode(mode)).await,
+            "off",
+            mode.as_str(),
+            "power_off",
+        ),
+        PowerCall::Restart(mode) => (
+            driver.reboot(bmc_mode(mode)).await,
+            "restart",
+            mode.as_str(),
+            "reboot",
+        ),
     };
     let kind = driver.description().kind.to_string();
     metrics
@@ -699,6 +722,13 @@ async fn power_call(
             .inc();
     }
     result
+}
+
+fn bmc_mode(mode: PowerOffMode) -> hostcycle_bmc::PowerOffMode {
+    match mode {
+        PowerOffMode::Soft => hostcycle_bmc::PowerOffMode::Soft,
+        PowerOffMode::Hard => hostcycle_bmc::PowerOffMode::Hard,
+    }
 }
 
 /// Records what a power call did (fallback to hard, failure) with `after_power_call`.

@@ -149,6 +149,25 @@ impl DriverCache {
         self.lock().remove(uid);
     }
 
+    /// Logs every cached driver out of its BMC (closes the Redfish sessions), all at once,
+    /// waiting at most `deadline`; for shutdown, since a dropped driver's logout does not
+    /// outlive the process. The cache is empty afterwards.
+    pub async fn close_all(&self, deadline: std::time::Duration) {
+        let drivers: Vec<Arc<dyn PowerDriver>> =
+            self.lock().drain().map(|(_, (_, driver))| driver).collect();
+        let closes = futures::future::join_all(drivers.iter().map(|d| async move {
+            if let Err(e) = d.close().await {
+                tracing::info!(bmc = %d.description(), error = %e, "could not log out of the BMC");
+            }
+        }));
+        if tokio::time::timeout(deadline, closes).await.is_err() {
+            tracing::info!(
+                after = ?deadline,
+                "logging out of the BMCs timed out; their sessions expire on their own"
+            );
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, DriverMap> {
         match self.drivers.lock() {
             Ok(g) => g,
@@ -478,6 +497,40 @@ mod tests {
             cache.is_empty(),
             "no Secret data kept for a Secret that is gone"
         );
+    }
+
+    /// One cached driver per host: every reconcile's call reuses its Redfish session, and
+    /// shutdown logs them all out.
+    #[tokio::test]
+    async fn cached_drivers_reuse_one_session_and_close_it_at_shutdown() {
+        use hostcycle_testkit::redfish_vendor::{VendorServer, VendorServerOptions};
+        let server = VendorServer::start("openbmc", VendorServerOptions::default())
+            .await
+            .unwrap();
+        let cache = DriverCache::new(BmcConnector::new(ConnectorOptions::default()));
+        let c = &server.profile().credentials;
+        let driver = cache
+            .connector
+            .connect_str(
+                &server.address(),
+                BmcCredentials::new(&c.username, &c.password).unwrap(),
+                &HostConnectOptions::default(),
+            )
+            .unwrap();
+        let key = DriverKey {
+            address: server.address(),
+            disable_certificate_verification: false,
+            secret_resource_version: None,
+        };
+        cache.lock().insert("uid".to_string(), (key, driver));
+        for _ in 0..5 {
+            let driver = cache.lock().get("uid").unwrap().1.clone();
+            assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+        }
+        assert_eq!(server.logins(), 1, "one session for every reconcile");
+        cache.close_all(std::time::Duration::from_secs(5)).await;
+        assert_eq!(server.open_sessions(), 0);
+        assert!(cache.is_empty());
     }
 
     #[test]

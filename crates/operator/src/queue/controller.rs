@@ -320,7 +320,7 @@ impl Controller {
                 _ = tokio::time::sleep_until(next) => {}
             }
             let wait = self.pass(std::mem::take(&mut reports)).await;
-            next = tokio::time::Instant::now() + wait;
+            next = hostcycle_bmc::deadline::deadline_after(tokio::time::Instant::now(), wait);
         }
         for (_, worker) in self.workers.drain() {
             worker.cancel.cancel();

@@ -64,7 +64,7 @@ pub fn host_view(host: &BareMetalHost) -> HostView {
         },
         reboot_annotation: annotations.contains_key(REBOOT_ANNOTATION),
         request_marker: annotations.get(REQUEST_MARKER_ANNOTATION).cloned(),
-        powered_on: status.and_then(|s| s.powered_on),
+        powered_on: status.and_then(|s| s.observed_powered_on()),
         last_powered_on: status.and_then(|s| s.provisioning.last_powered_on),
     }
 }

@@ -107,7 +107,7 @@ pub async fn run(
                     _ = tokio::time::sleep_until(next) => {}
                 }
                 let wait = controller.pass().await;
-                next = tokio::time::Instant::now() + wait;
+                next = hostcycle_bmc::deadline::deadline_after(tokio::time::Instant::now(), wait);
             }
         }
     }

@@ -278,7 +278,7 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> HostView {
             host.namespace().unwrap_or_default(),
             host.name_any()
         ),
-        powered_on: status.and_then(|s| s.powered_on),
+        powered_on: status.and_then(|s| s.observed_powered_on()),
         power_off_requested: host.annotations().contains_key(power_off_annotation),
         online: host.spec.online,
         externally_provisioned: host.spec.externally_provisioned,
