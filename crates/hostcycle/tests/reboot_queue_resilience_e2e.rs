@@ -545,7 +545,13 @@ async fn fake_baremetal_operator(
                     .patch_status(
                         name,
                         &PatchParams::default(),
-                        &Patch::Merge(&json!({ "status": { "poweredOn": on } })),
+                        // As metal3 reports a registered host: its power state and an
+                        // operational status (a bare `poweredOn: false` is also metal3's
+                        // zero value before the first observation).
+                        &Patch::Merge(&json!({ "status": {
+                            "poweredOn": on,
+                            "operationalStatus": "OK",
+                        } })),
                     )
                     .await;
             }

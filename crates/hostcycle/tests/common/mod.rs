@@ -412,6 +412,23 @@ impl Lab {
         }
     }
 
+    /// How many times an Event with `reason` was published about `name`: identical notes fold
+    /// into one Event with a series, whose count says how often it happened.
+    pub async fn event_count(&self, name: &str, reason: &str) -> i32 {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), NS);
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .map(|e| e.series.map_or(1, |s| s.count))
+            .sum()
+    }
+
     /// Waits until an Event with `reason` exists for `name`.
     pub async fn wait_event(&self, name: &str, reason: &str) {
         let what = format!("a {reason} Event for {name}");
