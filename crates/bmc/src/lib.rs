@@ -95,10 +95,12 @@ pub const TRANSITION_POLLS_KEPT: u32 = 3;
 /// `max(min(15 s, steady_poll / 4), 3 × transition_poll)`, and at least 1 s.
 ///
 /// * **At rest** a connection sits idle for a whole steady interval between two reads;
-///   keeping it would hold one TLS connection (~50 KB) per BMC for nothing — a handshake
-///   per minute per BMC is cheap, memory for every BMC of a large fleet is not. With at
+///   keeping it that long holds a socket (and a connection slot on the BMC) for nothing:
+///   with a timeout equal to the interval the next read found it expired anyway. With at
 ///   most a quarter of the steady interval (and never more than 15 s), idle connections
-///   expire well before the next steady read.
+///   expire well before the next steady read (the pool sweeps every `idle_timeout`, so one
+///   lives one to two timeouts after its last use). With glibc's allocator this does not
+///   lower the process's peak RSS (docs/benchmarks.md); it halves the connections held.
 /// * **While a change is watched** (a reboot: a read every `transition_poll`) the
 ///   connection must be reused, so the timeout is never below three transition intervals:
 ///   a late poll or a slow reconcile still finds the connection open.
