@@ -73,15 +73,36 @@ fn init_logging(format: LogFormat, default_filter: &str) {
     }
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The operator holds a connection per BMC: one malloc arena keeps its peak memory down
+    // (docs/benchmarks.md). Re-executes once, before any thread exists; an administrator's
+    // own MALLOC_ARENA_MAX is kept.
+    let arena = matches!(cli.command, Command::Operator(_))
+        .then(hostcycle_bmc::malloc::reexec_with_one_arena);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli, arena))
+}
+
+async fn run(cli: Cli, arena: Option<hostcycle_bmc::malloc::ArenaLimit>) -> std::process::ExitCode {
     // The admin CLI reports API errors itself; the client's own logs would repeat them.
     let default_filter = match cli.command {
         Command::RebootQueue(_) => "warn,kube_client=off,kube_runtime=off",
         _ => "info,kube_client=warn,kube_runtime=warn",
     };
     init_logging(cli.log_format, default_filter);
+    if let Some(hostcycle_bmc::malloc::ArenaLimit::ReexecFailed(e)) = &arena {
+        tracing::warn!(error = %e, "could not re-execute with MALLOC_ARENA_MAX=1; running with malloc's defaults");
+    }
     // One crypto provider for every TLS client in the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let result = match cli.command {

@@ -307,6 +307,11 @@ impl OperatorArgs {
                 .saturating_add(Duration::from_secs(60)),
         );
         let lease_duration = duration(self.lease_duration, "lease-duration")?;
+        let bmc = bmc_options(
+            duration(self.bmc_request_timeout, "bmc-request-timeout")?,
+            duration(self.bmc_call_deadline, "bmc-call-deadline")?,
+            &decide,
+        );
         let leader_election = self.leader_elect.then(|| LeaderElection {
             namespace: self
                 .lease_namespace
@@ -341,23 +346,28 @@ impl OperatorArgs {
                 concurrency: self.concurrency,
                 action_concurrency: self.action_concurrency,
                 read_deadline: duration(self.bmc_read_deadline, "bmc-read-deadline")?,
-                bmc: bmc_options(
-                    duration(self.bmc_request_timeout, "bmc-request-timeout")?,
-                    duration(self.bmc_call_deadline, "bmc-call-deadline")?,
-                ),
+                bmc,
                 ..BmhControllerConfig::default()
             },
         })
     }
 }
 
-/// BMC connection settings with the given request timeout and per-call deadline.
+/// BMC connection settings with the given request timeout and per-call deadline. Idle
+/// connections are kept for a time derived from the polls
+/// ([`hostcycle_bmc::idle_timeout_for_polls`]): reused while a change is watched, closed
+/// well before the next steady poll.
 fn bmc_options(
     request_timeout: Duration,
     call_deadline: Duration,
+    polls: &hostcycle_core::bmh::DecideConfig,
 ) -> hostcycle_bmc::ConnectorOptions {
     let mut options = hostcycle_bmc::ConnectorOptions {
         request_timeout,
+        idle_timeout: hostcycle_bmc::idle_timeout_for_polls(
+            polls.steady_requeue,
+            polls.transition_requeue,
+        ),
         ..Default::default()
     };
     options.connect_timeout = options.connect_timeout.min(request_timeout);
@@ -434,5 +444,27 @@ mod tests {
         let err = args.into_config().unwrap_err().to_string();
         assert!(err.contains("--soft-power-off-timeout"), "{err}");
         assert!(err.contains("365 days"), "{err}");
+    }
+
+    #[test]
+    fn bmc_idle_timeout_is_derived_from_the_polls() {
+        let idle = |flags: &[&str]| {
+            let mut argv = vec!["operator"];
+            argv.extend_from_slice(flags);
+            let config = Cli::try_parse_from(argv)
+                .unwrap()
+                .operator
+                .into_config()
+                .unwrap();
+            config.bmh.bmc.idle_timeout
+        };
+        // Defaults (60 s, 1 s): closed well before the next steady poll, kept across
+        // transition polls.
+        assert_eq!(idle(&[]), Duration::from_secs(15));
+        assert_eq!(idle(&["--steady-poll", "20s"]), Duration::from_secs(5));
+        assert_eq!(
+            idle(&["--steady-poll", "20s", "--transition-poll", "5s"]),
+            Duration::from_secs(15)
+        );
     }
 }
