@@ -95,6 +95,11 @@ impl<K: Eq + Hash> FailureCounts<K> {
     pub fn failures(&self, key: &K) -> u32 {
         self.lock().get(key).copied().unwrap_or(0)
     }
+
+    /// Forgets the counts of keys that no longer exist (deleted hosts).
+    pub fn retain(&self, mut exists: impl FnMut(&K) -> bool) {
+        self.lock().retain(|key, _| exists(key));
+    }
 }
 
 #[cfg(test)]
@@ -103,6 +108,23 @@ mod tests {
 
     fn ms(ms: u64) -> Duration {
         Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn counts_of_deleted_keys_are_forgotten() {
+        let counts = FailureCounts::default();
+        for key in ["a", "b", "b", "c"] {
+            counts.failed(key);
+        }
+        counts.retain(|key| *key != "b");
+        assert_eq!(
+            (
+                counts.failures(&"a"),
+                counts.failures(&"b"),
+                counts.failures(&"c")
+            ),
+            (1, 0, 1)
+        );
     }
 
     #[test]

@@ -301,7 +301,7 @@ fn spec_or_annotations(host: &BareMetalHost) -> Option<u64> {
 }
 
 /// Every few seconds: keeps `hostcycle_hosts{operational_status}` current and drops the
-/// drivers of hosts that no longer exist.
+/// drivers and backoff counts of hosts that no longer exist.
 async fn housekeeping(
     store: kube::runtime::reflector::Store<BareMetalHost>,
     ctx: Arc<Context>,
@@ -317,6 +317,10 @@ async fn housekeeping(
             ctx.drivers.retain_hosts(&live);
         }
         ctx.secrets.retain_watched();
+        // Backoff counts of deleted hosts (a host that comes back starts afresh).
+        let refs: std::collections::HashSet<ObjectRef<BareMetalHost>> =
+            hosts.iter().map(|h| ObjectRef::from_obj(&**h)).collect();
+        ctx.failures.retain(|key| refs.contains(key));
         let mut counts = std::collections::BTreeMap::<String, i64>::new();
         for s in ["OK", "discovered", "error", "detached", ""] {
             counts.insert(s.to_string(), 0);
