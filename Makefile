@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: lab test prereqs build check-format lint unit-and-e2e bench
+.PHONY: lab test prereqs build check-format lint unit-and-e2e bench deploy-manifests
 
 prereqs:
 	bash scripts/install-prereqs.sh
@@ -16,6 +16,10 @@ lab: build
 	$(CARGO) run -q -p hostcycle -- lab
 
 test: prereqs check-format lint unit-and-e2e
+
+# Regenerate deploy/ from the Rust types (a test fails when the checked-in files are stale).
+deploy-manifests:
+	$(CARGO) run -q -p hostcycle -- manifests --deploy --output-dir deploy
 
 check-format:
 	$(CARGO) fmt --all --check

@@ -33,7 +33,9 @@ enum Command {
     Bmc(hostcycle_bmc::cli::BmcArgs),
     /// Print the CustomResourceDefinitions as YAML (generated from the Rust types).
     Crd,
-    /// Print install manifests: the CRDs and the operator's ServiceAccount and RBAC.
+    /// Print install manifests: the CRDs and the operator's ServiceAccount and RBAC; with
+    /// `--deploy`, the whole install (`deploy/`): also its Namespace, a Deployment of two
+    /// replicas and a Service for metrics.
     Manifests {
         /// Install for `hostcycle operator --namespace NS`: the operator runs in NS and the
         /// hosts, their Secrets and Events are granted by a Role and RoleBinding there instead
@@ -51,6 +53,18 @@ enum Command {
         /// The operator's `--lease-name`.
         #[arg(long, default_value = hostcycle_operator::rbac::DEFAULT_LEASE_NAME)]
         lease_name: String,
+        /// The whole install: Namespace, ServiceAccount, RBAC, Deployment and metrics
+        /// Service besides the CRDs (the files under `deploy/`).
+        #[arg(long)]
+        deploy: bool,
+        /// Operator image of the Deployment (default: ghcr.io/hostcycle/hostcycle:<version>,
+        /// a placeholder: no image is built or published from this repository).
+        #[arg(long, requires = "deploy")]
+        image: Option<String>,
+        /// Write `crds.yaml` and `operator.yaml` into this directory instead of printing
+        /// one stream.
+        #[arg(long, requires = "deploy")]
+        output_dir: Option<std::path::PathBuf>,
     },
     /// Run simulated kubelets that follow Redfish power states.
     Sim(hostcycle_sim::cli::SimArgs),
@@ -117,12 +131,28 @@ async fn run(cli: Cli, arena: Option<hostcycle_bmc::malloc::ArenaLimit>) -> std:
             operator_namespace,
             controllers,
             lease_name,
-        } => print_manifests(&hostcycle_operator::rbac::RbacOptions {
-            namespaced: namespace.is_some(),
-            namespace: namespace.unwrap_or(operator_namespace),
-            controllers,
-            lease_name,
-        }),
+            deploy,
+            image,
+            output_dir,
+        } => {
+            let rbac = hostcycle_operator::rbac::RbacOptions {
+                namespaced: namespace.is_some(),
+                namespace: namespace.unwrap_or(operator_namespace),
+                controllers,
+                lease_name,
+            };
+            if deploy {
+                write_deploy(
+                    &hostcycle_operator::deploy::DeployOptions {
+                        rbac,
+                        image: image.unwrap_or_else(hostcycle_operator::deploy::default_image),
+                    },
+                    output_dir.as_deref(),
+                )
+            } else {
+                print_manifests(&rbac)
+            }
+        }
         Command::Sim(args) => match kube_client(args.kubeconfig.as_deref()).await {
             Ok(client) => hostcycle_sim::cli::run(args, client).await,
             Err(e) => Err(e),
@@ -165,6 +195,32 @@ fn print_manifests(options: &hostcycle_operator::rbac::RbacOptions) -> anyhow::R
         out.push_str(&serde_saphyr::to_string(&object)?);
     }
     print!("{out}");
+    Ok(())
+}
+
+/// `hostcycle manifests --deploy`: the files of `deploy/` into `dir`, or one stream on
+/// standard output.
+fn write_deploy(
+    options: &hostcycle_operator::deploy::DeployOptions,
+    dir: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let files = hostcycle_operator::deploy::render(options)?;
+    match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating directory {}", dir.display()))?;
+            for (name, text) in files {
+                let path = dir.join(name);
+                std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+        None => {
+            let stream: Vec<String> = files.into_iter().map(|(_, text)| text).collect();
+            print!("{}", stream.join("---\n"));
+        }
+    }
     Ok(())
 }
 

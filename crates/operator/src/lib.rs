@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod bmh;
+pub mod deploy;
 pub mod events;
 pub mod http;
 pub mod leader;

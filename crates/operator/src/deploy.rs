@@ -1,0 +1,456 @@
+//! The whole install as typed objects (`hostcycle manifests --deploy`): the CRDs, the
+//! operator's Namespace, ServiceAccount and least-privilege RBAC ([`crate::rbac`]), a
+//! Deployment of two replicas (only the Lease holder acts) and a Service for its metrics.
+//! The files under `deploy/` are this module's output, checked in; a test fails when they
+//! are stale.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    Namespace, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
+    ServicePort, ServiceSpec, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::ControllerName;
+use crate::rbac::{self, OPERATOR_NAME, RbacOptions};
+
+/// Registry and repository of the operator image. No image is built or pushed from this
+/// repository: build one with `deploy/Dockerfile` and set `--image` (see `deploy/README.md`).
+pub const IMAGE_REPOSITORY: &str = "ghcr.io/hostcycle/hostcycle";
+/// Port of `/metrics`, `/healthz` and `/readyz` (`hostcycle operator --metrics-addr`).
+pub const METRICS_PORT: i32 = 8080;
+/// Name of the container port and of the Service port.
+pub const METRICS_PORT_NAME: &str = "metrics";
+/// User and group the container runs as: distroless `nonroot`.
+pub const RUN_AS_USER: i64 = 65532;
+/// Replicas of the Deployment: one leads, the other stands by with warm caches.
+pub const REPLICAS: i32 = 2;
+
+/// The default image: [`IMAGE_REPOSITORY`] tagged with this crate's version. A placeholder:
+/// nothing here builds or publishes it.
+pub fn default_image() -> String {
+    format!("{IMAGE_REPOSITORY}:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// What to render.
+#[derive(Debug, Clone)]
+pub struct DeployOptions {
+    /// Namespace, controllers, Lease: the same options as `hostcycle manifests`.
+    pub rbac: RbacOptions,
+    /// Container image of the operator.
+    pub image: String,
+}
+
+impl DeployOptions {
+    /// The checked-in `deploy/`: every controller, cluster-wide, in `hostcycle-system`.
+    pub fn standard() -> Self {
+        DeployOptions {
+            rbac: RbacOptions::cluster_wide("hostcycle-system"),
+            image: default_image(),
+        }
+    }
+}
+
+fn labels() -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        "app.kubernetes.io/name".to_string(),
+        OPERATOR_NAME.to_string(),
+    )])
+}
+
+fn labels_with_component() -> BTreeMap<String, String> {
+    let mut labels = labels();
+    labels.insert(
+        "app.kubernetes.io/component".to_string(),
+        "operator".to_string(),
+    );
+    labels
+}
+
+/// The operator's namespace. It enforces the Pod Security Standard `restricted` (clusters
+/// from 1.23 read the label; older ones ignore it), which the Deployment's pods satisfy.
+pub fn namespace(name: &str) -> Namespace {
+    let mut labels = labels();
+    for mode in ["enforce", "audit", "warn"] {
+        labels.insert(
+            format!("pod-security.kubernetes.io/{mode}"),
+            "restricted".to_string(),
+        );
+    }
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The arguments of the operator container: `hostcycle operator` with leader election, the
+/// Lease in the pod's namespace (`POD_NAMESPACE`), the identity from `POD_NAME`.
+pub fn operator_args(options: &RbacOptions) -> Vec<String> {
+    let mut args = vec![
+        "operator".to_string(),
+        "--leader-elect=true".to_string(),
+        format!("--lease-name={}", options.lease_name),
+        format!("--metrics-addr=0.0.0.0:{METRICS_PORT}"),
+    ];
+    if options.namespaced {
+        args.push(format!("--namespace={}", options.namespace));
+    }
+    if options.controllers != ControllerName::ALL {
+        let names: Vec<String> = options.controllers.iter().map(|c| c.to_string()).collect();
+        args.push(format!("--controllers={}", names.join(",")));
+    }
+    args
+}
+
+fn field_env(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([
+        ("cpu".to_string(), Quantity(cpu.to_string())),
+        ("memory".to_string(), Quantity(memory.to_string())),
+    ])
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String(METRICS_PORT_NAME.to_string()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+/// The operator's Deployment: [`REPLICAS`] replicas spread over nodes where possible,
+/// non-root with a read-only root filesystem, no privilege escalation, no capabilities and
+/// the runtime's default seccomp profile; liveness on `/healthz`, readiness on `/readyz`.
+pub fn deployment(options: &DeployOptions) -> Deployment {
+    let namespace = options.rbac.namespace.clone();
+    let selector = labels();
+    let container = Container {
+        name: "operator".to_string(),
+        image: Some(options.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_string()),
+        args: Some(operator_args(&options.rbac)),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some(METRICS_PORT_NAME.to_string()),
+            container_port: METRICS_PORT,
+            protocol: Some("TCP".to_string()),
+            ..Default::default()
+        }]),
+        // /healthz answers as soon as the HTTP server is up; a process that stops answering
+        // for 30 s is restarted. /readyz waits for the API server and synced caches.
+        liveness_probe: Some(Probe {
+            initial_delay_seconds: Some(5),
+            ..http_probe("/healthz", 10, 3)
+        }),
+        readiness_probe: Some(http_probe("/readyz", 5, 3)),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities("100m", "128Mi")),
+            limits: Some(quantities("1", "512Mi")),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS_USER),
+            run_as_group: Some(RUN_AS_USER),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Default::default()
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pod = PodSpec {
+        service_account_name: Some(OPERATOR_NAME.to_string()),
+        containers: vec![container],
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS_USER),
+            run_as_group: Some(RUN_AS_USER),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        // The replicas on different nodes when there are any: a node lost takes one only.
+        affinity: Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    WeightedPodAffinityTerm {
+                        weight: 100,
+                        pod_affinity_term: PodAffinityTerm {
+                            label_selector: Some(LabelSelector {
+                                match_labels: Some(selector.clone()),
+                                ..Default::default()
+                            }),
+                            topology_key: "kubernetes.io/hostname".to_string(),
+                            ..Default::default()
+                        },
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        termination_grace_period_seconds: Some(30),
+        ..Default::default()
+    };
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(OPERATOR_NAME.to_string()),
+            namespace: Some(namespace),
+            labels: Some(labels_with_component()),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(REPLICAS),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            },
+            // Never both replicas down during a rollout: a new pod first, then an old one.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".to_string()),
+                rolling_update: Some(k8s_openapi::api::apps::v1::RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels_with_component()),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Service in front of every replica's `/metrics` (each replica exports its own
+/// `hostcycle_leader`).
+pub fn metrics_service(namespace: &str) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(format!("{OPERATOR_NAME}-metrics")),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels_with_component()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_string()),
+            selector: Some(labels()),
+            ports: Some(vec![ServicePort {
+                name: Some(METRICS_PORT_NAME.to_string()),
+                port: METRICS_PORT,
+                target_port: Some(IntOrString::String(METRICS_PORT_NAME.to_string())),
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Every object but the CRDs, in the order they are applied: the Namespace, the
+/// ServiceAccount and RBAC, the Deployment, the Service.
+pub fn operator_objects(options: &DeployOptions) -> anyhow::Result<Vec<serde_json::Value>> {
+    let ns = options.rbac.namespace.as_str();
+    let mut objects =
+        vec![serde_json::to_value(namespace(ns)).context("serializing the Namespace")?];
+    objects.extend(rbac::rbac_objects(&options.rbac).context("serializing the RBAC objects")?);
+    objects.push(serde_json::to_value(deployment(options)).context("serializing the Deployment")?);
+    objects.push(serde_json::to_value(metrics_service(ns)).context("serializing the Service")?);
+    Ok(objects)
+}
+
+/// First line of every generated file.
+pub const GENERATED_HEADER: &str = "# Generated by `hostcycle manifests --deploy` \
+     (regenerate: make deploy-manifests). Do not edit.\n";
+
+/// File of the CRDs under `deploy/`.
+pub const CRDS_FILE: &str = "crds.yaml";
+/// File of everything else under `deploy/`.
+pub const OPERATOR_FILE: &str = "operator.yaml";
+
+fn yaml_stream<'a>(
+    objects: impl IntoIterator<Item = &'a serde_json::Value>,
+) -> anyhow::Result<String> {
+    let mut out = String::from(GENERATED_HEADER);
+    for (i, object) in objects.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        let kind = object["kind"].as_str().unwrap_or("object");
+        let name = object["metadata"]["name"].as_str().unwrap_or("");
+        out.push_str(
+            &serde_saphyr::to_string(object)
+                .with_context(|| format!("serializing {kind} {name} to YAML"))?,
+        );
+    }
+    Ok(out)
+}
+
+/// The install as files: `(file name, YAML)` in the order they are applied —
+/// [`CRDS_FILE`] first (wait for the CRDs to be Established), then [`OPERATOR_FILE`].
+pub fn render(options: &DeployOptions) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let crds = hostcycle_api::crds()
+        .into_iter()
+        .map(|crd| serde_json::to_value(crd).context("serializing a CRD"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(vec![
+        (CRDS_FILE, yaml_stream(&crds)?),
+        (OPERATOR_FILE, yaml_stream(&operator_objects(options)?)?),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Command {
+        Operator(crate::OperatorArgs),
+    }
+
+    fn parse(args: &[String]) -> crate::OperatorArgs {
+        let cli =
+            Cli::try_parse_from(std::iter::once("hostcycle".to_string()).chain(args.to_vec()))
+                .unwrap_or_else(|e| panic!("the Deployment's args {args:?} do not parse: {e}"));
+        let Command::Operator(args) = cli.command;
+        args
+    }
+
+    #[test]
+    fn deployment_args_are_flags_the_operator_accepts() {
+        let args = parse(&operator_args(&RbacOptions::cluster_wide(
+            "hostcycle-system",
+        )));
+        assert!(args.leader_elect);
+        assert_eq!(args.lease_name, rbac::DEFAULT_LEASE_NAME);
+        assert_eq!(args.metrics_addr.port(), METRICS_PORT as u16);
+        assert_eq!(args.namespace, None);
+        assert_eq!(args.controllers, ControllerName::ALL);
+        assert_eq!(
+            args.lease_namespace, None,
+            "the Lease namespace is POD_NAMESPACE"
+        );
+
+        let mut options = RbacOptions::namespaced("tenant-a");
+        options.controllers = vec![ControllerName::BareMetalHost];
+        options.lease_name = "other-lease".into();
+        let args = parse(&operator_args(&options));
+        assert_eq!(args.namespace.as_deref(), Some("tenant-a"));
+        assert_eq!(args.controllers, [ControllerName::BareMetalHost]);
+        assert_eq!(args.lease_name, "other-lease");
+    }
+
+    #[test]
+    fn pods_are_locked_down() {
+        let deployment = deployment(&DeployOptions::standard());
+        let spec = deployment.spec.unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some(OPERATOR_NAME));
+        let [container] = pod.containers.as_slice() else {
+            panic!("one container");
+        };
+        let sc = container.security_context.clone().unwrap();
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.run_as_user, Some(65532));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+        assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let resources = container.resources.clone().unwrap();
+        assert!(resources.requests.unwrap().contains_key("memory"));
+        assert!(resources.limits.unwrap().contains_key("memory"));
+        let probe_path = |p: &Option<Probe>| p.clone().unwrap().http_get.unwrap().path.unwrap();
+        assert_eq!(probe_path(&container.liveness_probe), "/healthz");
+        assert_eq!(probe_path(&container.readiness_probe), "/readyz");
+        let env: Vec<&str> = container
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(env, ["POD_NAME", "POD_NAMESPACE"]);
+        assert_eq!(
+            container.image.as_deref(),
+            Some(format!("ghcr.io/hostcycle/hostcycle:{}", env!("CARGO_PKG_VERSION")).as_str())
+        );
+    }
+
+    #[test]
+    fn objects_are_ordered_for_apply_and_typed() {
+        let objects = operator_objects(&DeployOptions::standard()).unwrap();
+        let kinds: Vec<&str> = objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds.first(), Some(&"Namespace"));
+        assert_eq!(&kinds[kinds.len() - 2..], ["Deployment", "Service"]);
+        for object in &objects {
+            assert!(object["apiVersion"].is_string(), "{object}");
+            assert!(object["metadata"]["name"].is_string(), "{object}");
+        }
+        let files = render(&DeployOptions::standard()).unwrap();
+        assert_eq!(files[0].0, CRDS_FILE);
+        assert!(
+            files
+                .iter()
+                .all(|(_, text)| text.starts_with(GENERATED_HEADER))
+        );
+    }
+}
