@@ -145,7 +145,12 @@ async fn start_watches(
             watcher::Config::default(),
         ),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::all("rebootqueueentries"),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
 
     let (queues, writer) = reflector::store();
     let stream = reflector(
@@ -155,7 +160,12 @@ async fn start_watches(
             watcher::Config::default(),
         ),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::all("rebootqueues"),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
 
     // Nodes change every heartbeat; wake only when something the queue reads changed.
     let (nodes, writer) = reflector::store();
@@ -164,10 +174,15 @@ async fn start_watches(
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
     );
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
-    tasks.push(spawn_waker(stream, wake.clone(), move |node: &Node| {
-        let print = node_fingerprint(node);
-        fingerprints.insert(node.name_any(), print) != Some(print)
-    }));
+    tasks.push(spawn_waker(
+        Watched::all("nodes"),
+        stream,
+        wake.clone(),
+        move |node: &Node| {
+            let print = node_fingerprint(node);
+            fingerprints.insert(node.name_any(), print) != Some(print)
+        },
+    ));
 
     let (hosts, writer) = reflector::store();
     let host_api: Api<BareMetalHost> = match &config.host_namespace {
@@ -175,7 +190,12 @@ async fn start_watches(
         None => Api::all(client.clone()),
     };
     let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
 
     let mut machines = Vec::new();
     for resource in machine_resources(client).await {
@@ -183,7 +203,12 @@ async fn start_watches(
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let stream = reflector(writer, watcher(api, watcher::Config::default()));
-        tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+        tasks.push(spawn_waker(
+            Watched::all(&resource.plural),
+            stream,
+            wake.clone(),
+            |_| true,
+        ));
         machines.push((resource, store));
     }
     let (remediations, writer) = reflector::store();
@@ -194,7 +219,12 @@ async fn start_watches(
             watcher::Config::default(),
         ),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::all("hostremediations"),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
     (
         Stores {
             entries,
@@ -226,7 +256,31 @@ fn node_fingerprint(node: &Node) -> u64 {
     h.finish()
 }
 
+/// What a waker's watch covers, for its error messages.
+pub(crate) struct Watched {
+    pub resource: String,
+    /// Empty for every namespace (or a cluster-scoped resource).
+    pub namespace: String,
+}
+
+impl Watched {
+    pub fn all(resource: &str) -> Self {
+        Watched {
+            resource: resource.to_string(),
+            namespace: String::new(),
+        }
+    }
+
+    pub fn in_namespace(resource: &str, namespace: Option<&String>) -> Self {
+        Watched {
+            resource: resource.to_string(),
+            namespace: namespace.cloned().unwrap_or_default(),
+        }
+    }
+}
+
 pub(crate) fn spawn_waker<K, S>(
+    watched: Watched,
     stream: S,
     wake: Arc<Notify>,
     mut relevant: impl FnMut(&K) -> bool + Send + 'static,
@@ -244,7 +298,14 @@ where
                 Ok(watcher::Event::Delete(_) | watcher::Event::InitDone) => true,
                 Ok(_) => false,
                 Err(e) => {
-                    tracing::debug!(error = %e, "watch error; the watcher retries");
+                    // A refusal by RBAC is said in words at warn level: the controller is
+                    // blind until the permission is granted.
+                    let text = crate::text::watch_error(e, &watched.resource, &watched.namespace);
+                    if text.starts_with("forbidden") {
+                        tracing::warn!(error = %text, "watch refused; retrying with backoff");
+                    } else {
+                        tracing::debug!(error = %text, "watch error; the watcher retries");
+                    }
                     false
                 }
             };

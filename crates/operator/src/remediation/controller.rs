@@ -38,7 +38,7 @@ use super::observe::{
 };
 use crate::events::{EventKind, EventPublisher, EventSink};
 use crate::metrics::{Metrics, RemediationLabels};
-use crate::queue::controller::spawn_waker;
+use crate::queue::controller::{Watched, spawn_waker};
 use crate::queue::node_ref;
 use crate::queue::observe::{host_summary, machine_resources, machine_summary};
 
@@ -131,7 +131,12 @@ async fn start_watches(
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let stream = reflector(writer, watcher(api, watcher::Config::default()));
-        tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+        tasks.push(spawn_waker(
+            Watched::all(&resource.plural),
+            stream,
+            wake.clone(),
+            |_| true,
+        ));
         machines.push((resource, store));
     }
     let (requests, writer) = reflector::store();
@@ -142,7 +147,12 @@ async fn start_watches(
             watcher::Config::default(),
         ),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::all("hostremediations"),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
 
     let (hosts, writer) = reflector::store();
     let host_api: Api<BareMetalHost> = match &config.host_namespace {
@@ -150,7 +160,12 @@ async fn start_watches(
         None => Api::all(client.clone()),
     };
     let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
 
     // Nodes change every heartbeat: wake for a target Node, or when readiness changes.
     let (nodes, writer) = reflector::store();
@@ -159,18 +174,23 @@ async fn start_watches(
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
     );
     let mut prints: HashMap<String, u64> = HashMap::new();
-    tasks.push(spawn_waker(stream, wake.clone(), move |node: &Node| {
-        let name = node.name_any();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        node.uid().hash(&mut h);
-        hostcycle_core::queue::NodeView::from_node(node)
-            .ready
-            .hash(&mut h);
-        let print = h.finish();
-        let changed = prints.insert(name.clone(), print) != Some(print);
-        let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
-        changed || target
-    }));
+    tasks.push(spawn_waker(
+        Watched::all("nodes"),
+        stream,
+        wake.clone(),
+        move |node: &Node| {
+            let name = node.name_any();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            node.uid().hash(&mut h);
+            hostcycle_core::queue::NodeView::from_node(node)
+                .ready
+                .hash(&mut h);
+            let print = h.finish();
+            let changed = prints.insert(name.clone(), print) != Some(print);
+            let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
+            changed || target
+        },
+    ));
 
     let (entries, writer) = reflector::store();
     let stream = reflector(
@@ -180,7 +200,12 @@ async fn start_watches(
             watcher::Config::default(),
         ),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::all("rebootqueueentries"),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
     let (queues, writer) = reflector::store();
     let stream = reflector(
         writer,
@@ -189,7 +214,12 @@ async fn start_watches(
             watcher::Config::default(),
         ),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::all("rebootqueues"),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
     (
         Stores {
             machines,
