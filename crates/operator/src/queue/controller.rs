@@ -69,6 +69,20 @@ struct Stores {
     remediations: Store<hostcycle_api::remediation::HostRemediation>,
 }
 
+impl Stores {
+    /// Returns once every watch has listed its objects (for `/readyz`).
+    async fn wait_synced(&self) {
+        let _ = self.entries.wait_until_ready().await;
+        let _ = self.queues.wait_until_ready().await;
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.hosts.wait_until_ready().await;
+        for (_, machines) in &self.machines {
+            let _ = machines.wait_until_ready().await;
+        }
+        let _ = self.remediations.wait_until_ready().await;
+    }
+}
+
 /// A worker task for one entry.
 struct Worker {
     kind: WorkerKind,
@@ -89,6 +103,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     identity: &str,
     shutdown: CancellationToken,
+    synced: impl FnOnce() + Send + 'static,
 ) {
     let evictor = loop {
         match Evictor::discover(client.clone()).await {
@@ -117,7 +132,14 @@ pub async fn run(
         events,
     });
     let wake = Arc::new(Notify::new());
-    let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
+    let (stores, mut watch_tasks) = start_watches(&client, &config, wake.clone()).await;
+    watch_tasks.push(tokio::spawn({
+        let stores = stores.clone();
+        async move {
+            stores.wait_synced().await;
+            synced();
+        }
+    }));
     let mut controller = Controller::new(shared.clone(), stores, config);
     controller.run(wake, shutdown).await;
     for task in watch_tasks {

@@ -46,6 +46,7 @@ const FIELD_MANAGER: &str = "hostcycle-remediation";
 /// Look again this soon after a failed write or action.
 const RETRY_SOON: Duration = Duration::from_secs(1);
 
+#[derive(Clone)]
 struct Stores {
     machines: Vec<(ApiResource, Store<DynamicObject>)>,
     requests: Store<HostRemediation>,
@@ -55,6 +56,20 @@ struct Stores {
     queues: Store<RebootQueue>,
 }
 
+impl Stores {
+    /// Returns once every watch has listed its objects (for `/readyz`).
+    async fn wait_synced(&self) {
+        for (_, machines) in &self.machines {
+            let _ = machines.wait_until_ready().await;
+        }
+        let _ = self.requests.wait_until_ready().await;
+        let _ = self.hosts.wait_until_ready().await;
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.entries.wait_until_ready().await;
+        let _ = self.queues.wait_until_ready().await;
+    }
+}
+
 /// Runs the remediation controller until `shutdown` fires.
 pub async fn run(
     client: Client,
@@ -62,6 +77,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     identity: &str,
     shutdown: CancellationToken,
+    synced: impl FnOnce() + Send + 'static,
 ) {
     let (events, event_task) = EventSink::start(
         EventPublisher::new(client.clone(), "hostcycle.io/remediation", identity),
@@ -69,7 +85,14 @@ pub async fn run(
     );
     let wake = Arc::new(Notify::new());
     let targets: Arc<Mutex<HashSet<String>>> = Arc::default();
-    let (stores, tasks) = start_watches(&client, &config, wake.clone(), targets.clone()).await;
+    let (stores, mut tasks) = start_watches(&client, &config, wake.clone(), targets.clone()).await;
+    tasks.push(tokio::spawn({
+        let stores = stores.clone();
+        async move {
+            stores.wait_synced().await;
+            synced();
+        }
+    }));
     tracing::info!(
         machine_kinds = ?stores.machines.iter().map(|(r, _)| format!("{}/{}", r.group, r.version)).collect::<Vec<_>>(),
         max_concurrent = config.max_concurrent,
