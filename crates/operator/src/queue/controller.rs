@@ -58,7 +58,6 @@ const RETRY_SOON: Duration = Duration::from_secs(1);
 const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 
 /// The watch caches the loop decides from.
-#[derive(Clone)]
 struct Stores {
     entries: Store<RebootQueueEntry>,
     queues: Store<RebootQueue>,
@@ -67,20 +66,6 @@ struct Stores {
     machines: Vec<(kube::discovery::ApiResource, Store<DynamicObject>)>,
     /// Remediation requests: a node being remediated is never drained or rebooted.
     remediations: Store<hostcycle_api::remediation::HostRemediation>,
-}
-
-impl Stores {
-    /// Returns once every watch has listed its objects (for `/readyz`).
-    async fn wait_synced(&self) {
-        let _ = self.entries.wait_until_ready().await;
-        let _ = self.queues.wait_until_ready().await;
-        let _ = self.nodes.wait_until_ready().await;
-        let _ = self.hosts.wait_until_ready().await;
-        for (_, machines) in &self.machines {
-            let _ = machines.wait_until_ready().await;
-        }
-        let _ = self.remediations.wait_until_ready().await;
-    }
 }
 
 /// A worker task for one entry.
@@ -132,16 +117,9 @@ pub async fn run(
         events,
     });
     let wake = Arc::new(Notify::new());
-    let (stores, mut watch_tasks) = start_watches(&client, &config, wake.clone()).await;
-    watch_tasks.push(tokio::spawn({
-        let stores = stores.clone();
-        async move {
-            stores.wait_synced().await;
-            synced();
-        }
-    }));
+    let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
     let mut controller = Controller::new(shared.clone(), stores, config);
-    controller.run(wake, shutdown).await;
+    controller.run(wake, shutdown, synced).await;
     for task in watch_tasks {
         task.abort();
     }
@@ -373,7 +351,7 @@ impl Controller {
         }
     }
 
-    async fn run(&mut self, wake: Arc<Notify>, shutdown: CancellationToken) {
+    async fn run(&mut self, wake: Arc<Notify>, shutdown: CancellationToken, synced: impl FnOnce()) {
         let ready = async {
             let _ = self.stores.entries.wait_until_ready().await;
             let _ = self.stores.queues.wait_until_ready().await;
@@ -389,6 +367,9 @@ impl Controller {
             _ = ready => {}
         }
         tracing::info!("reboot queue caches synced");
+        // Said from here, not by a second waiter: a store's readiness wakes only the task
+        // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
+        synced();
         self.ensure_queue_object().await;
         self.shared.metrics.queue.running.set(1);
         let mut next = tokio::time::Instant::now();

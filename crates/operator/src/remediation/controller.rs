@@ -46,7 +46,6 @@ const FIELD_MANAGER: &str = "hostcycle-remediation";
 /// Look again this soon after a failed write or action.
 const RETRY_SOON: Duration = Duration::from_secs(1);
 
-#[derive(Clone)]
 struct Stores {
     machines: Vec<(ApiResource, Store<DynamicObject>)>,
     requests: Store<HostRemediation>,
@@ -54,20 +53,6 @@ struct Stores {
     nodes: Store<Node>,
     entries: Store<RebootQueueEntry>,
     queues: Store<RebootQueue>,
-}
-
-impl Stores {
-    /// Returns once every watch has listed its objects (for `/readyz`).
-    async fn wait_synced(&self) {
-        for (_, machines) in &self.machines {
-            let _ = machines.wait_until_ready().await;
-        }
-        let _ = self.requests.wait_until_ready().await;
-        let _ = self.hosts.wait_until_ready().await;
-        let _ = self.nodes.wait_until_ready().await;
-        let _ = self.entries.wait_until_ready().await;
-        let _ = self.queues.wait_until_ready().await;
-    }
 }
 
 /// Runs the remediation controller until `shutdown` fires.
@@ -85,14 +70,7 @@ pub async fn run(
     );
     let wake = Arc::new(Notify::new());
     let targets: Arc<Mutex<HashSet<String>>> = Arc::default();
-    let (stores, mut tasks) = start_watches(&client, &config, wake.clone(), targets.clone()).await;
-    tasks.push(tokio::spawn({
-        let stores = stores.clone();
-        async move {
-            stores.wait_synced().await;
-            synced();
-        }
-    }));
+    let (stores, tasks) = start_watches(&client, &config, wake.clone(), targets.clone()).await;
     tracing::info!(
         machine_kinds = ?stores.machines.iter().map(|(r, _)| format!("{}/{}", r.group, r.version)).collect::<Vec<_>>(),
         max_concurrent = config.max_concurrent,
@@ -122,6 +100,9 @@ pub async fn run(
         _ = shutdown.cancelled() => {}
         _ = ready => {
             tracing::info!("remediation caches synced");
+            // Said from here, not by a second waiter: a store's readiness wakes only the task
+            // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
+            synced();
             let mut next = tokio::time::Instant::now();
             loop {
                 tokio::select! {
