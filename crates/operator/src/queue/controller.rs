@@ -137,35 +137,19 @@ async fn start_watches(
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let mut tasks = Vec::new();
 
-    let (entries, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueueEntry>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    );
-    tasks.push(spawn_waker(
+    let (entries, task) = watch_store(
+        Api::<RebootQueueEntry>::all(client.clone()),
         Watched::all("rebootqueueentries"),
-        stream,
         wake.clone(),
-        |_| true,
-    ));
-
-    let (queues, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueue>::all(client.clone()),
-            watcher::Config::default(),
-        ),
     );
-    tasks.push(spawn_waker(
+    tasks.push(task);
+
+    let (queues, task) = watch_store(
+        Api::<RebootQueue>::all(client.clone()),
         Watched::all("rebootqueues"),
-        stream,
         wake.clone(),
-        |_| true,
-    ));
+    );
+    tasks.push(task);
 
     // Nodes change every heartbeat; wake only when something the queue reads changed.
     let (nodes, writer) = reflector::store();
@@ -211,20 +195,12 @@ async fn start_watches(
         ));
         machines.push((resource, store));
     }
-    let (remediations, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    );
-    tasks.push(spawn_waker(
+    let (remediations, task) = watch_store(
+        Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone()),
         Watched::all("hostremediations"),
-        stream,
         wake.clone(),
-        |_| true,
-    ));
+    );
+    tasks.push(task);
     (
         Stores {
             entries,
@@ -277,6 +253,26 @@ impl Watched {
             namespace: namespace.cloned().unwrap_or_default(),
         }
     }
+}
+
+/// A reflector store of `api`'s objects, kept by a task that wakes the loop at every change.
+pub(crate) fn watch_store<K>(
+    api: Api<K>,
+    watched: Watched,
+    wake: Arc<Notify>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, watcher::Config::default()));
+    (store, spawn_waker(watched, stream, wake, |_| true))
 }
 
 pub(crate) fn spawn_waker<K, S>(

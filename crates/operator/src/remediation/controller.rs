@@ -38,7 +38,7 @@ use super::observe::{
 };
 use crate::events::{EventKind, EventPublisher, EventSink};
 use crate::metrics::{Metrics, RemediationLabels};
-use crate::queue::controller::{Watched, spawn_waker};
+use crate::queue::controller::{Watched, spawn_waker, watch_store};
 use crate::queue::node_ref;
 use crate::queue::observe::{host_summary, machine_resources, machine_summary};
 
@@ -143,20 +143,12 @@ async fn start_watches(
         ));
         machines.push((resource, store));
     }
-    let (requests, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<HostRemediation>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    );
-    tasks.push(spawn_waker(
+    let (requests, task) = watch_store(
+        Api::<HostRemediation>::all(client.clone()),
         Watched::all("hostremediations"),
-        stream,
         wake.clone(),
-        |_| true,
-    ));
+    );
+    tasks.push(task);
 
     let (hosts, writer) = reflector::store();
     let host_api: Api<BareMetalHost> = match &config.host_namespace {
@@ -196,34 +188,18 @@ async fn start_watches(
         },
     ));
 
-    let (entries, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueueEntry>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    );
-    tasks.push(spawn_waker(
+    let (entries, task) = watch_store(
+        Api::<RebootQueueEntry>::all(client.clone()),
         Watched::all("rebootqueueentries"),
-        stream,
         wake.clone(),
-        |_| true,
-    ));
-    let (queues, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueue>::all(client.clone()),
-            watcher::Config::default(),
-        ),
     );
-    tasks.push(spawn_waker(
+    tasks.push(task);
+    let (queues, task) = watch_store(
+        Api::<RebootQueue>::all(client.clone()),
         Watched::all("rebootqueues"),
-        stream,
         wake.clone(),
-        |_| true,
-    ));
+    );
+    tasks.push(task);
     (
         Stores {
             machines,
