@@ -71,6 +71,8 @@ async fn capm3_remediation_twice(lab: &Lab, name: &str) {
     let history = lab.settled_history(name).await;
     assert_eq!(history.power_offs(), 2, "two full cycles: {history:?}");
     assert_eq!(history.power_ons(), 2, "two full cycles: {history:?}");
+    // Events are published in the background; the second completion may still be on its way.
+    lab.wait_event_count(name, "RebootCompleted", 2).await;
     let events = lab.events(name).await;
     assert_eq!(warnings(&events), vec![], "no Warning: {events:?}");
     let offs: Vec<&String> = events
@@ -81,11 +83,6 @@ async fn capm3_remediation_twice(lab: &Lab, name: &str) {
     // Identical notes fold into one Event series; the power history above counts the cycles.
     assert!(!offs.is_empty(), "{events:?}");
     assert!(offs.iter().all(|n| n.starts_with("hard")), "{offs:?}");
-    let completed = lab.event_count(name, "RebootCompleted").await;
-    assert_eq!(
-        completed, 2,
-        "two RebootCompleted (one series of identical notes): {events:?}"
-    );
 }
 
 /// `poweredOn` and `lastUpdated` as a metal3 client reads them from the API server.
@@ -143,7 +140,14 @@ async fn disable_power_off_restarts_and_refuses_holds() {
                 .and_then(|s| s.last_power_action.clone())
                 .unwrap();
             assert!(action.restart, "{action:?}");
-            let events = lab.events(name).await;
+            // Events are published in the background: wait for the two the reboot ends with.
+            let events = lab
+                .events_when(name, "PowerRestart and RebootCompleted", |events| {
+                    ["PowerRestart", "RebootCompleted"]
+                        .iter()
+                        .all(|want| events.iter().any(|(_, r, _)| r == want))
+                })
+                .await;
             let reasons: Vec<&str> = events.iter().map(|(_, r, _)| r.as_str()).collect();
             assert!(
                 !reasons.contains(&"PowerOff"),
@@ -196,7 +200,20 @@ async fn disable_power_off_restarts_and_refuses_holds() {
         assert_eq!(pending(&host), None, "a refused hold is no reboot");
         lab.assert_power_stays("refuse", "On", Duration::from_secs(5))
             .await;
-        let events = lab.events("refuse").await;
+        let events = lab
+            .events_when(
+                "refuse",
+                "PowerOffRefused for online: false and the hold",
+                |events| {
+                    let refused = |needle: &str| {
+                        events.iter().any(|(t, r, n)| {
+                            t == "Warning" && r == "PowerOffRefused" && n.contains(needle)
+                        })
+                    };
+                    refused("online: false") && refused(REMEDIATION)
+                },
+            )
+            .await;
         let refused: Vec<&String> = events
             .iter()
             .filter(|(t, r, _)| t == "Warning" && r == "PowerOffRefused")

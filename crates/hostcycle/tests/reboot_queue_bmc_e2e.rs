@@ -59,13 +59,14 @@ async fn two_node_rolling_reboot_through_the_bmc() {
         );
         assert_eq!(lab.power_cycles(node).await, 1, "{node}: one power cycle");
         assert!(lab.off_after(node, started).is_some());
-        let reasons = lab.event_reasons_about(node).await;
-        for r in [
+        let wanted = [
             "DrainStarted",
             "RebootStarted",
             "BootConfirmed",
             "Uncordoned",
-        ] {
+        ];
+        let reasons = lab.wait_event_reasons_about(node, &wanted).await;
+        for r in wanted {
             assert!(
                 reasons.iter().any(|x| x == r),
                 "{node}: Event {r} in {reasons:?}"
@@ -79,14 +80,17 @@ async fn two_node_rolling_reboot_through_the_bmc() {
         w1_off > w0_done - jiff::SignedDuration::from_secs(2),
         "w-1 powered off at {w1_off}, w-0 done at {w0_done}"
     );
-    let entry_reasons = lab.event_reasons_about("rqe-0000000001").await;
-    for r in [
+    let wanted = [
         "DrainStarted",
         "DrainCompleted",
         "RebootStarted",
         "BootConfirmed",
         "Completed",
-    ] {
+    ];
+    let entry_reasons = lab
+        .wait_event_reasons_about("rqe-0000000001", &wanted)
+        .await;
+    for r in wanted {
         assert!(
             entry_reasons.iter().any(|x| x == r),
             "entry Event {r} in {entry_reasons:?}"

@@ -91,6 +91,31 @@ async fn wait_warning(lab: &QueueLab, object: &str, reason: &str, needle: &str) 
     }
 }
 
+/// Waits until Events with every one of `reasons` about `object` exist (they are published in
+/// the background, after the status they report); returns them all.
+async fn events_with(
+    lab: &QueueLab,
+    object: &str,
+    reasons: &[&str],
+) -> Vec<(String, String, String)> {
+    let what = format!("Events {reasons:?} about {object}");
+    match wait_until(&what, Duration::from_secs(30), || async {
+        let events = events(lab, object).await;
+        reasons
+            .iter()
+            .all(|want| events.iter().any(|(_, r, _)| r == want))
+            .then_some(events)
+    })
+    .await
+    {
+        Ok(events) => events,
+        Err(e) => panic!(
+            "{e}\nEvents about {object}: {:#?}",
+            events(lab, object).await
+        ),
+    }
+}
+
 /// The pods of `ns` matching `selector`, as name → (uid, terminating, phase, node).
 async fn pods(
     lab: &QueueLab,
@@ -387,7 +412,12 @@ async fn pdb_refusals_back_off_in_protected_namespaces_and_delete_elsewhere() {
             "scratch/{name} was deleted: {scratch_after:?}"
         );
     }
-    let b_events = events(&lab, &entry_b).await;
+    let b_events = events_with(
+        &lab,
+        &entry_b,
+        &["DrainCompleted", "RebootStarted", "Completed"],
+    )
+    .await;
     assert!(
         !b_events.iter().any(|(_, r, _)| r == "DrainBackoff"),
         "w-b never backed off: {b_events:?}"
@@ -490,7 +520,9 @@ async fn administrator_cordon_stays_queue_cordon_is_lifted() {
         f_states[first_cordoned..].iter().all(|(c, _)| *c),
         "w-f stayed cordoned from the administrator's cordon on: {f_states:?}"
     );
-    let f_reasons = lab.event_reasons_about("w-f").await;
+    let f_reasons = lab
+        .wait_event_reasons_about("w-f", &["BootConfirmed"])
+        .await;
     assert!(
         !f_reasons.iter().any(|r| r == "Uncordoned"),
         "no Uncordoned Event for w-f: {f_reasons:?}"
@@ -504,13 +536,7 @@ async fn administrator_cordon_stays_queue_cordon_is_lifted() {
         g_states.iter().any(|(c, a)| *c && *a),
         "the queue cordoned w-g (with its annotation): {g_states:?}"
     );
-    assert!(
-        lab.event_reasons_about("w-g")
-            .await
-            .iter()
-            .any(|r| r == "Uncordoned"),
-        "Uncordoned Event for w-g"
-    );
+    lab.wait_event_reasons_about("w-g", &["Uncordoned"]).await;
     let g = lab.node("w-g").await;
     assert!(!cordoned(&g) && !cordoned_by_queue(&g), "w-g uncordoned");
     // w-f's pod was evicted; its replacement cannot go back to the still cordoned w-f.

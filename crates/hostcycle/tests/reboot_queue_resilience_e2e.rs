@@ -147,7 +147,7 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
         );
         assert_eq!(lab.power_cycles(node).await, 1, "{node}: one power cycle");
         assert!(!cordoned(&lab.node(node).await), "{node} uncordoned");
-        let reasons = lab.event_reasons_about(node).await;
+        let reasons = lab.wait_event_reasons_about(node, &["BootConfirmed"]).await;
         assert!(
             reasons.iter().any(|r| r == "BootConfirmed"),
             "{node}: {reasons:?}"
@@ -199,13 +199,8 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
     })
     .await
     .unwrap();
-    assert!(
-        lab.event_reasons_about(&duplicate)
-            .await
-            .iter()
-            .any(|r| r == "DuplicateEntry"),
-        "DuplicateEntry Event"
-    );
+    lab.wait_event_reasons_about(&duplicate, &["DuplicateEntry"])
+        .await;
     let overdue = lab
         .wait_entry("c-0", "BootTimedOut condition", REBOOT_TIMEOUT, |e| {
             e.status.as_ref().is_some_and(|s| {
@@ -220,13 +215,8 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
         cordoned_by_queue(&lab.node("c-0").await),
         "never uncordoned while not booted"
     );
-    assert!(
-        lab.event_reasons_about("c-0")
-            .await
-            .iter()
-            .any(|r| r == "BootTimedOut"),
-        "BootTimedOut Warning on the Node"
-    );
+    // The BootTimedOut Warning on the Node.
+    lab.wait_event_reasons_about("c-0", &["BootTimedOut"]).await;
     let metrics = lab.lab.metrics().await;
     assert!(
         metrics.contains("hostcycle_reboot_queue_boot_timeouts_total 1")
@@ -297,13 +287,8 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
         "the failure says the command timed out"
     );
     assert_eq!(stuck.phase(), EntryPhase::Rebooting);
-    assert!(
-        lab.event_reasons_about(&stuck.name_any())
-            .await
-            .iter()
-            .any(|r| r == "RebootCommandFailed"),
-        "RebootCommandFailed Warning"
-    );
+    lab.wait_event_reasons_about(&stuck.name_any(), &["RebootCommandFailed"])
+        .await;
     assert_eq!(
         lab.power_cycles("h-0").await,
         0,

@@ -153,7 +153,10 @@ pub async fn run(
     let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
     let run_remediation = config.controllers.contains(&ControllerName::Remediation);
     tracing::info!(controllers = ?config.controllers, "starting controllers");
+    // `/readyz` waits for the caches of every controller that runs.
     let bmh_synced = run_bmh.then(|| ready.cache_pending());
+    let queue_synced = run_queue.then(|| ready.cache_pending());
+    let remediation_synced = run_remediation.then(|| ready.cache_pending());
     tokio::join!(
         async {
             if let Some(synced) = bmh_synced {
@@ -169,25 +172,27 @@ pub async fn run(
             }
         },
         async {
-            if run_queue {
+            if let Some(synced) = queue_synced {
                 queue::run(
                     client.clone(),
                     config.queue.clone(),
                     metrics.clone(),
                     &config.identity,
                     work.clone(),
+                    synced,
                 )
                 .await;
             }
         },
         async {
-            if run_remediation {
+            if let Some(synced) = remediation_synced {
                 remediation::run(
                     client.clone(),
                     config.remediation.clone(),
                     metrics.clone(),
                     &config.identity,
                     work.clone(),
+                    synced,
                 )
                 .await;
             }

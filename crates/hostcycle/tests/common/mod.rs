@@ -429,6 +429,22 @@ impl Lab {
             .sum()
     }
 
+    /// Waits until Events with `reason` about `name` count `want` (series included).
+    pub async fn wait_event_count(&self, name: &str, reason: &str, want: i32) {
+        let what = format!("{want} {reason} Events for {name}");
+        if let Err(e) = wait_until(&what, Duration::from_secs(30), || async {
+            (self.event_count(name, reason).await == want).then_some(())
+        })
+        .await
+        {
+            panic!(
+                "{e}: counted {}\nEvents now: {:?}",
+                self.event_count(name, reason).await,
+                self.events(name).await
+            );
+        }
+    }
+
     /// Waits until an Event with `reason` exists for `name`.
     pub async fn wait_event(&self, name: &str, reason: &str) {
         let what = format!("a {reason} Event for {name}");

@@ -308,6 +308,27 @@ impl QueueLab {
             .collect()
     }
 
+    /// Waits until Events with every one of `reasons` about `object` exist — they are published
+    /// in the background, after the change they report — and returns all reasons about it.
+    pub async fn wait_event_reasons_about(&self, object: &str, reasons: &[&str]) -> Vec<String> {
+        let what = format!("Events {reasons:?} about {object}");
+        match wait_until(&what, Duration::from_secs(30), || async {
+            let seen = self.event_reasons_about(object).await;
+            reasons
+                .iter()
+                .all(|want| seen.iter().any(|r| r == want))
+                .then_some(seen)
+        })
+        .await
+        {
+            Ok(seen) => seen,
+            Err(e) => panic!(
+                "{e}\nEvents about {object}: {:?}",
+                self.events_about(object).await
+            ),
+        }
+    }
+
     /// Creates a namespace with labels.
     pub async fn namespace(&self, name: &str, labels: &[(&str, &str)]) {
         let labels: BTreeMap<String, String> = labels

@@ -250,15 +250,26 @@ pub async fn run(
     let sync_stores = (store.clone(), secret_store);
     let sync_stop = shutdown.clone();
     let sync_task = tokio::spawn(async move {
-        tokio::select! {
-            _ = sync_stop.cancelled() => {}
-            (hosts, secrets) = futures::future::join(
+        // A store's readiness wakes only the task that polled it last (kube-runtime's
+        // DelayedInit is a oneshot receiver) and the controller's runner waits on the host
+        // store too: ask again every second instead of relying on the wake-up.
+        loop {
+            let ready = futures::future::join(
                 sync_stores.0.wait_until_ready(),
                 sync_stores.1.wait_until_ready(),
-            ) => {
-                if hosts.is_ok() && secrets.is_ok() {
-                    tracing::info!("BareMetalHost and Secret caches synced");
-                    synced();
+            );
+            tokio::select! {
+                _ = sync_stop.cancelled() => return,
+                answer = tokio::time::timeout(Duration::from_secs(1), ready) => {
+                    match answer {
+                        Ok((Ok(()), Ok(()))) => {
+                            tracing::info!("BareMetalHost and Secret caches synced");
+                            synced();
+                            return;
+                        }
+                        Ok(_) => return, // the stores' writers are gone: shutting down
+                        Err(_) => {}     // not yet, or the wake-up went to the runner
+                    }
                 }
             }
         }

@@ -58,7 +58,6 @@ const RETRY_SOON: Duration = Duration::from_secs(1);
 const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 
 /// The watch caches the loop decides from.
-#[derive(Clone)]
 struct Stores {
     entries: Store<RebootQueueEntry>,
     queues: Store<RebootQueue>,
@@ -89,6 +88,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     identity: &str,
     shutdown: CancellationToken,
+    synced: impl FnOnce() + Send + 'static,
 ) {
     let evictor = loop {
         match Evictor::discover(client.clone()).await {
@@ -119,7 +119,7 @@ pub async fn run(
     let wake = Arc::new(Notify::new());
     let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
     let mut controller = Controller::new(shared.clone(), stores, config);
-    controller.run(wake, shutdown).await;
+    controller.run(wake, shutdown, synced).await;
     for task in watch_tasks {
         task.abort();
     }
@@ -137,25 +137,19 @@ async fn start_watches(
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let mut tasks = Vec::new();
 
-    let (entries, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueueEntry>::all(client.clone()),
-            watcher::Config::default(),
-        ),
+    let (entries, task) = watch_store(
+        Api::<RebootQueueEntry>::all(client.clone()),
+        Watched::all("rebootqueueentries"),
+        wake.clone(),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(task);
 
-    let (queues, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueue>::all(client.clone()),
-            watcher::Config::default(),
-        ),
+    let (queues, task) = watch_store(
+        Api::<RebootQueue>::all(client.clone()),
+        Watched::all("rebootqueues"),
+        wake.clone(),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(task);
 
     // Nodes change every heartbeat; wake only when something the queue reads changed.
     let (nodes, writer) = reflector::store();
@@ -164,10 +158,15 @@ async fn start_watches(
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
     );
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
-    tasks.push(spawn_waker(stream, wake.clone(), move |node: &Node| {
-        let print = node_fingerprint(node);
-        fingerprints.insert(node.name_any(), print) != Some(print)
-    }));
+    tasks.push(spawn_waker(
+        Watched::all("nodes"),
+        stream,
+        wake.clone(),
+        move |node: &Node| {
+            let print = node_fingerprint(node);
+            fingerprints.insert(node.name_any(), print) != Some(print)
+        },
+    ));
 
     let (hosts, writer) = reflector::store();
     let host_api: Api<BareMetalHost> = match &config.host_namespace {
@@ -175,7 +174,12 @@ async fn start_watches(
         None => Api::all(client.clone()),
     };
     let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
 
     let mut machines = Vec::new();
     for resource in machine_resources(client).await {
@@ -183,18 +187,20 @@ async fn start_watches(
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let stream = reflector(writer, watcher(api, watcher::Config::default()));
-        tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+        tasks.push(spawn_waker(
+            Watched::all(&resource.plural),
+            stream,
+            wake.clone(),
+            |_| true,
+        ));
         machines.push((resource, store));
     }
-    let (remediations, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone()),
-            watcher::Config::default(),
-        ),
+    let (remediations, task) = watch_store(
+        Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone()),
+        Watched::all("hostremediations"),
+        wake.clone(),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(task);
     (
         Stores {
             entries,
@@ -226,7 +232,51 @@ fn node_fingerprint(node: &Node) -> u64 {
     h.finish()
 }
 
+/// What a waker's watch covers, for its error messages.
+pub(crate) struct Watched {
+    pub resource: String,
+    /// Empty for every namespace (or a cluster-scoped resource).
+    pub namespace: String,
+}
+
+impl Watched {
+    pub fn all(resource: &str) -> Self {
+        Watched {
+            resource: resource.to_string(),
+            namespace: String::new(),
+        }
+    }
+
+    pub fn in_namespace(resource: &str, namespace: Option<&String>) -> Self {
+        Watched {
+            resource: resource.to_string(),
+            namespace: namespace.cloned().unwrap_or_default(),
+        }
+    }
+}
+
+/// A reflector store of `api`'s objects, kept by a task that wakes the loop at every change.
+pub(crate) fn watch_store<K>(
+    api: Api<K>,
+    watched: Watched,
+    wake: Arc<Notify>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, watcher::Config::default()));
+    (store, spawn_waker(watched, stream, wake, |_| true))
+}
+
 pub(crate) fn spawn_waker<K, S>(
+    watched: Watched,
     stream: S,
     wake: Arc<Notify>,
     mut relevant: impl FnMut(&K) -> bool + Send + 'static,
@@ -244,7 +294,14 @@ where
                 Ok(watcher::Event::Delete(_) | watcher::Event::InitDone) => true,
                 Ok(_) => false,
                 Err(e) => {
-                    tracing::debug!(error = %e, "watch error; the watcher retries");
+                    // A refusal by RBAC is said in words at warn level: the controller is
+                    // blind until the permission is granted.
+                    let text = crate::text::watch_error(e, &watched.resource, &watched.namespace);
+                    if text.starts_with("forbidden") {
+                        tracing::warn!(error = %text, "watch refused; retrying with backoff");
+                    } else {
+                        tracing::debug!(error = %text, "watch error; the watcher retries");
+                    }
                     false
                 }
             };
@@ -290,7 +347,7 @@ impl Controller {
         }
     }
 
-    async fn run(&mut self, wake: Arc<Notify>, shutdown: CancellationToken) {
+    async fn run(&mut self, wake: Arc<Notify>, shutdown: CancellationToken, synced: impl FnOnce()) {
         let ready = async {
             let _ = self.stores.entries.wait_until_ready().await;
             let _ = self.stores.queues.wait_until_ready().await;
@@ -306,6 +363,9 @@ impl Controller {
             _ = ready => {}
         }
         tracing::info!("reboot queue caches synced");
+        // Said from here, not by a second waiter: a store's readiness wakes only the task
+        // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
+        synced();
         self.ensure_queue_object().await;
         self.shared.metrics.queue.running.set(1);
         let mut next = tokio::time::Instant::now();

@@ -38,7 +38,7 @@ use super::observe::{
 };
 use crate::events::{EventKind, EventPublisher, EventSink};
 use crate::metrics::{Metrics, RemediationLabels};
-use crate::queue::controller::spawn_waker;
+use crate::queue::controller::{Watched, spawn_waker, watch_store};
 use crate::queue::node_ref;
 use crate::queue::observe::{host_summary, machine_resources, machine_summary};
 
@@ -62,6 +62,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     identity: &str,
     shutdown: CancellationToken,
+    synced: impl FnOnce() + Send + 'static,
 ) {
     let (events, event_task) = EventSink::start(
         EventPublisher::new(client.clone(), "hostcycle.io/remediation", identity),
@@ -99,6 +100,9 @@ pub async fn run(
         _ = shutdown.cancelled() => {}
         _ = ready => {
             tracing::info!("remediation caches synced");
+            // Said from here, not by a second waiter: a store's readiness wakes only the task
+            // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
+            synced();
             let mut next = tokio::time::Instant::now();
             loop {
                 tokio::select! {
@@ -131,18 +135,20 @@ async fn start_watches(
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let stream = reflector(writer, watcher(api, watcher::Config::default()));
-        tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+        tasks.push(spawn_waker(
+            Watched::all(&resource.plural),
+            stream,
+            wake.clone(),
+            |_| true,
+        ));
         machines.push((resource, store));
     }
-    let (requests, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<HostRemediation>::all(client.clone()),
-            watcher::Config::default(),
-        ),
+    let (requests, task) = watch_store(
+        Api::<HostRemediation>::all(client.clone()),
+        Watched::all("hostremediations"),
+        wake.clone(),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(task);
 
     let (hosts, writer) = reflector::store();
     let host_api: Api<BareMetalHost> = match &config.host_namespace {
@@ -150,7 +156,12 @@ async fn start_watches(
         None => Api::all(client.clone()),
     };
     let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(spawn_waker(
+        Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
+        stream,
+        wake.clone(),
+        |_| true,
+    ));
 
     // Nodes change every heartbeat: wake for a target Node, or when readiness changes.
     let (nodes, writer) = reflector::store();
@@ -159,37 +170,36 @@ async fn start_watches(
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
     );
     let mut prints: HashMap<String, u64> = HashMap::new();
-    tasks.push(spawn_waker(stream, wake.clone(), move |node: &Node| {
-        let name = node.name_any();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        node.uid().hash(&mut h);
-        hostcycle_core::queue::NodeView::from_node(node)
-            .ready
-            .hash(&mut h);
-        let print = h.finish();
-        let changed = prints.insert(name.clone(), print) != Some(print);
-        let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
-        changed || target
-    }));
+    tasks.push(spawn_waker(
+        Watched::all("nodes"),
+        stream,
+        wake.clone(),
+        move |node: &Node| {
+            let name = node.name_any();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            node.uid().hash(&mut h);
+            hostcycle_core::queue::NodeView::from_node(node)
+                .ready
+                .hash(&mut h);
+            let print = h.finish();
+            let changed = prints.insert(name.clone(), print) != Some(print);
+            let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
+            changed || target
+        },
+    ));
 
-    let (entries, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueueEntry>::all(client.clone()),
-            watcher::Config::default(),
-        ),
+    let (entries, task) = watch_store(
+        Api::<RebootQueueEntry>::all(client.clone()),
+        Watched::all("rebootqueueentries"),
+        wake.clone(),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
-    let (queues, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(
-            Api::<RebootQueue>::all(client.clone()),
-            watcher::Config::default(),
-        ),
+    tasks.push(task);
+    let (queues, task) = watch_store(
+        Api::<RebootQueue>::all(client.clone()),
+        Watched::all("rebootqueues"),
+        wake.clone(),
     );
-    tasks.push(spawn_waker(stream, wake.clone(), |_| true));
+    tasks.push(task);
     (
         Stores {
             machines,
