@@ -205,7 +205,17 @@ impl EventSink {
                     .publish(&regarding, kind, &reason, action, &note)
                     .await
                 {
-                    tracing::warn!(object = ?regarding.name, reason, error = %e, "could not publish event");
+                    let about = LogSubject::of(&regarding);
+                    tracing::warn!(
+                        host = about.host.as_deref(),
+                        node = about.node.as_deref(),
+                        machine = about.machine.as_deref(),
+                        entry = about.entry.as_deref(),
+                        remediation = about.remediation.as_deref(),
+                        reason,
+                        error = %e,
+                        "could not publish event"
+                    );
                 }
             }
         });
@@ -220,9 +230,21 @@ impl EventSink {
             regarding.name.as_deref().unwrap_or("")
         );
         let action = self.action;
+        let about = LogSubject::of(regarding);
+        let (host, node, machine, entry, remediation) = (
+            about.host.as_deref(),
+            about.node.as_deref(),
+            about.machine.as_deref(),
+            about.entry.as_deref(),
+            about.remediation.as_deref(),
+        );
         match kind {
-            EventKind::Normal => tracing::info!(%object, reason, note, action, "event"),
-            EventKind::Warning => tracing::warn!(%object, reason, note, action, "event"),
+            EventKind::Normal => tracing::info!(
+                %object, host, node, machine, entry, remediation, reason, note, action, "event"
+            ),
+            EventKind::Warning => tracing::warn!(
+                %object, host, node, machine, entry, remediation, reason, note, action, "event"
+            ),
         }
         let _ = self.sender.send((
             regarding.clone(),
@@ -230,6 +252,38 @@ impl EventSink {
             reason.to_string(),
             note.to_string(),
         ));
+    }
+}
+
+/// The log field naming an Event's object, by its kind — `host`, `node`, `machine`, `entry`
+/// or `remediation`, `namespace/name` when namespaced — the same fields every other log line
+/// about that object carries, so one search finds both.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LogSubject {
+    pub host: Option<String>,
+    pub node: Option<String>,
+    pub machine: Option<String>,
+    pub entry: Option<String>,
+    pub remediation: Option<String>,
+}
+
+impl LogSubject {
+    pub fn of(regarding: &ObjectReference) -> LogSubject {
+        let name = regarding.name.clone().unwrap_or_default();
+        let qualified = match regarding.namespace.as_deref() {
+            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+            _ => name.clone(),
+        };
+        let mut subject = LogSubject::default();
+        match regarding.kind.as_deref() {
+            Some("BareMetalHost") => subject.host = Some(qualified),
+            Some("Node") => subject.node = Some(name),
+            Some("Machine") => subject.machine = Some(qualified),
+            Some("RebootQueueEntry") => subject.entry = Some(name),
+            Some("HostRemediation") => subject.remediation = Some(qualified),
+            _ => {}
+        }
+        subject
     }
 }
 
@@ -397,6 +451,31 @@ mod tests {
             seen.created.iter().all(|n| is_dns_subdomain(n)),
             "{:?}",
             seen.created
+        );
+    }
+
+    #[test]
+    fn the_log_names_an_events_object_with_the_field_of_its_kind() {
+        let reference = |kind: &str, ns: Option<&str>, name: &str| ObjectReference {
+            kind: Some(kind.into()),
+            namespace: ns.map(String::from),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let host = LogSubject::of(&reference("BareMetalHost", Some("metal"), "h-1"));
+        assert_eq!(host.host.as_deref(), Some("metal/h-1"));
+        assert_eq!(host.node, None);
+        let node = LogSubject::of(&reference("Node", None, "worker-1"));
+        assert_eq!(node.node.as_deref(), Some("worker-1"));
+        let machine = LogSubject::of(&reference("Machine", Some("openshift"), "m"));
+        assert_eq!(machine.machine.as_deref(), Some("openshift/m"));
+        let entry = LogSubject::of(&reference("RebootQueueEntry", None, "worker-1-3"));
+        assert_eq!(entry.entry.as_deref(), Some("worker-1-3"));
+        let request = LogSubject::of(&reference("HostRemediation", Some("ns"), "r"));
+        assert_eq!(request.remediation.as_deref(), Some("ns/r"));
+        assert_eq!(
+            LogSubject::of(&reference("RebootQueue", None, "default")),
+            LogSubject::default()
         );
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// Where and as whom to take the leader Lease.
 #[derive(Debug, Clone)]
@@ -52,5 +53,67 @@ pub async fn wait_for_leadership(rx: &mut watch::Receiver<bool>) -> bool {
         if rx.changed().await.is_err() {
             return false;
         }
+    }
+}
+
+/// Opens once this replica holds the leader Lease (at once without leader election). Every
+/// controller starts its watches before it — a standby replica keeps warm caches, so it can
+/// act the moment it takes over — and acts only after it. It never closes again: losing the
+/// Lease cancels the work token and ends the process instead.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderGate(CancellationToken);
+
+impl LeaderGate {
+    pub fn new() -> Self {
+        LeaderGate::default()
+    }
+
+    /// This replica leads from now on.
+    pub fn open(&self) {
+        self.0.cancel();
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
+    /// Waits until this replica leads; false if `work` was cancelled (shutdown, or the
+    /// election ended) first.
+    pub async fn wait_to_lead(&self, work: &CancellationToken) -> bool {
+        tokio::select! {
+            biased;
+            _ = work.cancelled() => false,
+            _ = self.0.cancelled() => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_gate_opens_once_and_stays_open() {
+        let gate = LeaderGate::new();
+        let work = CancellationToken::new();
+        assert!(!gate.is_open());
+        let waiter = tokio::spawn({
+            let (gate, work) = (gate.clone(), work.clone());
+            async move { gate.wait_to_lead(&work).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "a standby replica waits");
+        gate.open();
+        assert!(waiter.await.unwrap_or(false));
+        assert!(gate.is_open());
+        assert!(gate.wait_to_lead(&work).await, "open stays open");
+    }
+
+    #[tokio::test]
+    async fn stopping_ends_the_wait_of_a_standby_replica() {
+        let gate = LeaderGate::new();
+        let work = CancellationToken::new();
+        work.cancel();
+        assert!(!gate.wait_to_lead(&work).await);
     }
 }

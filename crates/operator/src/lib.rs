@@ -89,6 +89,10 @@ pub struct OperatorConfig {
 }
 
 /// Runs the operator until `shutdown` fires (or leadership is lost).
+///
+/// Every controller starts its watches at once, leader or not: a standby replica keeps its
+/// caches warm (and is ready once they are synced), so when it wins the Lease it acts on the
+/// next scheduler tick instead of listing everything first. Only the Lease holder acts.
 pub async fn run(
     client: Client,
     config: OperatorConfig,
@@ -107,41 +111,32 @@ pub async fn run(
     .with_context(|| format!("binding the metrics endpoint on {}", config.metrics_addr))?;
     tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
 
+    // Cancelled on shutdown, on a lost Lease, or when the election ends before we lead.
     let work = CancellationToken::new();
-    let mut lost_leadership = None;
-    if let Some(election) = &config.leader_election {
-        tracing::info!(lease = %format!("{}/{}", election.namespace, election.lease_name), identity = %election.identity, "waiting for leadership");
-        let mut running = election
-            .start(client.clone())
-            .await
-            .context("starting leader election")?;
-        // A standby replica is ready: readiness is health and synced caches, not leadership.
-        ready.set_healthy(true);
-        tokio::select! {
-            _ = shutdown.cancelled() => { http_task.abort(); return Ok(()); }
-            won = leader::wait_for_leadership(&mut running.is_leader) => {
-                if !won { anyhow::bail!("leader election ended before this replica became leader"); }
-            }
+    let leading = leader::LeaderGate::new();
+    let election = match &config.leader_election {
+        Some(election) => {
+            tracing::info!(lease = %format!("{}/{}", election.namespace, election.lease_name), identity = %election.identity, "campaigning for the leader Lease; watching meanwhile");
+            let leader::Election { is_leader, task } = election
+                .start(client.clone())
+                .await
+                .context("starting leader election")?;
+            let follower = tokio::spawn(follow_election(
+                is_leader,
+                leading.clone(),
+                work.clone(),
+                metrics.clone(),
+            ));
+            Some((follower, task))
         }
-        tracing::info!("became leader");
-        metrics.leader.set(1);
-        let work = work.clone();
-        let leader_metric = metrics.clone();
-        lost_leadership = Some(tokio::spawn(async move {
-            loop {
-                if running.is_leader.changed().await.is_err() || !*running.is_leader.borrow() {
-                    // Before anything else: no BMC call starts after this.
-                    work.cancel();
-                    leader_metric.leader.set(0);
-                    tracing::error!("lost the leader Lease; stopping all work");
-                    return;
-                }
-            }
-        }));
-    } else {
-        metrics.leader.set(1);
-        ready.set_healthy(true);
-    }
+        None => {
+            metrics.leader.set(1);
+            leading.open();
+            None
+        }
+    };
+    // Readiness is health and synced caches, not leadership: a standby replica is ready too.
+    ready.set_healthy(true);
 
     let stop = work.clone();
     let outer = shutdown.clone();
@@ -165,6 +160,7 @@ pub async fn run(
                     config.bmh.clone(),
                     metrics.clone(),
                     &config.identity,
+                    leading.clone(),
                     work.clone(),
                     synced,
                 )
@@ -178,6 +174,7 @@ pub async fn run(
                     config.queue.clone(),
                     metrics.clone(),
                     &config.identity,
+                    leading.clone(),
                     work.clone(),
                     synced,
                 )
@@ -191,6 +188,7 @@ pub async fn run(
                     config.remediation.clone(),
                     metrics.clone(),
                     &config.identity,
+                    leading.clone(),
                     work.clone(),
                     synced,
                 )
@@ -201,13 +199,73 @@ pub async fn run(
     ready.set_healthy(false);
     metrics.leader.set(0);
     http_task.abort();
-    if let Some(task) = lost_leadership {
-        task.abort();
+    let ended = match election {
+        Some((follower, manager)) if shutdown.is_cancelled() => {
+            // Every controller has stopped: only now may the Lease go to another replica.
+            // Dropping our end of the election's channel makes the lease manager release
+            // it, so a standby replica takes over at once instead of after the lease
+            // duration.
+            follower.abort();
+            let _ = follower.await;
+            if tokio::time::timeout(Duration::from_secs(3), manager)
+                .await
+                .is_ok()
+            {
+                tracing::info!("released the leader Lease");
+            }
+            None
+        }
+        Some((follower, _manager)) if !follower.is_finished() => {
+            follower.abort();
+            None
+        }
+        Some((follower, _manager)) => match follower.await {
+            Ok(ElectionEnd::LostLease) => {
+                Some("lost the leader Lease; exiting so a fresh process can campaign again")
+            }
+            Ok(ElectionEnd::EndedBeforeLeading) => {
+                Some("leader election ended before this replica became leader")
+            }
+            Err(_) => Some("the leader election task failed"),
+        },
+        None => None,
+    };
+    if shutdown.is_cancelled() {
+        return Ok(());
     }
-    if !shutdown.is_cancelled() {
-        anyhow::bail!("lost the leader Lease; exiting so a fresh process can campaign again");
+    anyhow::bail!(ended.unwrap_or("the controllers stopped"))
+}
+
+/// Why [`follow_election`] returned.
+enum ElectionEnd {
+    LostLease,
+    EndedBeforeLeading,
+}
+
+/// Opens the gate when this replica wins the Lease; cancels `work` when it loses it (before
+/// anything else: no BMC call starts after that) or when the election ends first.
+async fn follow_election(
+    mut is_leader: tokio::sync::watch::Receiver<bool>,
+    leading: leader::LeaderGate,
+    work: CancellationToken,
+    metrics: Arc<metrics::Metrics>,
+) -> ElectionEnd {
+    if !leader::wait_for_leadership(&mut is_leader).await {
+        tracing::error!("leader election ended before this replica became leader; stopping");
+        work.cancel();
+        return ElectionEnd::EndedBeforeLeading;
     }
-    Ok(())
+    tracing::info!("became leader");
+    metrics.leader.set(1);
+    leading.open();
+    loop {
+        if is_leader.changed().await.is_err() || !*is_leader.borrow() {
+            work.cancel();
+            metrics.leader.set(0);
+            tracing::error!("lost the leader Lease; stopping all work");
+            return ElectionEnd::LostLease;
+        }
+    }
 }
 
 /// `hostcycle operator` flags.

@@ -28,16 +28,18 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::reflector::{self, reflector};
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::backoff::{ErrorBackoff, FailureCounts};
 use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::leader::LeaderGate;
 use crate::metrics::{
     BmcErrorLabels, BmcRequestLabels, ControllerLabels, Metrics, PowerActionLabels, StatusLabels,
 };
@@ -162,13 +164,15 @@ fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
-/// Runs the controller until `shutdown` fires. `synced` is called once the caches (hosts,
-/// Secret metadata) are filled.
+/// Runs the controller until `shutdown` fires. The watches start at once and `synced` is
+/// called once their caches (hosts, Secret metadata) are filled; reconciles start only once
+/// `leading` opens, with one of every cached host.
 pub async fn run(
     client: Client,
     config: BmhControllerConfig,
     metrics: Arc<Metrics>,
     identity: &str,
+    leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
 ) {
@@ -185,26 +189,6 @@ pub async fn run(
     // A host's credentials Secret is fetched by name when it is first
     // needed and again only when its resourceVersion changes.
     let (secret_store, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let (events, _event_task) = EventSink::start(
-        EventPublisher::new(client.clone(), "hostcycle.io/operator", identity),
-        "PowerManagement",
-    );
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        drivers: DriverCache::new(BmcConnector::new(config.bmc.clone())),
-        secrets: SecretCache::new(secret_store.clone()),
-        events,
-        metrics: metrics.clone(),
-        lanes: Lanes {
-            action: Arc::new(Semaphore::new(usize::from(
-                config.action_concurrency.max(1),
-            ))),
-            steady: Arc::new(Semaphore::new(usize::from(config.concurrency.max(1)))),
-        },
-        failures: FailureCounts::default(),
-        work: shutdown.clone(),
-        config: config.clone(),
-    });
     // React to spec and annotation changes, deletions, Secrets and our own requeues — not to
     // status-only updates (our own writes): those would bypass the error backoff.
     let (store, writer) = reflector::store();
@@ -225,29 +209,10 @@ pub async fn run(
         })
         .default_backoff()
         .touched_objects();
-    // Reconciles are not limited here: each waits for a slot of its lane (action or steady).
-    let controller = Controller::for_stream(host_events, store.clone())
-        .with_config(controller::Config::default().concurrency(0));
-    // A fixed credentials Secret must bring its hosts back at once, not after the backoff.
-    let host_store = store.clone();
-    let controller =
-        controller.watches_stream(secret_events, move |secret: PartialObjectMeta<Secret>| {
-            let ns = secret.namespace();
-            let name = secret.name_any();
-            host_store
-                .state()
-                .into_iter()
-                .filter(|h| {
-                    h.namespace() == ns
-                        && h.spec
-                            .bmc
-                            .as_ref()
-                            .is_some_and(|b| b.credentials_name.trim() == name)
-                })
-                .map(|h| ObjectRef::from_obj(&*h))
-                .collect::<Vec<_>>()
-        });
-    let sync_stores = (store.clone(), secret_store);
+    // The watches run from now on, leader or not: a standby replica's caches stay warm.
+    let (host_events, host_watch) = forward_when_leading(host_events, leading.clone());
+    let (secret_events, secret_watch) = forward_when_leading(secret_events, leading.clone());
+    let sync_stores = (store.clone(), secret_store.clone());
     let sync_stop = shutdown.clone();
     let sync_task = tokio::spawn(async move {
         // A store's readiness wakes only the task that polled it last (kube-runtime's
@@ -274,6 +239,111 @@ pub async fn run(
             }
         }
     });
+    if leading.wait_to_lead(&shutdown).await {
+        act(
+            client,
+            config,
+            metrics,
+            identity,
+            (store, host_events),
+            (secret_store, secret_events),
+            shutdown,
+        )
+        .await;
+    }
+    sync_task.abort();
+    host_watch.abort();
+    secret_watch.abort();
+}
+
+/// Objects of a watch stream, passed on only while this replica leads.
+type Forwarded<K> = futures::channel::mpsc::UnboundedReceiver<Result<K, watcher::Error>>;
+
+/// Drives `events` (and so the reflector behind it) in a task of its own and passes its
+/// objects on once `leading` is open. Before that they are dropped: they are in the cache,
+/// and the controller starts with a reconcile of every cached object.
+fn forward_when_leading<K: Send + 'static>(
+    events: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    leading: LeaderGate,
+) -> (Forwarded<K>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(events);
+        while let Some(event) = events.next().await {
+            // Errors were logged where they arose; the watcher retries by itself.
+            if let Ok(object) = event
+                && leading.is_open()
+                && tx.unbounded_send(Ok(object)).is_err()
+            {
+                return;
+            }
+        }
+    });
+    (rx, task)
+}
+
+/// The controller proper, on the lead replica: reconciles every cached host at once, then
+/// each one its watches touch, until `shutdown` fires.
+async fn act(
+    client: Client,
+    config: BmhControllerConfig,
+    metrics: Arc<Metrics>,
+    identity: &str,
+    (store, host_events): (Store<BareMetalHost>, Forwarded<BareMetalHost>),
+    (secret_store, secret_events): (
+        Store<PartialObjectMeta<Secret>>,
+        Forwarded<PartialObjectMeta<Secret>>,
+    ),
+    shutdown: CancellationToken,
+) {
+    let (events, _event_task) = EventSink::start(
+        EventPublisher::new(client.clone(), "hostcycle.io/operator", identity),
+        "PowerManagement",
+    );
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        drivers: DriverCache::new(BmcConnector::new(config.bmc.clone())),
+        secrets: SecretCache::new(secret_store),
+        events,
+        metrics: metrics.clone(),
+        lanes: Lanes {
+            action: Arc::new(Semaphore::new(usize::from(
+                config.action_concurrency.max(1),
+            ))),
+            steady: Arc::new(Semaphore::new(usize::from(config.concurrency.max(1)))),
+        },
+        failures: FailureCounts::default(),
+        work: shutdown.clone(),
+        config: config.clone(),
+    });
+    tracing::info!(
+        hosts = store.state().len(),
+        "leading: reconciling every host"
+    );
+    // Reconciles are not limited here: each waits for a slot of its lane (action or steady).
+    let controller = Controller::for_stream(host_events, store.clone())
+        .with_config(controller::Config::default().concurrency(0))
+        // Every cached host once at the start: what changed while this replica stood by.
+        .reconcile_all_on(futures::stream::once(async {}));
+    // A fixed credentials Secret must bring its hosts back at once, not after the backoff.
+    let host_store = store.clone();
+    let controller =
+        controller.watches_stream(secret_events, move |secret: PartialObjectMeta<Secret>| {
+            let ns = secret.namespace();
+            let name = secret.name_any();
+            host_store
+                .state()
+                .into_iter()
+                .filter(|h| {
+                    h.namespace() == ns
+                        && h.spec
+                            .bmc
+                            .as_ref()
+                            .is_some_and(|b| b.credentials_name.trim() == name)
+                })
+                .map(|h| ObjectRef::from_obj(&*h))
+                .collect::<Vec<_>>()
+        });
     let housekeeping_task = tokio::spawn(housekeeping(store, ctx.clone(), shutdown.clone()));
     let stop = shutdown.clone();
     controller
@@ -281,14 +351,28 @@ pub async fn run(
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile failed");
+                log_reconcile_error(&e);
             }
         })
         .await;
     housekeeping_task.abort();
-    sync_task.abort();
     // Free the BMCs' session slots: a session left behind can lock an administrator out.
     ctx.drivers.close_all(Duration::from_secs(5)).await;
+}
+
+/// The controller's own errors (a failed reconcile is also logged by `error_policy`).
+fn log_reconcile_error(error: &controller::Error<ReconcileError, watcher::Error>) {
+    match error {
+        controller::Error::ReconcilerFailed(e, host) => {
+            let host = format!(
+                "{}/{}",
+                host.namespace.as_deref().unwrap_or_default(),
+                host.name
+            );
+            tracing::debug!(%host, error = %e, "reconcile failed");
+        }
+        other => tracing::debug!(error = %other, "controller error"),
+    }
 }
 
 /// Watch errors are retried with backoff; a refusal by RBAC is said in words at warn level.
@@ -381,7 +465,7 @@ fn error_policy(
         ReconcileError::Stopped { .. } => controller::Action::await_change(),
         _ => {
             let after = ctx.config.error_backoff.delay(failures, random);
-            tracing::warn!(host = %host.name_any(), namespace = ?host.namespace(), error = %error, failures, retry_in = ?after, "reconcile failed; retrying");
+            tracing::warn!(host = %host_id(&host), error = %error, failures, retry_in = ?after, "reconcile failed; retrying");
             controller::Action::requeue(after)
         }
     }
@@ -432,7 +516,9 @@ async fn reconcile(
             });
         }
     };
-    let result = reconcile_in_lane(&host, &ctx).await;
+    // Every line logged while reconciling (the BMC drivers' too) names the host.
+    let span = tracing::info_span!("reconcile", host = %host_id(&host));
+    let result = reconcile_in_lane(&host, &ctx).instrument(span).await;
     if result.is_ok() {
         ctx.failures.succeeded(&ObjectRef::from_obj(&*host));
     }

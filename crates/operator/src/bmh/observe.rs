@@ -106,8 +106,9 @@ struct DriverKey {
     secret_resource_version: Option<String>,
 }
 
-/// Drivers by host UID, with what each was built from.
-type DriverMap = HashMap<String, (DriverKey, Arc<dyn PowerDriver>)>;
+/// Drivers by host UID, with what each was built from and the host's `namespace/name` (for
+/// the log).
+type DriverMap = HashMap<String, (DriverKey, Arc<dyn PowerDriver>, String)>;
 
 /// One driver per host, rebuilt when its address, TLS setting or credentials Secret changes.
 pub struct DriverCache {
@@ -153,11 +154,14 @@ impl DriverCache {
     /// waiting at most `deadline`; for shutdown, since a dropped driver's logout does not
     /// outlive the process. The cache is empty afterwards.
     pub async fn close_all(&self, deadline: std::time::Duration) {
-        let drivers: Vec<Arc<dyn PowerDriver>> =
-            self.lock().drain().map(|(_, (_, driver))| driver).collect();
-        let closes = futures::future::join_all(drivers.iter().map(|d| async move {
+        let drivers: Vec<(Arc<dyn PowerDriver>, String)> = self
+            .lock()
+            .drain()
+            .map(|(_, (_, driver, host))| (driver, host))
+            .collect();
+        let closes = futures::future::join_all(drivers.iter().map(|(d, host)| async move {
             if let Err(e) = d.close().await {
-                tracing::info!(bmc = %d.description(), error = %e, "could not log out of the BMC");
+                tracing::info!(%host, bmc = %d.description(), error = %e, "could not log out of the BMC");
             }
         }));
         if tokio::time::timeout(deadline, closes).await.is_err() {
@@ -220,7 +224,7 @@ impl DriverCache {
             credentials_version: secret.metadata.resource_version.clone(),
         };
         let uid = host.uid().unwrap_or_default();
-        if let Some((cached_key, driver)) = self.lock().get(&uid)
+        if let Some((cached_key, driver, _)) = self.lock().get(&uid)
             && *cached_key == key
         {
             return Ok(HostBmc {
@@ -241,7 +245,8 @@ impl DriverCache {
                 kind: BmcFailureKind::Other,
                 message: e.to_string(),
             })?;
-        self.lock().insert(uid, (key, driver.clone()));
+        let host_id = format!("{ns}/{}", host.name_any());
+        self.lock().insert(uid, (key, driver.clone(), host_id));
         Ok(HostBmc {
             driver,
             credentials,
@@ -522,7 +527,9 @@ mod tests {
             disable_certificate_verification: false,
             secret_resource_version: None,
         };
-        cache.lock().insert("uid".to_string(), (key, driver));
+        cache
+            .lock()
+            .insert("uid".to_string(), (key, driver, "ns/h".to_string()));
         for _ in 0..5 {
             let driver = cache.lock().get("uid").unwrap().1.clone();
             assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
@@ -550,7 +557,9 @@ mod tests {
                 disable_certificate_verification: false,
                 secret_resource_version: None,
             };
-            cache.lock().insert(uid.to_string(), (key, driver));
+            cache
+                .lock()
+                .insert(uid.to_string(), (key, driver, format!("ns/{uid}")));
         }
         cache.retain_hosts(&["a".to_string(), "c".to_string()].into_iter().collect());
         let mut left: Vec<String> = cache.lock().keys().cloned().collect();

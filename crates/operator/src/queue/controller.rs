@@ -39,6 +39,7 @@ use serde_json::json;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::command::{self, CommandJob};
 use super::cordon;
@@ -47,6 +48,7 @@ use super::eviction::Evictor;
 use super::observe::{host_summary, host_view, machine_resources, machine_summary, reboot_targets};
 use super::{QueueControllerConfig, Report, ReportKind, Shared, node_ref};
 use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
 use crate::remediation::controller::nodes_being_remediated;
 use crate::remediation::observe::MachineObject;
@@ -81,12 +83,14 @@ enum WorkerKind {
     Command,
 }
 
-/// Runs the reboot queue controller until `shutdown` fires.
+/// Runs the reboot queue controller until `shutdown` fires: its watches at once, the loop
+/// once `leading` opens.
 pub async fn run(
     client: Client,
     config: QueueControllerConfig,
     metrics: Arc<Metrics>,
     identity: &str,
+    leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
 ) {
@@ -119,7 +123,7 @@ pub async fn run(
     let wake = Arc::new(Notify::new());
     let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
     let mut controller = Controller::new(shared.clone(), stores, config);
-    controller.run(wake, shutdown, synced).await;
+    controller.run(wake, leading, shutdown, synced).await;
     for task in watch_tasks {
         task.abort();
     }
@@ -347,7 +351,13 @@ impl Controller {
         }
     }
 
-    async fn run(&mut self, wake: Arc<Notify>, shutdown: CancellationToken, synced: impl FnOnce()) {
+    async fn run(
+        &mut self,
+        wake: Arc<Notify>,
+        leading: LeaderGate,
+        shutdown: CancellationToken,
+        synced: impl FnOnce(),
+    ) {
         let ready = async {
             let _ = self.stores.entries.wait_until_ready().await;
             let _ = self.stores.queues.wait_until_ready().await;
@@ -366,6 +376,11 @@ impl Controller {
         // Said from here, not by a second waiter: a store's readiness wakes only the task
         // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
         synced();
+        // A standby replica keeps its caches warm and stops here until it leads.
+        if !leading.wait_to_lead(&shutdown).await {
+            return;
+        }
+        tracing::info!("leading: the reboot queue loop starts");
         self.ensure_queue_object().await;
         self.shared.metrics.queue.running.set(1);
         let mut next = tokio::time::Instant::now();
@@ -884,13 +899,18 @@ impl Controller {
             node: entry.spec.node.clone(),
             config: snapshot.config.clone(),
         };
-        let handle = tokio::spawn(drain::run(
-            self.shared.clone(),
-            self.stores.nodes.clone(),
-            job,
-            self.reports_tx.clone(),
-            cancel.clone(),
-        ));
+        // Every line the worker logs names its node and entry.
+        let span = tracing::info_span!("drain", node = %job.node, entry = %job.entry);
+        let handle = tokio::spawn(
+            drain::run(
+                self.shared.clone(),
+                self.stores.nodes.clone(),
+                job,
+                self.reports_tx.clone(),
+                cancel.clone(),
+            )
+            .instrument(span),
+        );
         self.workers.insert(
             uid,
             Worker {
@@ -1227,7 +1247,10 @@ impl Controller {
             config: snapshot.config.reboot.clone(),
             run_attempt,
         };
-        let handle = tokio::spawn(command::run(job, self.reports_tx.clone(), cancel.clone()));
+        let span = tracing::info_span!("reboot_command", node = %job.node, entry = %job.entry);
+        let handle = tokio::spawn(
+            command::run(job, self.reports_tx.clone(), cancel.clone()).instrument(span),
+        );
         self.workers.insert(
             uid,
             Worker {
@@ -1445,7 +1468,7 @@ impl Controller {
                 Some(written)
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-                tracing::debug!(entry = %attempted.name_any(), "entry changed meanwhile; deciding again");
+                tracing::debug!(entry = %attempted.name_any(), node = %attempted.spec.node, "entry changed meanwhile; deciding again");
                 self.retry_soon = true;
                 None
             }
@@ -1471,7 +1494,7 @@ impl Controller {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
-                tracing::warn!(entry = %entry.name_any(), error = %e, "cannot remove the entry; retrying");
+                tracing::warn!(entry = %entry.name_any(), node = %entry.spec.node, error = %e, "cannot remove the entry; retrying");
                 self.retry_soon = true;
                 return false;
             }

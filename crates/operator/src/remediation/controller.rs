@@ -31,12 +31,14 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::RemediationControllerConfig;
 use super::observe::{
     MachineObject, Subject, escalation, host_view, limits, node_view, record, requested, resolve,
 };
 use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
 use crate::queue::controller::{Watched, spawn_waker, watch_store};
 use crate::queue::node_ref;
@@ -55,12 +57,14 @@ struct Stores {
     queues: Store<RebootQueue>,
 }
 
-/// Runs the remediation controller until `shutdown` fires.
+/// Runs the remediation controller until `shutdown` fires: its watches at once, the loop
+/// once `leading` opens.
 pub async fn run(
     client: Client,
     config: RemediationControllerConfig,
     metrics: Arc<Metrics>,
     identity: &str,
+    leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
 ) {
@@ -103,15 +107,19 @@ pub async fn run(
             // Said from here, not by a second waiter: a store's readiness wakes only the task
             // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
             synced();
-            let mut next = tokio::time::Instant::now();
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = wake.notified() => {}
-                    _ = tokio::time::sleep_until(next) => {}
+            // A standby replica keeps its caches warm and stops here until it leads.
+            if leading.wait_to_lead(&shutdown).await {
+                tracing::info!("leading: the remediation loop starts");
+                let mut next = tokio::time::Instant::now();
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = wake.notified() => {}
+                        _ = tokio::time::sleep_until(next) => {}
+                    }
+                    let wait = controller.pass().await;
+                    next = hostcycle_bmc::deadline::deadline_after(tokio::time::Instant::now(), wait);
                 }
-                let wait = controller.pass().await;
-                next = hostcycle_bmc::deadline::deadline_after(tokio::time::Instant::now(), wait);
             }
         }
     }
@@ -252,7 +260,9 @@ impl Controller {
             if let Some(requeue) = decision.requeue {
                 next = next.min(requeue);
             }
-            self.apply(&item, &decision, now).await;
+            // Every line logged while acting names the remediation, its Machine, host and Node.
+            let span = item_span(&item);
+            self.apply(&item, &decision, now).instrument(span).await;
         }
         self.last_events.retain(|k, _| live_keys.contains(k));
         self.metrics.remediation.in_flight.set(in_flight);
@@ -1024,7 +1034,11 @@ impl Controller {
                             &note,
                         );
                     }
-                    Err(e) => log_write_error(&format!("BareMetalHost {ns}/{name}"), &e),
+                    Err(e) => {
+                        let host_id = format!("{ns}/{name}");
+                        let _about = tracing::info_span!("orphan", host = %host_id).entered();
+                        log_write_error(&format!("BareMetalHost {host_id}"), &e)
+                    }
                 }
             }
         }
@@ -1070,6 +1084,29 @@ fn primary_ref(subject: &Subject) -> ObjectReference {
         },
         Subject::Request(r) => r.object_ref(&()),
     }
+}
+
+/// The span of one remediation's step: its key, and its Machine, host and Node when known.
+fn item_span(item: &Item) -> tracing::Span {
+    let qualified = |ns: Option<String>, name: String| match ns {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name,
+    };
+    let machine = item
+        .machine
+        .as_ref()
+        .map(|m| qualified(m.object.namespace(), m.object.name_any()));
+    let host = item
+        .host
+        .as_ref()
+        .map(|h| qualified(h.namespace(), h.name_any()));
+    tracing::info_span!(
+        "remediation",
+        remediation = %item.subject.key(),
+        machine = machine.as_deref(),
+        host = host.as_deref(),
+        node = item.observation.node_name.as_deref(),
+    )
 }
 
 fn log_write_error(what: &str, e: &kube::Error) {
