@@ -76,6 +76,8 @@ impl Default for ClusterOptions {
 pub struct LocalCluster {
     // Stopped in reverse order on drop: scheduler, controller manager, API server, etcd.
     processes: Vec<ManagedProcess>,
+    /// How kube-apiserver was started, to start it again ([`LocalCluster::start_apiserver`]).
+    apiserver: ApiServerLaunch,
     /// Certificates, data and logs.
     root: PathBuf,
     /// A temp dir of ours: deleted when the cluster drops cleanly, kept (with its logs) when
@@ -259,8 +261,7 @@ impl LocalCluster {
         tracing::info!(elapsed = ?started.elapsed(), port = etcd_port, "etcd ready");
         cluster_processes.push(etcd);
 
-        let mut apiserver = std::process::Command::new(bin.join("kube-apiserver"));
-        apiserver.args([
+        let mut apiserver_args = vec![
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
@@ -291,9 +292,14 @@ impl LocalCluster {
             ),
             format!("--cert-dir={}", pki_dir.display()),
             "--profiling=false".into(),
-        ]);
-        apiserver.args(&opts.extra_apiserver_args);
-        let apiserver = ManagedProcess::spawn("kube-apiserver", apiserver, &logs)?;
+        ];
+        apiserver_args.extend(opts.extra_apiserver_args.iter().cloned());
+        let apiserver_launch = ApiServerLaunch {
+            program: bin.join("kube-apiserver"),
+            args: apiserver_args,
+            starts: 1,
+        };
+        let apiserver = apiserver_launch.spawn(&logs)?;
         cluster_processes.push(apiserver);
 
         let client = client_from_kubeconfig(&kubeconfig).await?;
@@ -302,23 +308,7 @@ impl LocalCluster {
             let api_proc = cluster_processes
                 .last_mut()
                 .ok_or_else(|| other("cluster", "no api server process"))?;
-            wait_process(
-                api_proc,
-                "kube-apiserver /readyz to report ok",
-                deadline,
-                || {
-                    let client = client.clone();
-                    async move {
-                        let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
-                        client
-                            .request_text(req)
-                            .await
-                            .ok()
-                            .filter(|t| t.trim() == "ok")
-                    }
-                },
-            )
-            .await?;
+            wait_apiserver_ready(api_proc, &client, deadline).await?;
         }
         tracing::info!(elapsed = ?started.elapsed(), %server, "kube-apiserver ready");
 
@@ -351,6 +341,7 @@ impl LocalCluster {
 
         let mut cluster = LocalCluster {
             processes: cluster_processes,
+            apiserver: apiserver_launch,
             root: root.clone(),
             delete_on_drop: false,
             kubeconfig,
@@ -430,6 +421,44 @@ impl LocalCluster {
         self.processes
             .iter_mut()
             .try_for_each(|p| p.ensure_running())
+    }
+
+    /// Stops kube-apiserver alone (SIGTERM, then SIGKILL after 5 s) and waits until it has
+    /// exited. etcd, the controller manager and the scheduler keep running, and so does every
+    /// client: an API server outage. [`LocalCluster::start_apiserver`] brings it back.
+    pub fn stop_apiserver(&mut self) {
+        if let Some(apiserver) = self.processes.get_mut(APISERVER) {
+            apiserver.stop();
+            tracing::info!("kube-apiserver stopped");
+        }
+    }
+
+    /// Starts kube-apiserver again with the flags it first had — the same port, certificates,
+    /// token file and etcd, so every client's kubeconfig still works and every object is
+    /// still there — and waits until its `/readyz` reports ok. Its log is
+    /// `kube-apiserver-<n>.log` (n = 2, 3 … for each restart).
+    pub async fn start_apiserver(&mut self) -> Result<(), TestkitError> {
+        let logs = self.log_dir();
+        if let Some(running) = self.processes.get_mut(APISERVER)
+            && running.ensure_running().is_ok()
+        {
+            return Err(other(
+                "starting kube-apiserver",
+                "it is running; stop it first (LocalCluster::stop_apiserver)",
+            ));
+        }
+        self.apiserver.starts += 1;
+        let mut apiserver = self.apiserver.spawn(&logs)?;
+        let started = Instant::now();
+        let ready =
+            wait_apiserver_ready(&mut apiserver, &self.client, Duration::from_secs(60)).await;
+        // Kept either way: it is stopped by PID when the cluster drops.
+        if let Some(slot) = self.processes.get_mut(APISERVER) {
+            *slot = apiserver;
+        }
+        ready?;
+        tracing::info!(elapsed = ?started.elapsed(), "kube-apiserver ready again");
+        Ok(())
     }
 
     /// Writes a kubeconfig that authenticates as ServiceAccount `namespace/name`, with a token
@@ -577,6 +606,55 @@ impl Drop for LocalCluster {
             }
         }
     }
+}
+
+/// Where kube-apiserver is in [`LocalCluster::processes`] (after etcd).
+const APISERVER: usize = 1;
+
+/// The program and flags kube-apiserver was started with.
+struct ApiServerLaunch {
+    program: PathBuf,
+    args: Vec<String>,
+    /// How many times it was started (names the log of each start).
+    starts: usize,
+}
+
+impl ApiServerLaunch {
+    fn spawn(&self, logs: &Path) -> Result<ManagedProcess, TestkitError> {
+        let mut command = std::process::Command::new(&self.program);
+        command.args(&self.args);
+        let name = match self.starts {
+            1 => "kube-apiserver".to_string(),
+            n => format!("kube-apiserver-{n}"),
+        };
+        ManagedProcess::spawn(&name, command, logs)
+    }
+}
+
+/// Waits until kube-apiserver's `/readyz` reports ok (failing at once if it exits).
+async fn wait_apiserver_ready(
+    apiserver: &mut ManagedProcess,
+    client: &Client,
+    timeout: Duration,
+) -> Result<(), TestkitError> {
+    wait_process(
+        apiserver,
+        "kube-apiserver /readyz to report ok",
+        timeout,
+        || {
+            let client = client.clone();
+            async move {
+                let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
+                client
+                    .request_text(req)
+                    .await
+                    .ok()
+                    .filter(|t| t.trim() == "ok")
+                    .map(|_| ())
+            }
+        },
+    )
+    .await
 }
 
 fn component_common_args(kubeconfig: &Path, port: u16, serving: &pki::PemFiles) -> Vec<String> {
