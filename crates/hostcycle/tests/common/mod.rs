@@ -205,16 +205,41 @@ impl Lab {
     /// Starts (or restarts) the operator binary.
     pub fn start_operator(&mut self) {
         self.operator_starts += 1;
+        let cmd = self.operator_command("e2e-operator", self.metrics_port);
+        let name = format!("hostcycle-operator-{}", self.operator_starts);
+        self.operator = Some(ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap());
+    }
+
+    /// Starts another replica of the operator: the same flags as [`Lab::start_operator`]
+    /// (extra flags included), its own identity and metrics port. It campaigns for the same
+    /// Lease; stopped by PID when dropped.
+    pub fn start_replica(&self, identity: &str) -> Replica {
+        let metrics_port = free_port().unwrap();
+        let cmd = self.operator_command(identity, metrics_port);
+        let name = format!("hostcycle-operator-{identity}");
+        Replica {
+            process: ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap(),
+            identity: identity.to_string(),
+            metrics_port,
+        }
+    }
+
+    /// The identity of the operator [`Lab::start_operator`] starts.
+    pub fn operator_identity(&self) -> &'static str {
+        "e2e-operator"
+    }
+
+    fn operator_command(&self, identity: &str, metrics_port: u16) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"));
         cmd.args(["operator", "--kubeconfig"])
             .arg(&self.operator_kubeconfig)
             .args([
                 "--metrics-addr",
-                &format!("127.0.0.1:{}", self.metrics_port),
+                &format!("127.0.0.1:{metrics_port}"),
                 "--lease-namespace",
                 NS,
                 "--identity",
-                "e2e-operator",
+                identity,
                 "--steady-poll",
                 "5s",
                 "--transition-poll",
@@ -230,8 +255,7 @@ impl Lab {
                 "RUST_LOG",
                 "info,hostcycle_operator=debug,kube_client=warn,kube_runtime=warn",
             );
-        let name = format!("hostcycle-operator-{}", self.operator_starts);
-        self.operator = Some(ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap());
+        cmd
     }
 
     /// SIGKILLs the operator (a crash: no cleanup).
@@ -476,6 +500,28 @@ impl Lab {
             .text()
             .await
             .unwrap()
+    }
+}
+
+/// A second operator process of a [`Lab`] ([`Lab::start_replica`]).
+pub struct Replica {
+    pub process: ManagedProcess,
+    pub identity: String,
+    pub metrics_port: u16,
+}
+
+impl Replica {
+    /// GET `path` on the replica's metrics endpoint: (status, body), or `None` if it does not
+    /// answer (yet).
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let http = hostcycle_testkit::http::client(None).ok()?;
+        let response = http
+            .get(format!("http://127.0.0.1:{}{path}", self.metrics_port))
+            .send()
+            .await
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
     }
 }
 
