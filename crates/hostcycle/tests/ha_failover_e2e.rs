@@ -447,3 +447,117 @@ async fn standby_finishes_a_remediation_after_the_node_was_deleted() {
     );
     assert!(!cordoned(&lab.node(node).await), "the Node is schedulable");
 }
+
+/// The expiry a fenced leader logged: `… expired at <timestamp>`.
+fn fenced_at(log: &str) -> Option<Timestamp> {
+    let line = log.lines().find(|l| l.contains("no longer sure"))?;
+    let rest = &line[line.find("expired at ")? + "expired at ".len()..];
+    rest.split_whitespace()
+        .next()?
+        .trim_matches('"')
+        .parse()
+        .ok()
+}
+
+/// (d) The API server goes away for longer than the Lease. Neither replica can reach it; the
+/// leader's lease manager would only learn of a lost Lease at its next successful read, after
+/// up to 30 s of backoff, so the leader stops by itself the moment its Lease expires without
+/// a renewal seen (and exits, to campaign afresh). Once the server is back, the standby takes
+/// the Lease — only after the leader stopped — and is the one leader: it carries out a
+/// reboot requested then, with one power cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_api_server_outage_longer_than_the_lease_leaves_one_leader() {
+    let name = "ha-outage";
+    let mut lab = Lab::start_with(&[name], ha_options()).await;
+    let (standby, _lease) = start_standby(&lab).await;
+    let leases: Api<Lease> = Api::namespaced(lab.client.clone(), NS);
+
+    let down = Timestamp::now();
+    lab.cluster.stop_apiserver();
+    let leader = lab.operator.as_mut().unwrap();
+    let log_path = leader.log_path().to_path_buf();
+    // Polled here rather than with `wait_until`: `ensure_running` reaps the process.
+    let deadline = tokio::time::Instant::now() + LEASE + Duration::from_secs(20);
+    let exited = loop {
+        if leader.ensure_running().is_err() {
+            break Timestamp::now();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader did not stop by itself once its Lease expired; log {}",
+            log_path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let expiry = fenced_at(&log).unwrap_or_else(|| {
+        panic!("the leader says why it stopped, with its Lease's expiry:\n{log}")
+    });
+    assert!(
+        millis(expiry, exited) < 3000,
+        "the leader stopped {} ms after its Lease expired at {expiry}",
+        millis(expiry, exited)
+    );
+    lab.kill_operator(); // forgets the exited process
+    // The outage goes on well past the expiry.
+    let since_down = Timestamp::now().duration_since(down).as_secs_f64();
+    if since_down < 12.0 {
+        tokio::time::sleep(Duration::from_secs_f64(12.0 - since_down)).await;
+    }
+    let restarted = Timestamp::now();
+    lab.cluster.start_apiserver().await.unwrap();
+
+    let leases = &leases;
+    let taken = wait_until(
+        "the standby to take the Lease once the API server is back",
+        Duration::from_secs(60),
+        || async move {
+            let lease = leases.get(DEFAULT_LEASE_NAME).await.ok()?;
+            (holder(&lease).as_deref() == Some(STANDBY)).then_some(lease)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; standby log {}", standby.process.log_path().display()));
+    let taken_at = Timestamp::now();
+    let acquired = taken
+        .spec
+        .as_ref()
+        .and_then(|s| s.acquire_time.clone())
+        .expect("acquireTime")
+        .0;
+    assert!(
+        acquired > exited && acquired > expiry,
+        "the standby took the Lease at {acquired}, the old leader stopped at {exited} \
+         (its Lease expired at {expiry})"
+    );
+    wait_until(
+        "the standby to lead (hostcycle_leader 1)",
+        Duration::from_secs(30),
+        || async {
+            let (_, metrics) = standby.get("/metrics").await?;
+            (gauge(&metrics, "hostcycle_leader") == Some(1.0)).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "failover (d) API server outage of {:.1} s with a {} s Lease: the leader stopped \
+         {:.2} s after the outage began ({} ms after its Lease expired); API server started \
+         again → standby holds the Lease {:.2} s",
+        restarted.duration_since(down).as_secs_f64(),
+        LEASE.as_secs(),
+        exited.duration_since(down).as_secs_f64(),
+        millis(expiry, exited),
+        taken_at.duration_since(restarted).as_secs_f64(),
+    );
+
+    // The one leader left works: a reboot requested now is carried out once.
+    lab.annotate(name, REBOOT, common::HARD).await;
+    lab.wait_reboot_done(name).await;
+    let history = lab.settled_history(name).await;
+    assert_eq!(
+        (history.power_offs(), history.power_ons()),
+        (1, 1),
+        "exactly one power cycle: {history:?}"
+    );
+}

@@ -27,6 +27,24 @@ impl ErrorBackoff {
         cap: Duration::from_secs(300),
         jitter: 0.25,
     };
+    /// The API server unreachable: 1 s, 2 s, 4 s, 5 s ... An exponential delay would grow
+    /// with the outage — after a 5-minute one, a requested reboot would wait up to 5 more
+    /// minutes once the server is back; this one goes ahead within seconds. Only hosts with a
+    /// status to write retry (steady hosts write nothing), so the retries stay few.
+    pub const API_UNREACHABLE: ErrorBackoff = ErrorBackoff {
+        base: Duration::from_secs(1),
+        cap: Duration::from_secs(5),
+        jitter: 0.25,
+    };
+    /// A watch reconnecting: 500 ms, 1 s, 2 s, 4 s, then every 5 s. kube's default grows to
+    /// 30 s, so after an API server outage the caches the queue and remediation decide from
+    /// could stay stale for half a minute; a watch is one request per resource, cheap to
+    /// retry every few seconds.
+    pub const WATCH: ErrorBackoff = ErrorBackoff {
+        base: Duration::from_millis(500),
+        cap: Duration::from_secs(5),
+        jitter: 0.25,
+    };
     /// Conflicts (the cache lagged one of our writes): 100 ms, 200 ms ... 10 s.
     pub const CONFLICTS: ErrorBackoff = ErrorBackoff {
         base: Duration::from_millis(100),
@@ -54,6 +72,28 @@ impl ErrorBackoff {
         let jitter = fraction(self.jitter) * fraction(random);
         let extra = Duration::try_from_secs_f64(delay.as_secs_f64() * jitter).unwrap_or(delay);
         delay.saturating_add(extra)
+    }
+}
+
+/// Reconnect delays of the operator's watches ([`ErrorBackoff::WATCH`]), for
+/// `WatchStreamExt::backoff`; the stream resets it at every event that is not an error.
+#[derive(Debug, Default)]
+pub struct WatchBackoff {
+    failures: u32,
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        Some(ErrorBackoff::WATCH.delay(self.failures, rand::random::<f64>()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
     }
 }
 
@@ -159,7 +199,12 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_its_fraction() {
-        for backoff in [ErrorBackoff::ERRORS, ErrorBackoff::CONFLICTS] {
+        for backoff in [
+            ErrorBackoff::ERRORS,
+            ErrorBackoff::CONFLICTS,
+            ErrorBackoff::API_UNREACHABLE,
+            ErrorBackoff::WATCH,
+        ] {
             for failures in 1..40 {
                 let floor = backoff.delay(failures, 0.0);
                 for i in 0..100 {
@@ -179,6 +224,17 @@ mod tests {
         };
         assert_eq!(wild.delay(u32::MAX, 3.0), Duration::MAX);
         assert_eq!(ErrorBackoff::ERRORS.delay(1, -1.0), ms(1000));
+    }
+
+    #[test]
+    fn watches_reconnect_within_seconds_and_start_over_after_an_event() {
+        use kube::runtime::utils::Backoff;
+        let mut backoff = WatchBackoff::default();
+        let delays: Vec<Duration> = backoff.by_ref().take(30).collect();
+        assert!(delays[0] >= ms(500) && delays[0] <= ms(625), "{delays:?}");
+        assert!(delays.iter().all(|d| *d <= ms(6250)), "{delays:?}");
+        backoff.reset();
+        assert!(backoff.next().is_some_and(|d| d <= ms(625)));
     }
 
     #[test]

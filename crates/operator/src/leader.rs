@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
+use kube::api::Api;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -35,12 +38,99 @@ impl LeaderElection {
         let manager = LeaseManagerBuilder::new(client, &self.lease_name)
             .with_namespace(&self.namespace)
             .with_identity(&self.identity)
-            .with_duration(self.lease_duration.as_secs().max(2))
+            .with_duration(self.duration().as_secs())
             .with_grace((self.lease_duration.as_secs() / 3).max(1))
             .build()
             .await?;
         let (is_leader, task) = manager.watch().await;
         Ok(Election { is_leader, task })
+    }
+}
+
+/// Why a leader stops leading on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseLapse {
+    /// The Lease names another holder, or none, or is gone.
+    Taken { holder: Option<String> },
+    /// This replica could not confirm a renewal before its Lease expired (the API server
+    /// unreachable or too slow): another replica may take it from now on.
+    Expired { at: jiff::Timestamp },
+}
+
+impl std::fmt::Display for LeaseLapse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseLapse::Taken { holder: Some(h) } => write!(f, "the Lease is held by {h}"),
+            LeaseLapse::Taken { holder: None } => write!(f, "the Lease has no holder"),
+            LeaseLapse::Expired { at } => write!(
+                f,
+                "no renewal of the Lease could be confirmed before it expired at {at}"
+            ),
+        }
+    }
+}
+
+impl LeaderElection {
+    /// How long the Lease is valid (as the lease manager writes it).
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs(self.lease_duration.as_secs().max(2))
+    }
+
+    /// While this replica leads: reads the Lease every fifth of its duration and returns as
+    /// soon as it is no longer ours, or at the moment it expires without a renewal seen.
+    ///
+    /// The lease manager learns of a lost Lease only at its next successful read, and after
+    /// errors (an API server outage) it backs off for up to 30 s: a leader cut off from the
+    /// API server would go on acting while a standby, seeing the Lease expired, takes it over.
+    /// This stops the leader first — when its Lease expires — as client-go's renew deadline
+    /// does. (Clocks of the replicas are assumed to agree within the lease's grace period.)
+    pub async fn confirm_held(&self, client: Client) -> LeaseLapse {
+        let leases: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let duration = self.duration();
+        let period = (duration / 5).clamp(Duration::from_millis(200), Duration::from_secs(5));
+        // Just won: the Lease was renewed a moment ago. Confirmed by the first read below.
+        let mut valid_until = Timestamp::now() + duration;
+        loop {
+            let Some(left) = until(valid_until) else {
+                return LeaseLapse::Expired { at: valid_until };
+            };
+            // A read that hangs past the expiry counts as no renewal seen.
+            if let Ok(read) = tokio::time::timeout(left, leases.get_opt(&self.lease_name)).await {
+                match read {
+                    Ok(Some(lease)) => {
+                        let spec = lease.spec.unwrap_or_default();
+                        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                            return LeaseLapse::Taken {
+                                holder: spec.holder_identity,
+                            };
+                        }
+                        if let (Some(renewed), Some(seconds)) =
+                            (spec.renew_time, spec.lease_duration_seconds)
+                        {
+                            let seconds = u64::try_from(seconds).unwrap_or(0);
+                            valid_until = renewed.0 + Duration::from_secs(seconds);
+                        }
+                    }
+                    Ok(None) => return LeaseLapse::Taken { holder: None },
+                    // Unreachable or refused: the last confirmed expiry stands.
+                    Err(e) => tracing::debug!(error = %e, "cannot read the leader Lease"),
+                }
+            }
+            let Some(left) = until(valid_until) else {
+                return LeaseLapse::Expired { at: valid_until };
+            };
+            tokio::time::sleep(left.min(period)).await;
+        }
+    }
+}
+
+/// The time left until `t`; `None` once it has come.
+fn until(t: Timestamp) -> Option<Duration> {
+    let left = t.duration_since(Timestamp::now());
+    if left.is_positive() {
+        Duration::try_from(left).ok()
+    } else {
+        None
     }
 }
 
@@ -90,7 +180,94 @@ impl LeaderGate {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::testing::{fake_client, status};
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    fn election() -> LeaderElection {
+        LeaderElection {
+            namespace: "ops".into(),
+            lease_name: "hostcycle-operator".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(2),
+        }
+    }
+
+    fn lease(holder: &str, renewed: Timestamp) -> serde_json::Value {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": { "name": "hostcycle-operator", "namespace": "ops" },
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": 2,
+                "renewTime": renewed.to_string(),
+            },
+        })
+    }
+
+    #[tokio::test]
+    async fn a_leader_stops_when_another_replica_holds_the_lease() {
+        // Renewed by us on every read, until another replica shows up as the holder.
+        let reads = Arc::new(Mutex::new(0u32));
+        let counter = reads.clone();
+        let client = fake_client(move |req| {
+            let counter = counter.clone();
+            async move {
+                assert_eq!(
+                    req.path,
+                    "/apis/coordination.k8s.io/v1/namespaces/ops/leases/hostcycle-operator"
+                );
+                let mut n = counter.lock().unwrap();
+                *n += 1;
+                let holder = if *n < 4 { "me" } else { "other" };
+                (200, lease(holder, Timestamp::now()))
+            }
+        });
+        let lapse = tokio::time::timeout(Duration::from_secs(10), election().confirm_held(client))
+            .await
+            .unwrap();
+        assert_eq!(
+            lapse,
+            LeaseLapse::Taken {
+                holder: Some("other".into())
+            }
+        );
+        assert_eq!(*reads.lock().unwrap(), 4, "kept reading while it was ours");
+    }
+
+    #[tokio::test]
+    async fn a_leader_cut_off_from_the_api_server_stops_when_its_lease_expires() {
+        for answer in ["refused", "hangs"] {
+            let renewed = Timestamp::now();
+            let first = Arc::new(Mutex::new(true));
+            let client = fake_client(move |_req| {
+                let first = first.clone();
+                async move {
+                    let was_first = std::mem::replace(&mut *first.lock().unwrap(), false);
+                    if was_first {
+                        return (200, lease("me", renewed));
+                    }
+                    if answer == "hangs" {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                    status(503, "ServiceUnavailable")
+                }
+            });
+            let lapse =
+                tokio::time::timeout(Duration::from_secs(10), election().confirm_held(client))
+                    .await
+                    .unwrap();
+            let expiry = renewed + Duration::from_secs(2);
+            assert_eq!(lapse, LeaseLapse::Expired { at: expiry }, "{answer}");
+            let late = Timestamp::now().duration_since(expiry);
+            assert!(
+                !late.is_negative() && late < jiff::SignedDuration::from_millis(500),
+                "{answer}: stopped {late:?} after the expiry, not at it"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn the_gate_opens_once_and_stays_open() {

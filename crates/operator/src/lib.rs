@@ -122,6 +122,8 @@ pub async fn run(
                 .await
                 .context("starting leader election")?;
             let follower = tokio::spawn(follow_election(
+                client.clone(),
+                election.clone(),
                 is_leader,
                 leading.clone(),
                 work.clone(),
@@ -223,6 +225,10 @@ pub async fn run(
             Ok(ElectionEnd::LostLease) => {
                 Some("lost the leader Lease; exiting so a fresh process can campaign again")
             }
+            Ok(ElectionEnd::Lapsed) => Some(
+                "no longer sure to hold the leader Lease (taken, or expired while the API server \
+                 could not be reached); exiting so a fresh process can campaign again",
+            ),
             Ok(ElectionEnd::EndedBeforeLeading) => {
                 Some("leader election ended before this replica became leader")
             }
@@ -239,12 +245,18 @@ pub async fn run(
 /// Why [`follow_election`] returned.
 enum ElectionEnd {
     LostLease,
+    /// [`LeaderElection::confirm_held`] saw the Lease taken or expired first.
+    Lapsed,
     EndedBeforeLeading,
 }
 
 /// Opens the gate when this replica wins the Lease; cancels `work` when it loses it (before
-/// anything else: no BMC call starts after that) or when the election ends first.
+/// anything else: no BMC call starts after that) — as the lease manager says, or as its own
+/// reads of the Lease show first (taken, or expired without a renewal seen) — or when the
+/// election ends before this replica led.
 async fn follow_election(
+    client: Client,
+    election: LeaderElection,
     mut is_leader: tokio::sync::watch::Receiver<bool>,
     leading: leader::LeaderGate,
     work: CancellationToken,
@@ -258,14 +270,27 @@ async fn follow_election(
     tracing::info!("became leader");
     metrics.leader.set(1);
     leading.open();
-    loop {
-        if is_leader.changed().await.is_err() || !*is_leader.borrow() {
-            work.cancel();
-            metrics.leader.set(0);
-            tracing::error!("lost the leader Lease; stopping all work");
-            return ElectionEnd::LostLease;
+    let lost = async {
+        loop {
+            if is_leader.changed().await.is_err() || !*is_leader.borrow() {
+                return;
+            }
         }
-    }
+    };
+    let end = tokio::select! {
+        _ = lost => {
+            work.cancel();
+            tracing::error!("lost the leader Lease; stopping all work");
+            ElectionEnd::LostLease
+        }
+        lapse = election.confirm_held(client) => {
+            work.cancel();
+            tracing::error!(reason = %lapse, "no longer sure to hold the leader Lease; stopping all work");
+            ElectionEnd::Lapsed
+        }
+    };
+    metrics.leader.set(0);
+    end
 }
 
 /// `hostcycle operator` flags.

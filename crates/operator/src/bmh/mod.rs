@@ -67,6 +67,9 @@ pub struct BmhControllerConfig {
     pub error_backoff: ErrorBackoff,
     /// Retry delays after a conflict (the cache lagged a write).
     pub conflict_backoff: ErrorBackoff,
+    /// Retry delays while the API server cannot be reached at all: short, so a requested
+    /// action goes ahead within seconds of the server's return, however long it was away.
+    pub unreachable_backoff: ErrorBackoff,
 }
 
 impl Default for BmhControllerConfig {
@@ -80,6 +83,7 @@ impl Default for BmhControllerConfig {
             read_deadline: Duration::from_secs(15),
             error_backoff: ErrorBackoff::ERRORS,
             conflict_backoff: ErrorBackoff::CONFLICTS,
+            unreachable_backoff: ErrorBackoff::API_UNREACHABLE,
         }
     }
 }
@@ -94,6 +98,10 @@ pub struct Context {
     config: BmhControllerConfig,
     lanes: Lanes,
     failures: FailureCounts<ObjectRef<BareMetalHost>>,
+    /// Consecutive failures to reach the API server at all, counted apart: an outage must not
+    /// grow the backoff of the refusals that may follow it (a restarted API server answers
+    /// 403 until its RBAC cache is filled).
+    unreachable: FailureCounts<ObjectRef<BareMetalHost>>,
     /// Cancelled when leadership is lost or the process stops: no BMC call starts after it.
     work: CancellationToken,
 }
@@ -160,6 +168,19 @@ pub enum ReconcileError {
     Stopped { host: String },
 }
 
+impl ReconcileError {
+    /// The API server could not be reached (no answer at all, as opposed to a refusal).
+    pub fn api_unreachable(&self) -> bool {
+        match self {
+            ReconcileError::WriteStatus { source, .. }
+            | ReconcileError::RemoveAnnotations { source, .. } => {
+                !matches!(source, kube::Error::Api(_))
+            }
+            _ => false,
+        }
+    }
+}
+
 fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -198,7 +219,7 @@ pub async fn run(
             log_watch_error(&e, "baremetalhosts.metal3.io", &hosts_ns);
             e
         })
-        .default_backoff()
+        .backoff(crate::backoff::WatchBackoff::default())
         .touched_objects()
         .predicate_filter(spec_or_annotations, PredicateConfig::default());
     let secrets_ns = watched_namespace.clone();
@@ -207,7 +228,7 @@ pub async fn run(
             log_watch_error(&e, "secrets (metadata)", &secrets_ns);
             e
         })
-        .default_backoff()
+        .backoff(crate::backoff::WatchBackoff::default())
         .touched_objects();
     // The watches run from now on, leader or not: a standby replica's caches stay warm.
     let (host_events, host_watch) = forward_when_leading(host_events, leading.clone());
@@ -313,6 +334,7 @@ async fn act(
             steady: Arc::new(Semaphore::new(usize::from(config.concurrency.max(1)))),
         },
         failures: FailureCounts::default(),
+        unreachable: FailureCounts::default(),
         work: shutdown.clone(),
         config: config.clone(),
     });
@@ -416,6 +438,7 @@ async fn housekeeping(
         let refs: std::collections::HashSet<ObjectRef<BareMetalHost>> =
             hosts.iter().map(|h| ObjectRef::from_obj(&**h)).collect();
         ctx.failures.retain(|key| refs.contains(key));
+        ctx.unreachable.retain(|key| refs.contains(key));
         let mut counts = std::collections::BTreeMap::<String, i64>::new();
         for s in ["OK", "discovered", "error", "detached", ""] {
             counts.insert(s.to_string(), 0);
@@ -455,8 +478,17 @@ fn error_policy(
             controller: CONTROLLER.into(),
         })
         .inc();
-    let failures = ctx.failures.failed(ObjectRef::from_obj(&*host));
+    let key = ObjectRef::from_obj(&*host);
     let random = rand::random::<f64>();
+    if error.api_unreachable() {
+        let failures = ctx.unreachable.failed(key.clone());
+        ctx.failures.succeeded(&key);
+        let after = ctx.config.unreachable_backoff.delay(failures, random);
+        tracing::warn!(host = %host_id(&host), error = %error, failures, retry_in = ?after, "API server unreachable; retrying");
+        return controller::Action::requeue(after);
+    }
+    ctx.unreachable.succeeded(&key);
+    let failures = ctx.failures.failed(key);
     match error {
         ReconcileError::Conflict { .. } => {
             controller::Action::requeue(ctx.config.conflict_backoff.delay(failures, random))
@@ -520,7 +552,9 @@ async fn reconcile(
     let span = tracing::info_span!("reconcile", host = %host_id(&host));
     let result = reconcile_in_lane(&host, &ctx).instrument(span).await;
     if result.is_ok() {
-        ctx.failures.succeeded(&ObjectRef::from_obj(&*host));
+        let key = ObjectRef::from_obj(&*host);
+        ctx.failures.succeeded(&key);
+        ctx.unreachable.succeeded(&key);
     }
     result
 }
@@ -868,4 +902,40 @@ fn publish(ctx: &Context, host: &BareMetalHost, type_: EventType, reason: &str, 
     };
     ctx.events
         .emit(&host.object_ref(&()), kind, reason, message);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_api_server_that_does_not_answer_is_unreachable() {
+        let unreachable = kube::Error::Service("client error (Connect)".into());
+        let refused = kube::Error::Api(
+            kube::core::Status::failure("etcd timeout", "Timeout")
+                .with_code(504)
+                .boxed(),
+        );
+        let write = |source| ReconcileError::WriteStatus {
+            host: "ns/h".into(),
+            source,
+        };
+        assert!(write(unreachable).api_unreachable());
+        assert!(!write(refused).api_unreachable());
+        let patch = ReconcileError::RemoveAnnotations {
+            host: "ns/h".into(),
+            keys: vec!["reboot.metal3.io".into()],
+            source: kube::Error::Service("connection reset".into()),
+        };
+        assert!(patch.api_unreachable());
+        assert!(
+            !ReconcileError::Conflict {
+                host: "ns/h".into()
+            }
+            .api_unreachable()
+        );
+        // However long the outage, a retry comes within seconds of the server's return.
+        let config = BmhControllerConfig::default();
+        assert!(config.unreachable_backoff.delay(u32::MAX, 0.999) < Duration::from_secs(7));
+    }
 }

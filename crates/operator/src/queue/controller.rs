@@ -290,7 +290,7 @@ where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
     tokio::spawn(async move {
-        let stream = stream.default_backoff();
+        let stream = stream.backoff(crate::backoff::WatchBackoff::default());
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             let wake_now = match &event {

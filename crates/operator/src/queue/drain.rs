@@ -255,7 +255,7 @@ impl PodWatch {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let (store, writer) = reflector::store();
         let events = reflector(writer, watcher(pods_api.clone(), config))
-            .default_backoff()
+            .backoff(crate::backoff::WatchBackoff::default())
             .boxed();
         PodWatch {
             store,
