@@ -448,15 +448,29 @@ async fn standby_finishes_a_remediation_after_the_node_was_deleted() {
     assert!(!cordoned(&lab.node(node).await), "the Node is schedulable");
 }
 
-/// The expiry a fenced leader logged: `… expired at <timestamp>`.
+/// The expiry a fenced leader logged: `… before it expired … expired_at=<timestamp>`.
 fn fenced_at(log: &str) -> Option<Timestamp> {
-    let line = log.lines().find(|l| l.contains("no longer sure"))?;
-    let rest = &line[line.find("expired at ")? + "expired at ".len()..];
-    rest.split_whitespace()
-        .next()?
-        .trim_matches('"')
-        .parse()
-        .ok()
+    let line = strip_ansi(log.lines().find(|l| l.contains("before it expired"))?);
+    let rest = &line[line.find("expired_at=")? + "expired_at=".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The text without terminal colour codes (`ESC [ … m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// (d) The API server goes away for longer than the Lease. Neither replica can reach it; the

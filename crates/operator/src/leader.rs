@@ -11,6 +11,8 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::ErrorBackoff;
+
 /// Where and as whom to take the leader Lease.
 #[derive(Debug, Clone)]
 pub struct LeaderElection {
@@ -30,7 +32,10 @@ pub struct Election {
 }
 
 impl LeaderElection {
-    /// Starts campaigning in the background.
+    /// Starts campaigning in the background. Like `LeaseManager::watch`, but an API error
+    /// is retried within seconds ([`ErrorBackoff::WATCH`]) instead of after up to 30 s: after
+    /// an API server outage, a standby takes an expired Lease as soon as the server is back.
+    /// Dropping every receiver releases the Lease (if held) and ends the task.
     pub async fn start(
         &self,
         client: Client,
@@ -42,7 +47,34 @@ impl LeaderElection {
             .with_grace((self.lease_duration.as_secs() / 3).max(1))
             .build()
             .await?;
-        let (is_leader, task) = manager.watch().await;
+        let (sender, is_leader) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut failures = 0u32;
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = sender.closed() => break,
+                    changed = manager.changed() => match changed {
+                        Ok(leads) => {
+                            failures = 0;
+                            if sender.send(leads).is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            failures = failures.saturating_add(1);
+                            let delay = ErrorBackoff::WATCH.delay(failures, rand::random::<f64>());
+                            tracing::debug!(error = %e, retry_in = ?delay, "leader election: cannot reach the Lease");
+                            tokio::select! {
+                                _ = sender.closed() => break,
+                                _ = tokio::time::sleep(delay) => {}
+                            }
+                        }
+                    },
+                }
+            }
+            manager.release().await.map(|()| manager)
+        });
         Ok(Election { is_leader, task })
     }
 }

@@ -226,8 +226,8 @@ pub async fn run(
                 Some("lost the leader Lease; exiting so a fresh process can campaign again")
             }
             Ok(ElectionEnd::Lapsed) => Some(
-                "no longer sure to hold the leader Lease (taken, or expired while the API server \
-                 could not be reached); exiting so a fresh process can campaign again",
+                "the leader Lease expired with no renewal confirmed (is the API server \
+                 reachable?); exiting so a fresh process can campaign again",
             ),
             Ok(ElectionEnd::EndedBeforeLeading) => {
                 Some("leader election ended before this replica became leader")
@@ -245,7 +245,7 @@ pub async fn run(
 /// Why [`follow_election`] returned.
 enum ElectionEnd {
     LostLease,
-    /// [`LeaderElection::confirm_held`] saw the Lease taken or expired first.
+    /// [`LeaderElection::confirm_held`] saw the Lease expire without a renewal.
     Lapsed,
     EndedBeforeLeading,
 }
@@ -285,8 +285,16 @@ async fn follow_election(
         }
         lapse = election.confirm_held(client) => {
             work.cancel();
-            tracing::error!(reason = %lapse, "no longer sure to hold the leader Lease; stopping all work");
-            ElectionEnd::Lapsed
+            match lapse {
+                leader::LeaseLapse::Taken { holder } => {
+                    tracing::error!(holder = holder.as_deref().unwrap_or(""), "lost the leader Lease; stopping all work");
+                    ElectionEnd::LostLease
+                }
+                leader::LeaseLapse::Expired { at } => {
+                    tracing::error!(expired_at = %at, "could not confirm a renewal of the leader Lease before it expired; stopping all work");
+                    ElectionEnd::Lapsed
+                }
+            }
         }
     };
     metrics.leader.set(0);
