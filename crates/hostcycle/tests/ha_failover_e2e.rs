@@ -35,6 +35,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::json;
 
 /// `--lease-duration` of both replicas.
@@ -574,4 +576,59 @@ async fn an_api_server_outage_longer_than_the_lease_leaves_one_leader() {
         (1, 1),
         "exactly one power cycle: {history:?}"
     );
+}
+
+/// A clean shutdown (SIGTERM, as in a rolling update) hands the Lease over at once: the
+/// leader stops its controllers, then releases the Lease. With a 30 s Lease (renewed when
+/// 10 s are left), waiting for it to expire would take at least 10 s; the standby has it
+/// within a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clean_shutdown_hands_the_lease_over_at_once() {
+    let lease_duration = Duration::from_secs(30);
+    let options = LabOptions {
+        operator_args: vec![
+            "--lease-duration".into(),
+            format!("{}s", lease_duration.as_secs()),
+        ],
+        ..LabOptions::default()
+    };
+    let mut lab = Lab::start_with(&["ha-handover"], options).await;
+    let (standby, lease) = start_standby(&lab).await;
+
+    let leader = lab.operator.as_mut().unwrap();
+    let stopped = Timestamp::now();
+    kill(Pid::from_raw(leader.pid() as i32), Signal::SIGTERM).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while leader.ensure_running().is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader exits on SIGTERM; log {}",
+            leader.log_path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = std::fs::read_to_string(leader.log_path()).unwrap();
+    assert!(log.contains("released the leader Lease"), "{log}");
+    let taken = lease_taken(&lease, &standby).await;
+    let after = millis(stopped, taken);
+    eprintln!(
+        "clean shutdown: SIGTERM → Lease taken by the standby {:.2} s (lease duration {} s)",
+        after as f64 / 1000.0,
+        lease_duration.as_secs()
+    );
+    assert!(
+        after < 8000,
+        "the standby took the Lease {after} ms after the SIGTERM: it waited for the Lease to \
+         expire instead of being handed it"
+    );
+    wait_until(
+        "the standby to lead (hostcycle_leader 1)",
+        Duration::from_secs(30),
+        || async {
+            let (_, metrics) = standby.get("/metrics").await?;
+            (gauge(&metrics, "hostcycle_leader") == Some(1.0)).then_some(())
+        },
+    )
+    .await
+    .unwrap();
 }

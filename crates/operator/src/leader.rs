@@ -32,50 +32,95 @@ pub struct Election {
 }
 
 impl LeaderElection {
-    /// Starts campaigning in the background. Like `LeaseManager::watch`, but an API error
-    /// is retried within seconds ([`ErrorBackoff::WATCH`]) instead of after up to 30 s: after
-    /// an API server outage, a standby takes an expired Lease as soon as the server is back.
-    /// Dropping every receiver releases the Lease (if held) and ends the task.
+    /// Starts campaigning in the background. Like `LeaseManager::watch`, with two changes:
+    /// an API error is retried within seconds ([`ErrorBackoff::WATCH`]) instead of after up to
+    /// 30 s, so after an API server outage a standby takes an expired Lease as soon as the
+    /// server is back; and a standby reads the Lease every second, so one released by a
+    /// leader that shut down cleanly is taken at once — the lease manager itself would look
+    /// again only when the Lease it last saw expires. Dropping every receiver releases the
+    /// Lease (if held) and ends the task.
     pub async fn start(
         &self,
         client: Client,
     ) -> Result<Election, kube_lease_manager::LeaseManagerError> {
-        let manager = LeaseManagerBuilder::new(client, &self.lease_name)
-            .with_namespace(&self.namespace)
-            .with_identity(&self.identity)
-            .with_duration(self.duration().as_secs())
-            .with_grace((self.lease_duration.as_secs() / 3).max(1))
-            .build()
-            .await?;
+        let mut manager = self.manager(client.clone()).await?;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
+        let election = self.clone();
         let (sender, is_leader) = watch::channel(false);
         let task = tokio::spawn(async move {
             let mut failures = 0u32;
             loop {
-                tokio::select! {
+                let standby = !*sender.borrow();
+                let step = tokio::select! {
                     biased;
                     _ = sender.closed() => break,
-                    changed = manager.changed() => match changed {
-                        Ok(leads) => {
-                            failures = 0;
-                            if sender.send(leads).is_err() {
-                                break;
+                    () = released(&leases, &election.lease_name), if standby => Step::Released,
+                    changed = manager.changed() => Step::Changed(changed),
+                };
+                match step {
+                    Step::Released => {
+                        // A fresh manager reads the Lease at once and locks it if it is free.
+                        tracing::info!("the leader Lease was released; campaigning at once");
+                        match election.manager(client.clone()).await {
+                            Ok(fresh) => manager = fresh,
+                            Err(e) => {
+                                tracing::debug!(error = %e, "leader election: cannot reach the Lease")
                             }
                         }
-                        Err(e) => {
-                            failures = failures.saturating_add(1);
-                            let delay = ErrorBackoff::WATCH.delay(failures, rand::random::<f64>());
-                            tracing::debug!(error = %e, retry_in = ?delay, "leader election: cannot reach the Lease");
-                            tokio::select! {
-                                _ = sender.closed() => break,
-                                _ = tokio::time::sleep(delay) => {}
-                            }
+                    }
+                    Step::Changed(Ok(leads)) => {
+                        failures = 0;
+                        if sender.send(leads).is_err() {
+                            break;
                         }
-                    },
+                    }
+                    Step::Changed(Err(e)) => {
+                        failures = failures.saturating_add(1);
+                        let delay = ErrorBackoff::WATCH.delay(failures, rand::random::<f64>());
+                        tracing::debug!(error = %e, retry_in = ?delay, "leader election: cannot reach the Lease");
+                        tokio::select! {
+                            _ = sender.closed() => break,
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                    }
                 }
             }
             manager.release().await.map(|()| manager)
         });
         Ok(Election { is_leader, task })
+    }
+
+    async fn manager(
+        &self,
+        client: Client,
+    ) -> Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError> {
+        LeaseManagerBuilder::new(client, &self.lease_name)
+            .with_namespace(&self.namespace)
+            .with_identity(&self.identity)
+            .with_duration(self.duration().as_secs())
+            .with_grace((self.lease_duration.as_secs() / 3).max(1))
+            .build()
+            .await
+    }
+}
+
+/// One turn of the election loop.
+enum Step {
+    /// The Lease has no holder: its leader released it.
+    Released,
+    Changed(Result<bool, kube_lease_manager::LeaseManagerError>),
+}
+
+/// Returns once a read of the Lease shows no holder (read every second).
+async fn released(leases: &Api<Lease>, name: &str) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(Some(lease)) = leases.get_opt(name).await {
+            let holder = lease.spec.and_then(|s| s.holder_identity);
+            if holder.is_none_or(|h| h.is_empty()) {
+                return;
+            }
+        }
     }
 }
 
