@@ -209,11 +209,12 @@ pub async fn run(
             // duration.
             follower.abort();
             let _ = follower.await;
-            if tokio::time::timeout(Duration::from_secs(3), manager)
-                .await
-                .is_ok()
-            {
-                tracing::info!("released the leader Lease");
+            match tokio::time::timeout(Duration::from_secs(3), manager).await {
+                Ok(Ok(Ok(_))) if leading.is_open() => tracing::info!("released the leader Lease"),
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(error = %e, "could not release the leader Lease; it expires by itself")
+                }
+                _ => {}
             }
             None
         }

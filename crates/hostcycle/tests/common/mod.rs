@@ -205,7 +205,7 @@ impl Lab {
     /// Starts (or restarts) the operator binary.
     pub fn start_operator(&mut self) {
         self.operator_starts += 1;
-        let cmd = self.operator_command("e2e-operator", self.metrics_port);
+        let cmd = self.operator_command(self.operator_identity(), self.metrics_port);
         let name = format!("hostcycle-operator-{}", self.operator_starts);
         self.operator = Some(ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap());
     }
