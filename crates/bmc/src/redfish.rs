@@ -737,6 +737,10 @@ impl BmcOperations for RedfishDriver {
         self.options.retry.deadline
     }
 
+    fn credentials(&self) -> Option<&BmcCredentials> {
+        Some(&self.credentials)
+    }
+
     async fn end_session(&self) -> Result<(), BmcError> {
         self.logout().await
     }
