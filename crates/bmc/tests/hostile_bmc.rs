@@ -648,6 +648,137 @@ async fn redirects_and_sessions_holding_the_password_are_scrubbed() {
     assert_contained(&err);
 }
 
+/// Log lines written while `run` runs (this thread, every level).
+async fn logs_of<F: std::future::Future<Output = ()>>(run: F) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    run.await;
+    drop(guard);
+    String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned()
+}
+
+/// What the driver logs on the way — retries naming the operation and its error, redirects
+/// followed, a soft request carried out hard with the BMC's reset types, a service root that
+/// could not be read — holds no password, whatever the BMC put where.
+#[tokio::test]
+async fn logs_hold_no_password_from_an_echoing_bmc() {
+    let logs = logs_of(async {
+        // Retries of a reset whose target holds the password.
+        let server = MockServer::start().await;
+        let target = format!("/reset/{PASSWORD}/ComputerSystem.Reset");
+        mount_get(&server, SYSTEM, system("On", json!({ "target": target }))).await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(500).set_body_string("internal error"))
+            .mount(&server)
+            .await;
+        let err = driver(&server)
+            .power_off(PowerOffMode::Hard)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BmcError::RetriesExhausted { .. }), "{err:?}");
+
+        // A redirect to a path holding it.
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path(SYSTEM))
+            .respond_with(ResponseTemplate::new(307).insert_header(
+                "Location",
+                format!("/redfish/v1/Systems/{}", percent_encoded_password()).as_str(),
+            ))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(503).set_body_string("busy"))
+            .mount(&server)
+            .await;
+        driver(&server).power_state().await.unwrap_err();
+
+        // Reset types holding it: soft carried out hard, logged with the reason.
+        let server = MockServer::start().await;
+        mount_get(
+            &server,
+            SYSTEM,
+            system(
+                "On",
+                json!({ "target": "/reset", "@Redfish.ActionInfo": "/info" }),
+            ),
+        )
+        .await;
+        mount_get(
+            &server,
+            "/info",
+            json!({ "Parameters": [{ "Name": "ResetType",
+                "AllowableValues": ["On", "ForceOff", PASSWORD] }] }),
+        )
+        .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(204))
+            .mount(&server)
+            .await;
+        driver(&server).power_off(PowerOffMode::Soft).await.unwrap();
+
+        // A service root redirecting in a loop through paths holding it (session auth looks
+        // up Links.Sessions there, and logs why it could not).
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/redfish/v1/"))
+            .respond_with(
+                ResponseTemplate::new(302)
+                    .insert_header("Location", format!("/redfish/v1/{PASSWORD}/").as_str()),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(302).insert_header(
+                "Location",
+                format!("/redfish/v1/{}/again", percent_encoded_password()).as_str(),
+            ))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(401))
+            .mount(&server)
+            .await;
+        driver_at(
+            &format!("redfish+http://{}{SYSTEM}", server.address()),
+            fast_options(),
+            RedfishAuthMode::Session,
+        )
+        .power_state()
+        .await
+        .unwrap_err();
+    })
+    .await;
+    for needle in [
+        "transient BMC failure; retrying",
+        "following the BMC's redirect",
+        "soft request carried out hard",
+        "no Links.Sessions",
+    ] {
+        assert!(logs.contains(needle), "the case logs {needle:?}:\n{logs}");
+    }
+    assert_no_secret(&logs);
+    assert!(!logs.contains(&percent_encoded_password()), "{logs}");
+    assert!(logs.contains("<redacted>"), "{logs}");
+}
+
 /// A script that records its own environment, as the kernel handed it over (a shell adds
 /// variables of its own to what `env` prints).
 fn environment_recorder(dir: &Path, name: &str, stdout: &str) -> std::path::PathBuf {
