@@ -142,7 +142,32 @@ fn secret_forms(username: &str, password: &str) -> Vec<String> {
         }
     }
     forms.push(base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}")));
+    for form in url_path_forms(password) {
+        if form.len() >= MIN_SCRUBBED_SECRET_BYTES && !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
     forms
+}
+
+/// The password as a BMC sees it in a request line when the driver sent a request to a path
+/// holding it (a reset target or `Location` the BMC gave): URL parsing percent-encodes some
+/// characters, reads `\` as `/` and starts a query at `?`. Both that and its decoded form (a
+/// BMC repeating its decoded path) are searched for.
+fn url_path_forms(password: &str) -> Vec<String> {
+    let Ok(base) = url::Url::parse("http://bmc/") else {
+        return Vec::new();
+    };
+    let Ok(joined) = base.join(&format!("/{password}")) else {
+        return Vec::new();
+    };
+    let after_host = &joined[url::Position::BeforePath..];
+    let form = after_host
+        .strip_prefix('/')
+        .unwrap_or(after_host)
+        .to_string();
+    let decoded = percent_decode(&form, false);
+    vec![form, decoded]
 }
 
 /// BMC text made safe to show: the password removed (see [`scrub_secret`]), then cut to
@@ -254,6 +279,24 @@ mod tests {
         // Malformed or cut escapes do not panic.
         for odd in ["%", "%4", "%zz", "a%", "%%41", "%C3"] {
             assert_eq!(scrub_secret(odd, "admin", password), odd);
+        }
+    }
+
+    #[test]
+    fn the_password_as_a_request_line_carries_it_is_scrubbed() {
+        // URL parsing reads `\` as `/` and encodes `"` and spaces: a BMC repeating the request
+        // line of a request to a path holding the password repeats neither the password nor
+        // a percent-encoding of it.
+        let password = "Sekr1t\"pa\\ss w?rd";
+        for echoed in [
+            "cannot process POST /reset/Sekr1t%22pa/ss%20w?rd/Reset",
+            "cannot process POST /reset/Sekr1t\"pa/ss w?rd/Reset",
+        ] {
+            let scrubbed = scrub_secret(echoed, "admin", password);
+            assert_eq!(
+                scrubbed, "cannot process POST /reset/<redacted>/Reset",
+                "{echoed}"
+            );
         }
     }
 
