@@ -544,7 +544,14 @@ impl ProcessWatch {
 fn password_channels(sample: &ProcessSample) -> &'static [&'static str] {
     if sample.argv.first().is_some_and(|a| a.ends_with("ipmitool")) {
         &["IPMITOOL_PASSWORD=", "IPMI_PASSWORD="]
-    } else if sample.what.starts_with("hostcycle bmc") {
+    } else if sample.what.contains("hostcycle bmc")
+        && sample
+            .argv
+            .first()
+            .is_some_and(|a| a == env!("CARGO_BIN_EXE_hostcycle"))
+    {
+        // The CLI itself, or a child of it between fork and exec (it still has the
+        // parent's image and environment; ipmitool gets a cleared one at exec).
         &["HOSTCYCLE_BMC_PASSWORD="]
     } else {
         &[]
