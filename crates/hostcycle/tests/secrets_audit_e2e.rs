@@ -1181,7 +1181,7 @@ async fn no_bmc_password_leaks_anywhere_after_a_full_run() {
                 args: with(
                     &["off", "--wait-timeout", "20s", "--poll-interval", "200ms"],
                     connection(
-                        echo.address(Trap::ResetTypes),
+                        echo.address_of(Trap::ResetTypes, "cli"),
                         &types.user,
                         Some(file_for("types", &types.password)),
                     ),

@@ -69,10 +69,6 @@ impl Trap {
             Trap::Redirect => "echo-redirect",
         }
     }
-
-    fn from_id(id: &str) -> Option<Trap> {
-        Trap::ALL.into_iter().find(|t| t.id() == id)
-    }
 }
 
 /// How to start an [`EchoBmc`].
@@ -98,8 +94,8 @@ struct Echoes {
     sessions: BTreeMap<String, String>,
     logins: u64,
     token_requests: u64,
-    /// Power of the [`Trap::ResetTypes`] System.
-    powered_off: bool,
+    /// Systems of [`Trap::ResetTypes`] that are off, by id.
+    powered_off: BTreeSet<String>,
 }
 
 /// A running echo BMC on a loopback port; stops when dropped.
@@ -164,6 +160,12 @@ impl EchoBmc {
         )
     }
 
+    /// Another System with the same trap and a power state of its own
+    /// (`…/Systems/<trap>-<name>`), so two clients do not share one.
+    pub fn address_of(&self, trap: Trap, name: &str) -> String {
+        format!("{}-{name}", self.address(trap))
+    }
+
     /// Every request received, oldest first.
     pub fn requests(&self) -> Vec<EchoRequest> {
         lock(&self.state).requests.clone()
@@ -194,10 +196,23 @@ fn lock(m: &Mutex<Echoes>) -> std::sync::MutexGuard<'_, Echoes> {
     }
 }
 
-/// The trap a request path belongs to: `/redfish/v1/Systems/<id>[/...]`.
+/// The System id of a request path: `/redfish/v1/Systems/<id>[/...]`.
+fn system_of(path: &str) -> Option<&str> {
+    path.strip_prefix(SYSTEMS)?
+        .strip_prefix('/')?
+        .split('/')
+        .next()
+}
+
+/// The trap a request path belongs to: System `<trap>` or `<trap>-<name>`.
 fn trap_of(path: &str) -> Option<Trap> {
-    let rest = path.strip_prefix(SYSTEMS)?.strip_prefix('/')?;
-    Trap::from_id(rest.split('/').next()?)
+    let id = system_of(path)?;
+    Trap::ALL.into_iter().find(|t| {
+        id == t.id()
+            || id
+                .strip_prefix(t.id())
+                .is_some_and(|rest| rest.starts_with('-'))
+    })
 }
 
 /// `text` percent-encoded except for RFC 3986's unreserved characters (for a header value).
@@ -337,7 +352,8 @@ async fn answer(
     let Some(trap) = trap_of(&path) else {
         return redfish_error(StatusCode::NOT_FOUND, &echo, &secret);
     };
-    let system = format!("{SYSTEMS}/{}", trap.id());
+    let id = system_of(&path).unwrap_or(trap.id()).to_string();
+    let system = format!("{SYSTEMS}/{id}");
     let is_system = path.trim_end_matches('/') == system;
     match trap {
         Trap::ErrorPage => redfish_error(StatusCode::INTERNAL_SERVER_ERROR, &echo, &secret),
@@ -354,10 +370,14 @@ async fn answer(
         }
         Trap::Redirect => redfish_error(StatusCode::INTERNAL_SERVER_ERROR, &echo, &secret),
         Trap::ResetTypes if is_system => {
-            let power = if echoes.powered_off { "Off" } else { "On" };
+            let power = if echoes.powered_off.contains(&id) {
+                "Off"
+            } else {
+                "On"
+            };
             axum::Json(json!({
                 "@odata.id": system,
-                "Id": trap.id(),
+                "Id": id,
                 "Name": echo,
                 "PowerState": power,
                 "Actions": { "#ComputerSystem.Reset": {
@@ -381,15 +401,19 @@ async fn answer(
         .into_response(),
         Trap::ResetTypes if method == Method::POST => {
             match login_body_field(&body_text, "ResetType").as_str() {
-                "ForceOff" => echoes.powered_off = true,
-                "On" => echoes.powered_off = false,
+                "ForceOff" => {
+                    echoes.powered_off.insert(id.clone());
+                }
+                "On" => {
+                    echoes.powered_off.remove(&id);
+                }
                 _ => {}
             }
             StatusCode::NO_CONTENT.into_response()
         }
         Trap::ResetTarget if is_system => axum::Json(json!({
             "@odata.id": system,
-            "Id": trap.id(),
+            "Id": id,
             "PowerState": "On",
             "Actions": { "#ComputerSystem.Reset": {
                 "target": format!("{system}/Actions/{secret}/ComputerSystem.Reset"),
@@ -454,6 +478,11 @@ mod tests {
                 Some(trap)
             );
         }
+        assert_eq!(
+            trap_of(&format!("{SYSTEMS}/echo-types-cli/Actions/x")),
+            Some(Trap::ResetTypes)
+        );
+        assert_eq!(trap_of(&format!("{SYSTEMS}/echo-typesx")), None);
         assert_eq!(trap_of("/redfish/v1/SessionService/Sessions"), None);
     }
 }
