@@ -64,8 +64,8 @@ fn echo_host(trap: Trap) -> String {
 
 // ----- the passwords and the forms a leak could take ------------------------------------
 
-/// One BMC account of the run.
-#[derive(Clone, Debug)]
+/// One BMC account of the run (no `Debug`: nothing prints a password by accident).
+#[derive(Clone)]
 struct Account {
     /// What it is, for the report: "audit-rf's password".
     label: String,
@@ -74,26 +74,25 @@ struct Account {
 }
 
 /// `head` random letters and digits, then `tail` characters mixing letters with characters
-/// that JSON, URL and shell quoting change (`"` `\` `%` `/` `+` space `&` `=` `@` `:`), so
-/// every encoded form differs from the raw one, while the alphanumeric head survives any
-/// escaping and is searched on its own.
+/// that JSON, URL and shell quoting change — `"`, `\`, `%` and a space, then any of
+/// `/ + & = @ :` — so every encoded form differs from the raw one, while the alphanumeric head
+/// survives any escaping and is searched on its own.
 fn random_password(head: usize, tail: usize) -> String {
     const ALNUM: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-    const SPECIAL: &[u8] = b"\"\\%/+ &=@:";
-    let mut out = String::new();
-    for _ in 0..head {
-        out.push(ALNUM[rand::random_range(0..ALNUM.len())] as char);
-    }
+    const FIRST: &[u8] = b"\"\\% ";
+    const MORE: &[u8] = b"/+&=@:";
+    let alnum = || ALNUM[rand::random_range(0..ALNUM.len())] as char;
+    let mut out: String = (0..head).map(|_| alnum()).collect();
     for i in 0..tail {
-        let c = if i % 2 == 0 {
-            SPECIAL[(i / 2) % SPECIAL.len()]
-        } else {
-            ALNUM[rand::random_range(0..ALNUM.len())]
+        let c = match (i % 2, FIRST.get(i / 2)) {
+            (0, Some(first)) => *first as char,
+            (0, None) => MORE[rand::random_range(0..MORE.len())] as char,
+            _ => alnum(),
         };
-        out.push(c as char);
+        out.push(c);
     }
     // Never ends in a space (credentials are trimmed).
-    out.push(ALNUM[rand::random_range(0..ALNUM.len())] as char);
+    out.push(alnum());
     out
 }
 
@@ -1381,4 +1380,47 @@ async fn no_bmc_password_leaks_anywhere_after_a_full_run() {
         "no BMC password found in any of the above; took {:?}",
         started.elapsed()
     );
+}
+
+/// The scanner itself: every form a leak could take is found, and the report masks it.
+#[test]
+fn the_scanner_finds_every_form_and_masks_it() {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let a = account("the test's password", "u-test", false);
+    let p = a.password.clone();
+    let json = serde_json::to_string(&p).unwrap();
+    let leaks = [
+        format!("error: {p} (end)"),
+        format!("{{\"message\":{json}}}"),
+        format!("GET /x/{}", percent_encode(&p, false)),
+        format!("body=a&pw={}", percent_encode(&p, true)),
+        format!(
+            "Authorization: Basic {}",
+            STANDARD.encode(format!("u-test:{p}"))
+        ),
+        format!("data: {}", STANDARD.encode(format!("a{p}b"))),
+        format!("data: {}", STANDARD.encode(format!("ab{p}"))),
+        format!("data: {}", URL_SAFE_NO_PAD.encode(format!("abc{p}xyz"))),
+        format!("cut: {}… (truncated)", &p[..PIECE + 1]),
+    ];
+    let auditor = Auditor::new(vec![a]);
+    for (i, leak) in leaks.iter().enumerate() {
+        auditor.scan("test", &format!("leak {i}"), leak);
+        auditor.scan_lines("test lines", &format!("log {i}"), &format!("x\n{leak}\ny"));
+    }
+    auditor.scan("test", "clean", "nothing to see: e2e-password-like text");
+    let hits = auditor.hits.lock().unwrap().clone();
+    for (i, leak) in leaks.iter().enumerate() {
+        for source in [format!("leak {i}"), format!("log {i}, line 2")] {
+            assert!(
+                hits.iter().any(|h| h.source == source),
+                "no hit for {source}: {}",
+                masked(leak, &auditor.needles, &auditor.accounts)
+            );
+        }
+    }
+    assert!(!hits.iter().any(|h| h.source == "clean"));
+    let report = auditor.report().unwrap();
+    assert!(!report.contains(&p[..PIECE]), "the report masks: {report}");
+    assert!(report.contains("<the test's password ("), "{report}");
 }
