@@ -1,5 +1,7 @@
 //! Prometheus metrics, all prefixed `hostcycle_`.
 
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -9,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PowerActionLabels {
     /// `on` or `off`.
     pub action: String,
@@ -19,7 +21,7 @@ pub struct PowerActionLabels {
     pub result: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BmcRequestLabels {
     /// Driver name, e.g. `redfish`, `ipmi`.
     pub driver: String,
@@ -27,7 +29,7 @@ pub struct BmcRequestLabels {
     pub operation: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BmcErrorLabels {
     pub driver: String,
     pub operation: String,
@@ -35,35 +37,45 @@ pub struct BmcErrorLabels {
     pub kind: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub operational_status: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// One BareMetalHost in a state alerts care about. Not `namespace`: Prometheus' Kubernetes
+/// discovery sets that target label to the operator's namespace.
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostConditionLabels {
+    pub host_namespace: String,
+    pub host: String,
+    /// The condition's reason, e.g. `BMCUnreachable`, `AwaitingPowerOff`.
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     /// `Queued`, `Draining`, `Rebooting`, `Cancelled`.
     pub phase: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodePhaseLabels {
     pub node: String,
     pub phase: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EvictionLabels {
     /// `evicted`, `not_found`, `refused` (429), `error`, `deleted` (deleted instead).
     pub result: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -91,6 +103,8 @@ pub struct QueueMetrics {
     pub boot_timeouts: Counter,
     /// Entries currently past `bootTimeoutSeconds`.
     pub boot_overdue: Gauge,
+    /// Queued entries waiting out a drain backoff.
+    pub backed_off: Gauge,
     /// Entries removed, by reason (`Completed`, `Cancelled`, `NodeNotFound`, `Duplicate`).
     pub dequeued: Family<ReasonLabels, Counter>,
 }
@@ -108,6 +122,7 @@ impl QueueMetrics {
             evictions: Family::default(),
             boot_timeouts: Counter::default(),
             boot_overdue: Gauge::default(),
+            backed_off: Gauge::default(),
             dequeued: Family::default(),
         }
     }
@@ -165,6 +180,11 @@ impl QueueMetrics {
             self.boot_overdue.clone(),
         );
         r.register(
+            "backed_off_entries",
+            "Queued entries waiting out a drain backoff",
+            self.backed_off.clone(),
+        );
+        r.register(
             "dequeued",
             "Entries removed from the queue, by reason",
             self.dequeued.clone(),
@@ -172,7 +192,7 @@ impl QueueMetrics {
     }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RemediationLabels {
     /// `annotation` (a Machine's `host.metal3.io/external-remediation`) or `request` (a
     /// HostRemediation).
@@ -196,10 +216,28 @@ pub struct RemediationMetrics {
     pub time_to_recover: Histogram,
 }
 
+/// The `result` values of [`RemediationMetrics::remediations`].
+pub const REMEDIATION_RESULTS: [&str; 3] = ["succeeded", "failed", "cancelled"];
+
 impl RemediationMetrics {
     fn new() -> Self {
+        // Every (trigger, result) starts at 0: an alert on `increase(…{result="failed"})`
+        // sees the first failure only if the series existed before it.
+        let remediations: Family<RemediationLabels, Counter> = Family::default();
+        for trigger in [
+            hostcycle_core::remediation::Trigger::MachineAnnotation,
+            hostcycle_core::remediation::Trigger::Request,
+        ] {
+            for result in REMEDIATION_RESULTS {
+                // The guard is dropped at once: creating the series is the point.
+                drop(remediations.get_or_create(&RemediationLabels {
+                    trigger: trigger.as_str().to_string(),
+                    result: result.to_string(),
+                }));
+            }
+        }
         RemediationMetrics {
-            remediations: Family::default(),
+            remediations,
             in_flight: Gauge::default(),
             time_to_fence: Histogram::new(exponential_buckets(0.25, 2.0, 14)),
             time_to_release: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
@@ -245,6 +283,11 @@ pub struct Metrics {
     pub bmc_request_duration: Family<BmcRequestLabels, Histogram>,
     pub bmc_errors: Family<BmcErrorLabels, Counter>,
     pub hosts: Family<StatusLabels, Gauge>,
+    /// Hosts whose `BMCHealthy` condition is False: when it became False (Unix seconds).
+    pub bmc_unhealthy_since: Family<HostConditionLabels, Gauge>,
+    /// Hosts with a pending reboot (`RebootPending` True): `pendingRebootSince` (Unix
+    /// seconds), by the condition's reason.
+    pub reboot_pending_since: Family<HostConditionLabels, Gauge>,
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub leader: Gauge,
@@ -263,6 +306,8 @@ impl Metrics {
             }),
             bmc_errors: Family::default(),
             hosts: Family::default(),
+            bmc_unhealthy_since: Family::default(),
+            reboot_pending_since: Family::default(),
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             leader: Gauge::default(),
@@ -297,6 +342,16 @@ impl Metrics {
             m.hosts.clone(),
         );
         registry.register(
+            "host_bmc_unhealthy_since_timestamp_seconds",
+            "When the BMCHealthy condition of a host became False, by reason (hosts with a healthy BMC have no series)",
+            m.bmc_unhealthy_since.clone(),
+        );
+        registry.register(
+            "host_reboot_pending_since_timestamp_seconds",
+            "pendingRebootSince of each host with a pending reboot, by the RebootPending reason",
+            m.reboot_pending_since.clone(),
+        );
+        registry.register(
             "reconciles",
             "Reconciliations by controller",
             m.reconciles.clone(),
@@ -318,6 +373,73 @@ impl Metrics {
 /// A registry whose metric names all start with `hostcycle_`.
 pub fn new_registry() -> Registry {
     Registry::with_prefix("hostcycle")
+}
+
+/// Makes `family` hold exactly `series`: labels set before (`previous`) and absent now are
+/// removed, so a host that recovered has no series left.
+pub fn set_series<L>(family: &Family<L, Gauge>, previous: &mut HashSet<L>, series: HashMap<L, i64>)
+where
+    L: Clone + Hash + Eq + EncodeLabelSet + std::fmt::Debug,
+{
+    for gone in previous.iter().filter(|l| !series.contains_key(*l)) {
+        family.remove(gone);
+    }
+    previous.clear();
+    for (labels, value) in series {
+        family.get_or_create(&labels).set(value);
+        previous.insert(labels);
+    }
+}
+
+/// The sample names the operator's `/metrics` can carry, read back from the text encoding
+/// of a registry that [`Metrics::register`] filled (the one `run` serves), with one series
+/// in every family: a counter `x` is sampled as `x_total`, a histogram as `x_bucket`,
+/// `x_sum` and `x_count`. Alert rules and dashboards are checked against this list.
+pub fn exported_sample_names() -> Vec<String> {
+    let mut registry = new_registry();
+    let m = Metrics::register(&mut registry);
+    // The encoder leaves out families without any series: give each one.
+    drop(m.power_actions.get_or_create(&Default::default()));
+    drop(m.bmc_request_duration.get_or_create(&Default::default()));
+    drop(m.bmc_errors.get_or_create(&Default::default()));
+    drop(m.hosts.get_or_create(&Default::default()));
+    drop(m.bmc_unhealthy_since.get_or_create(&Default::default()));
+    drop(m.reboot_pending_since.get_or_create(&Default::default()));
+    drop(m.reconciles.get_or_create(&Default::default()));
+    drop(m.reconcile_errors.get_or_create(&Default::default()));
+    drop(m.queue.entries.get_or_create(&Default::default()));
+    drop(m.queue.node_phase.get_or_create(&Default::default()));
+    drop(m.queue.drain_backoffs.get_or_create(&Default::default()));
+    drop(m.queue.evictions.get_or_create(&Default::default()));
+    drop(m.queue.dequeued.get_or_create(&Default::default()));
+    drop(
+        m.remediation
+            .remediations
+            .get_or_create(&Default::default()),
+    );
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
+        match kind {
+            "counter" => names.push(format!("{name}_total")),
+            "histogram" => {
+                names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")))
+            }
+            "info" => names.push(format!("{name}_info")),
+            _ => names.push(name.to_string()),
+        }
+    }
+    names.sort();
+    names
 }
 
 #[cfg(test)]
@@ -350,5 +472,66 @@ mod tests {
         assert!(text.contains(
             "hostcycle_power_actions_total{action=\"off\",mode=\"soft\",result=\"ok\"} 1"
         ));
+    }
+
+    #[test]
+    fn sample_names_cover_every_kind_of_metric() {
+        let names = exported_sample_names();
+        for name in [
+            "hostcycle_leader",
+            "hostcycle_power_actions_total",
+            "hostcycle_reboot_duration_seconds_bucket",
+            "hostcycle_reboot_duration_seconds_sum",
+            "hostcycle_reboot_duration_seconds_count",
+            "hostcycle_reboot_queue_backed_off_entries",
+            "hostcycle_reboot_queue_drain_backoffs_total",
+            "hostcycle_remediations_total",
+            "hostcycle_host_bmc_unhealthy_since_timestamp_seconds",
+            "hostcycle_host_reboot_pending_since_timestamp_seconds",
+        ] {
+            assert!(
+                names.iter().any(|n| n == name),
+                "{name} missing from {names:?}"
+            );
+        }
+        // Counters are only ever sampled with `_total`.
+        assert!(!names.iter().any(|n| n == "hostcycle_power_actions"));
+        assert!(names.iter().all(|n| n.starts_with("hostcycle_")));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn set_series_removes_what_is_gone() {
+        let family: Family<HostConditionLabels, Gauge> = Family::default();
+        let labels = |host: &str, reason: &str| HostConditionLabels {
+            host_namespace: "ns".into(),
+            host: host.into(),
+            reason: reason.into(),
+        };
+        let mut previous = HashSet::new();
+        set_series(
+            &family,
+            &mut previous,
+            HashMap::from([
+                (labels("a", "BMCUnreachable"), 10),
+                (labels("b", "BMCError"), 20),
+            ]),
+        );
+        // a's reason changed, b recovered.
+        set_series(
+            &family,
+            &mut previous,
+            HashMap::from([(labels("a", "BMCError"), 10)]),
+        );
+        let mut registry = new_registry();
+        registry.register("x", "x", family.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            ["hostcycle_x{host_namespace=\"ns\",host=\"a\",reason=\"BMCError\"} 10"]
+        );
+        assert_eq!(previous, HashSet::from([labels("a", "BMCError")]));
     }
 }

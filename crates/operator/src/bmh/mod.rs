@@ -7,6 +7,7 @@
 //! Crash-only: a power request is written to `status.lastPowerAction` before it is sent, so a
 //! restart at any point resumes from the object without sending it twice.
 
+pub mod host_metrics;
 pub mod observe;
 
 use std::sync::Arc;
@@ -311,14 +312,17 @@ fn spec_or_annotations(host: &BareMetalHost) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Every few seconds: keeps `hostcycle_hosts{operational_status}` current and drops the
-/// drivers and backoff counts of hosts that no longer exist.
+/// Every few seconds: keeps `hostcycle_hosts{operational_status}` and the per-host series
+/// (`host_metrics`) current and drops the drivers and backoff counts of hosts that no longer
+/// exist.
 async fn housekeeping(
     store: kube::runtime::reflector::Store<BareMetalHost>,
     ctx: Arc<Context>,
     shutdown: CancellationToken,
 ) {
     let metrics = ctx.metrics.clone();
+    let mut unhealthy_series = std::collections::HashSet::new();
+    let mut pending_series = std::collections::HashSet::new();
     loop {
         let hosts = store.state();
         let live: std::collections::HashSet<String> =
@@ -353,6 +357,17 @@ async fn housekeeping(
                 })
                 .set(count);
         }
+        let series = host_metrics::host_series(hosts.iter().map(|h| &**h));
+        crate::metrics::set_series(
+            &metrics.bmc_unhealthy_since,
+            &mut unhealthy_series,
+            series.bmc_unhealthy_since,
+        );
+        crate::metrics::set_series(
+            &metrics.reboot_pending_since,
+            &mut pending_series,
+            series.reboot_pending_since,
+        );
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}

@@ -1549,6 +1549,7 @@ impl Controller {
                 .set(count);
         }
         metrics.boot_overdue.set(overdue);
+        metrics.backed_off.set(i64::from(status.backed_off));
         for gone in self.node_phase_series.difference(&node_phases) {
             metrics.node_phase.remove(gone);
         }

