@@ -23,8 +23,9 @@ test: prereqs check-format lint unit-and-e2e
 # Regenerate deploy/ from the Rust types (a test fails when the checked-in files are stale):
 # crds.yaml and operator.yaml, and the copies the kustomize base and the Helm chart carry
 # (neither tool reads files outside its own directory).
+# (With the tests' features: the manifests are the same, and the binary is not rebuilt.)
 deploy-manifests:
-	$(CARGO) run -q -p hostcycle -- manifests --deploy --output-dir deploy
+	$(CARGO) run -q -p hostcycle $(LAB) -- manifests --deploy --output-dir deploy
 	cp deploy/crds.yaml deploy/operator.yaml deploy/kustomize/
 	cp deploy/crds.yaml deploy/helm/hostcycle/crds/crds.yaml
 	cp deploy/monitoring/prometheus-rule.yaml deploy/monitoring/grafana-dashboard.json \

