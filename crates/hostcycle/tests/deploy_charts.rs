@@ -1,6 +1,6 @@
 //! The Helm chart (deploy/helm/hostcycle) and the kustomize bases (deploy/kustomize,
 //! deploy/monitoring), rendered by the real tools: Helm 3 and Helm 4, and kustomize as
-//! kubectl carries it. With default values the chart is exactly deploy/crds.yaml and
+//! kubectl 1.33 and Debian's kubectl 1.20 carry it. With default values the chart is exactly deploy/crds.yaml and
 //! deploy/operator.yaml; each option `hostcycle manifests --deploy` also has renders what that
 //! command renders; the monitoring objects are the same from Helm and from kustomize.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -34,8 +34,8 @@ fn manifests(args: &[&str]) -> Vec<Value> {
     objects(&run(Path::new(env!("CARGO_BIN_EXE_hostcycle")), &all))
 }
 
-fn kustomize(dir: &Path) -> Vec<Value> {
-    objects(&run(&kubectl(), &["kustomize", dir.to_str().unwrap()]))
+fn kustomize(kubectl: &Path, dir: &Path) -> Vec<Value> {
+    objects(&run(kubectl, &["kustomize", dir.to_str().unwrap()]))
 }
 
 /// Neither Helm nor kustomize reads a file outside its directory: the chart and the base
@@ -85,13 +85,15 @@ fn the_chart_with_default_values_renders_deploy_exactly() {
 
 #[test]
 fn the_kustomize_base_renders_deploy_exactly() {
-    let rendered = kustomize(&deploy_dir().join("kustomize"));
-    assert_same_objects(
-        &rendered,
-        "kubectl kustomize deploy/kustomize",
-        &deploy_objects(),
-        "deploy/crds.yaml + operator.yaml",
-    );
+    for (name, kubectl) in kubectls() {
+        let rendered = kustomize(&kubectl, &deploy_dir().join("kustomize"));
+        assert_same_objects(
+            &rendered,
+            &format!("{name} deploy/kustomize"),
+            &deploy_objects(),
+            "deploy/crds.yaml + operator.yaml",
+        );
+    }
 }
 
 /// Every option the generator has, in every combination of controllers, cluster-wide and
@@ -330,7 +332,14 @@ fn the_chart_refuses_bad_values() {
 /// metrics Service of deploy/operator.yaml.
 #[test]
 fn monitoring_is_the_same_from_kustomize_and_helm_and_scrapes_the_operator() {
-    let from_kustomize = kustomize(&deploy_dir().join("monitoring"));
+    let [(_, kubectl), (old_name, old_kubectl)] = kubectls();
+    let from_kustomize = kustomize(&kubectl, &deploy_dir().join("monitoring"));
+    assert_same_objects(
+        &kustomize(&old_kubectl, &deploy_dir().join("monitoring")),
+        &format!("{old_name} deploy/monitoring"),
+        &from_kustomize,
+        "kubectl kustomize deploy/monitoring",
+    );
     let default = helm_template(&helms()[0].1, &[]);
     for (name, helm) in helms() {
         let all = helm_template(&helm, &["--set", "monitoring.enabled=true"]);

@@ -31,9 +31,19 @@ pub fn helms() -> [(&'static str, PathBuf); 2] {
     ]
 }
 
-/// kubectl, for its built-in kustomize (`kubectl kustomize`).
-pub fn kubectl() -> PathBuf {
-    tool("HOSTCYCLE_KUBECTL", "kubectl-v1.33.9/kubectl")
+/// kubectl, for its built-in kustomize (`kubectl kustomize`): a current one (kustomize
+/// v5.6.0), and Debian bookworm's 1.20 (kustomize v2.0.3), the oldest the bases support.
+pub fn kubectls() -> [(&'static str, PathBuf); 2] {
+    [
+        (
+            "kubectl 1.33 kustomize",
+            tool("HOSTCYCLE_KUBECTL", "kubectl-v1.33.9/kubectl"),
+        ),
+        (
+            "kubectl 1.20 (Debian) kustomize",
+            tool("HOSTCYCLE_KUBECTL_OLD", "kubectl-debian/kubectl"),
+        ),
+    ]
 }
 
 /// Prometheus' promtool.
