@@ -28,7 +28,7 @@ pub enum ValueProblem {
     #[error("{0}")]
     Controller(InvalidRebootValue),
     /// Only spaces: the controller reads a soft request, metal3 refuses it (not JSON).
-    #[error("value is blank (leave it empty or write a JSON object)")]
+    #[error("value is only whitespace")]
     Blank,
     /// `force` is present but neither a boolean nor null: metal3 refuses it.
     #[error("\"force\" is not true or false")]

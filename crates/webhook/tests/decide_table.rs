@@ -127,7 +127,7 @@ fn unusable_values_are_refused_with_what_is_accepted() {
         (r#"{"mode":"reboot"}"#, r#"unknown mode "reboot""#),
         (r#"{"mode":5}"#, "mode is not a string"),
         (r#"{"force":"yes"}"#, r#""force" is not true or false"#),
-        ("  ", "value is blank"),
+        ("  ", "value is only whitespace"),
         (
             r#"{"mode":"hard","mode":null}"#,
             "\"mode\" is repeated and metal3 reads hard where hostcycle reads soft",
