@@ -21,7 +21,8 @@ use hostcycle_testkit::{
     ClusterOptions, LocalCluster, ManagedProcess, client_from_kubeconfig, free_port, wait_until,
 };
 use hostcycle_webhook::manifests::{
-    Endpoint, FailurePolicy, Registration, WEBHOOK_ENTRY_NAME, register,
+    Endpoint, FailurePolicy, Registration, WEBHOOK_ENTRY_NAME, WebhookInstall, register,
+    webhook_objects,
 };
 use hostcycle_webhook::{ACCEPTED_VALUES, VALIDATE_PATH};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -88,7 +89,8 @@ impl Webhook {
 
     fn registration(&self, failure_policy: FailurePolicy) -> Registration {
         Registration {
-            name: "hostcycle-webhook".to_string(),
+            // Not the install's name: the test also dry-runs the install's configuration.
+            name: "hostcycle-webhook-e2e".to_string(),
             endpoint: Endpoint::Url(format!("https://127.0.0.1:{}{VALIDATE_PATH}", self.port)),
             ca_bundle_pem: Some(self.ca_pem.clone()),
             failure_policy,
@@ -221,6 +223,27 @@ async fn grant_host_editing(client: &Client, service_accounts: &[(&str, &str)]) 
         .create(&PostParams::default(), &binding)
         .await
         .unwrap();
+}
+
+/// Creates `object` with `dryRun: All`: the API server validates and admits it, stores nothing.
+async fn dry_run_create(client: &Client, object: serde_json::Value) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let api_version = object["apiVersion"].as_str().unwrap().to_string();
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
+    let object: DynamicObject = serde_json::from_value(object).unwrap();
+    let api: Api<DynamicObject> = match &object.metadata.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.create(&dry_run, &object)
+        .await
+        .unwrap_or_else(|e| panic!("{kind} {:?} is refused: {e}", object.metadata.name));
 }
 
 async fn create_namespace(client: &Client, name: &str) {
@@ -598,6 +621,16 @@ async fn webhook_limits_power_requests_to_listed_identities() {
     create(&alice, &host("h3", &[(KEYED, HARD)], false))
         .await
         .unwrap();
+
+    // The install objects `hostcycle webhook manifests` prints are accepted as they are.
+    let mut install = WebhookInstall::new("hostcycle-system");
+    install.allow_users = vec!["alice".to_string()];
+    install.ca_bundle_pem = Some(webhook.ca_pem.clone());
+    let objects = webhook_objects(&install).unwrap();
+    assert_eq!(objects.len(), 3);
+    for object in objects {
+        dry_run_create(&admin, object).await;
+    }
 
     let log = webhook.log();
     assert!(
