@@ -184,14 +184,26 @@ pub fn power_changes(old: Option<&Value>, new: &Value) -> Vec<PowerChange> {
     changes
 }
 
-/// Why one reboot annotation's value (or key) is unusable, in words.
+/// Why one reboot annotation's value (or key) is unusable, in words, cut to a readable length
+/// (an unknown mode is quoted, and a value may be 256 KiB).
 fn value_problem(key: &str, value: &Value) -> Option<String> {
     if classify_reboot_annotation(key) == Some(RebootAnnotationKind::Keyed("")) {
         return Some("the key has nothing after \"reboot.metal3.io/\"".to_string());
     }
-    match value.as_str() {
-        Some(text) => check_reboot_value(text).err().map(|p| p.to_string()),
-        None => Some("the value is not a string".to_string()),
+    let problem = match value.as_str() {
+        Some(text) => check_reboot_value(text).err()?.to_string(),
+        None => "the value is not a string".to_string(),
+    };
+    Some(cut(problem, MAX_PROBLEM_CHARS))
+}
+
+/// Longest description of one value's problem.
+const MAX_PROBLEM_CHARS: usize = 200;
+
+fn cut(text: String, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
     }
 }
 

@@ -240,6 +240,28 @@ fn odd_keys_and_values_are_refused() {
 }
 
 #[test]
+fn long_values_are_not_repeated_in_full() {
+    let mode = "x".repeat(100_000);
+    let value = format!(r#"{{"mode":"{mode}"}}"#);
+    let verdict = decide(
+        &Policy::validate_only(),
+        &create(mallory(), host(&[(KEYED, &value)], true)),
+    );
+    assert_eq!(verdict.outcome, Outcome::InvalidValue);
+    assert!(
+        verdict.message.len() < 1000,
+        "{} bytes",
+        verdict.message.len()
+    );
+    assert!(
+        verdict.message.contains("unknown mode \"xxx"),
+        "{}",
+        verdict.message
+    );
+    assert!(verdict.message.contains("…"), "{}", verdict.message);
+}
+
+#[test]
 fn many_problems_are_listed_then_counted() {
     let keys: Vec<String> = (0..8).map(|i| format!("reboot.metal3.io/k{i}")).collect();
     let annotations: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "x")).collect();
