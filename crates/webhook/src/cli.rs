@@ -27,7 +27,8 @@ pub struct WebhookArgs {
 pub enum WebhookCommand {
     /// Print the webhook's install objects as YAML: Service, Deployment (running `hostcycle
     /// webhook` with the TLS Secret `hostcycle-webhook-tls` mounted) and the
-    /// ValidatingWebhookConfiguration; with `--cert-manager` also an Issuer and a Certificate.
+    /// ValidatingWebhookConfiguration; with `--cert-manager` also cert-manager's Issuers and
+    /// Certificates (a self-signed CA and the serving certificate).
     Manifests(ManifestsArgs),
 }
 
@@ -125,7 +126,7 @@ pub struct ManifestsArgs {
     /// PEM file of the CA that signed the webhook's certificate, put in `caBundle`.
     #[arg(long, value_name = "FILE", conflicts_with = "cert_manager")]
     pub ca_bundle_file: Option<PathBuf>,
-    /// Let cert-manager issue the certificate (self-signed Issuer, Certificate) and inject
+    /// Let cert-manager issue the certificate (from a self-signed CA it keeps) and inject
     /// `caBundle`.
     #[arg(long)]
     pub cert_manager: bool,

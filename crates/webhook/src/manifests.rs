@@ -489,20 +489,45 @@ pub fn service(namespace: &str) -> Service {
     }
 }
 
-/// cert-manager objects: a self-signed Issuer and a Certificate for the Service's DNS names,
-/// written to [`TLS_SECRET`] and renewed by cert-manager (the webhook reloads it).
+/// cert-manager objects: a self-signed CA (its own Issuer and Certificate, ten years) and a CA
+/// Issuer signing the serving Certificate for the Service's DNS names into [`TLS_SECRET`].
+/// cert-manager renews the serving certificate (the webhook reloads it); `caBundle`, injected
+/// from the Secret's `ca.crt`, stays the same CA across renewals, so the API server never
+/// sees a certificate its bundle does not trust yet.
 pub fn cert_manager_objects(namespace: &str) -> Vec<serde_json::Value> {
+    let ca = format!("{WEBHOOK_NAME}-ca");
+    let self_signed = format!("{WEBHOOK_NAME}-selfsigned");
+    let meta = |name: &str| json!({ "name": name, "namespace": namespace, "labels": labels() });
     vec![
         json!({
             "apiVersion": "cert-manager.io/v1",
             "kind": "Issuer",
-            "metadata": { "name": WEBHOOK_NAME, "namespace": namespace, "labels": labels() },
+            "metadata": meta(&self_signed),
             "spec": { "selfSigned": {} },
         }),
         json!({
             "apiVersion": "cert-manager.io/v1",
             "kind": "Certificate",
-            "metadata": { "name": WEBHOOK_NAME, "namespace": namespace, "labels": labels() },
+            "metadata": meta(&ca),
+            "spec": {
+                "isCA": true,
+                "commonName": ca,
+                "secretName": ca,
+                "duration": "87600h",
+                "issuerRef": { "kind": "Issuer", "name": self_signed },
+                "privateKey": { "algorithm": "ECDSA", "size": 256 },
+            },
+        }),
+        json!({
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "Issuer",
+            "metadata": meta(WEBHOOK_NAME),
+            "spec": { "ca": { "secretName": ca } },
+        }),
+        json!({
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "Certificate",
+            "metadata": meta(WEBHOOK_NAME),
             "spec": {
                 "secretName": TLS_SECRET,
                 "dnsNames": [
@@ -687,20 +712,29 @@ mod tests {
             [
                 "Issuer",
                 "Certificate",
+                "Issuer",
+                "Certificate",
                 "Service",
                 "Deployment",
                 "ValidatingWebhookConfiguration"
             ]
         );
+        let webhook_config = &objects[6];
         assert_eq!(
-            objects[4]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-            "ops/hostcycle-webhook"
+            webhook_config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "ops/hostcycle-webhook",
+            "the serving Certificate, whose Secret's ca.crt is the CA"
         );
-        assert_eq!(objects[1]["spec"]["secretName"], TLS_SECRET);
+        let serving = &objects[3];
+        assert_eq!(serving["metadata"]["name"], WEBHOOK_NAME);
+        assert_eq!(serving["spec"]["secretName"], TLS_SECRET);
+        assert_eq!(serving["spec"]["dnsNames"][0], "hostcycle-webhook.ops.svc");
+        assert_eq!(serving["spec"]["issuerRef"]["name"], WEBHOOK_NAME);
         assert_eq!(
-            objects[1]["spec"]["dnsNames"][0],
-            "hostcycle-webhook.ops.svc"
+            objects[2]["spec"]["ca"]["secretName"],
+            "hostcycle-webhook-ca"
         );
+        assert_eq!(objects[1]["spec"]["isCA"], true);
     }
 
     #[test]
