@@ -94,8 +94,7 @@ pub async fn run(
     config: OperatorConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut registry = metrics::new_registry();
-    let metrics = metrics::Metrics::register(&mut registry);
+    let (registry, metrics) = metrics::operator_registry();
     let ready = Arc::new(http::Readiness::default());
     let (addr, http_task) = http::serve(
         config.metrics_addr,
