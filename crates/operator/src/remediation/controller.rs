@@ -1020,7 +1020,7 @@ impl Controller {
                         self.events.emit(
                             &host.object_ref(&()),
                             EventKind::Warning,
-                            "RemediationOrphanReleased",
+                            hostcycle_core::remediation::decide::event_reason::ORPHAN_RELEASED,
                             &note,
                         );
                     }
