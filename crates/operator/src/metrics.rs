@@ -376,43 +376,44 @@ pub fn exported_metrics() -> Result<Vec<ExportedMetric>, std::fmt::Error> {
 /// fails until it is.
 fn touch_every_family(m: &Metrics) {
     let text = String::new;
-    m.power_actions.get_or_create(&PowerActionLabels {
+    // `get_or_create` creates the sample; the guard it returns is dropped at once.
+    let _ = m.power_actions.get_or_create(&PowerActionLabels {
         action: text(),
         mode: text(),
         result: text(),
     });
-    m.bmc_request_duration.get_or_create(&BmcRequestLabels {
+    let _ = m.bmc_request_duration.get_or_create(&BmcRequestLabels {
         driver: text(),
         operation: text(),
     });
-    m.bmc_errors.get_or_create(&BmcErrorLabels {
+    let _ = m.bmc_errors.get_or_create(&BmcErrorLabels {
         driver: text(),
         operation: text(),
         kind: text(),
     });
-    m.hosts.get_or_create(&StatusLabels {
+    let _ = m.hosts.get_or_create(&StatusLabels {
         operational_status: text(),
     });
     let controller = ControllerLabels { controller: text() };
-    m.reconciles.get_or_create(&controller);
-    m.reconcile_errors.get_or_create(&controller);
-    m.queue
+    let _ = m.reconciles.get_or_create(&controller);
+    let _ = m.reconcile_errors.get_or_create(&controller);
+    let _ = m
+        .queue
         .entries
         .get_or_create(&PhaseLabels { phase: text() });
-    m.queue.node_phase.get_or_create(&NodePhaseLabels {
+    let _ = m.queue.node_phase.get_or_create(&NodePhaseLabels {
         node: text(),
         phase: text(),
     });
-    m.queue
-        .drain_backoffs
-        .get_or_create(&ReasonLabels { reason: text() });
-    m.queue
+    let reason = ReasonLabels { reason: text() };
+    let _ = m.queue.drain_backoffs.get_or_create(&reason);
+    let _ = m.queue.dequeued.get_or_create(&reason);
+    let _ = m
+        .queue
         .evictions
         .get_or_create(&EvictionLabels { result: text() });
-    m.queue
-        .dequeued
-        .get_or_create(&ReasonLabels { reason: text() });
-    m.remediation
+    let _ = m
+        .remediation
         .remediations
         .get_or_create(&RemediationLabels {
             trigger: text(),
