@@ -9,6 +9,7 @@ pub mod bmh;
 pub mod deploy;
 pub mod events;
 pub mod http;
+pub mod interest;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
@@ -17,6 +18,7 @@ pub mod remediation;
 #[cfg(test)]
 mod testing;
 pub mod text;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
