@@ -9,6 +9,7 @@ pub mod bmh;
 pub mod deploy;
 pub mod events;
 pub mod http;
+pub mod interest;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
@@ -17,6 +18,7 @@ pub mod remediation;
 #[cfg(test)]
 mod testing;
 pub mod text;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -94,8 +96,7 @@ pub async fn run(
     config: OperatorConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut registry = metrics::new_registry();
-    let metrics = metrics::Metrics::register(&mut registry);
+    let (registry, metrics) = metrics::operator_registry();
     let ready = Arc::new(http::Readiness::default());
     let (addr, http_task) = http::serve(
         config.metrics_addr,
