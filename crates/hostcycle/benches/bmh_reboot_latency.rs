@@ -49,6 +49,10 @@ struct Args {
     /// `RUST_LOG` in the environment replaces the operator's default filter.
     #[arg(long)]
     operator_log: Option<std::path::PathBuf>,
+    /// Extra arguments for `hostcycle operator` (repeat the flag), e.g.
+    /// `--operator-arg=--controllers=bare-metal-host`.
+    #[arg(long = "operator-arg", allow_hyphen_values = true)]
+    operator_args: Vec<String>,
     /// cargo bench passes --bench; ignore it.
     #[arg(long, hide = true)]
     bench: bool,
@@ -106,6 +110,7 @@ async fn main() {
             "--lease-namespace",
             "default",
         ])
+        .args(&args.operator_args)
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG")

@@ -362,8 +362,8 @@ impl OperatorArgs {
 
 /// BMC connection settings with the given request timeout and per-call deadline. Idle
 /// connections are kept for a time derived from the polls
-/// ([`hostcycle_bmc::idle_timeout_for_polls`]): reused while a change is watched, closed
-/// well before the next steady poll.
+/// ([`hostcycle_bmc::idle_timeout_for_polls`]): reused while a change is watched, and
+/// between steady reads only when they are frequent.
 fn bmc_options(
     request_timeout: Duration,
     call_deadline: Duration,
@@ -465,10 +465,12 @@ mod tests {
                 .unwrap();
             config.bmh.bmc.idle_timeout
         };
-        // Defaults (60 s, 1 s): closed well before the next steady poll, kept across
-        // transition polls.
-        assert_eq!(idle(&[]), Duration::from_secs(15));
-        assert_eq!(idle(&["--steady-poll", "20s"]), Duration::from_secs(5));
+        // Defaults (60 s, 1 s): kept across transition polls only; a steady read a minute
+        // later would never find it.
+        assert_eq!(idle(&[]), Duration::from_secs(3));
+        assert_eq!(idle(&["--steady-poll", "20s"]), Duration::from_secs(3));
+        // Frequent steady polls reuse their connection.
+        assert_eq!(idle(&["--steady-poll", "8s"]), Duration::from_secs(10));
         assert_eq!(
             idle(&["--steady-poll", "20s", "--transition-poll", "5s"]),
             Duration::from_secs(15)
