@@ -77,6 +77,10 @@ enum Command {
     /// Manage the reboot queue: add nodes, list, cancel, enable/disable, wait, plan.
     #[command(alias = "rq")]
     RebootQueue(reboot_queue::RebootQueueArgs),
+    /// Serve the optional admission webhook for BareMetalHosts (docs/webhook.md): refuses
+    /// unusable reboot annotation values and, with `--allow-*`, limits reboot requests and
+    /// `online: false` to listed identities. `hostcycle webhook manifests` prints its install.
+    Webhook(hostcycle_webhook::cli::WebhookArgs),
 }
 
 fn init_logging(format: LogFormat, default_filter: &str) {
@@ -165,6 +169,7 @@ async fn run(cli: Cli, arena: Option<hostcycle_bmc::malloc::ArenaLimit>) -> std:
         #[cfg(feature = "lab")]
         Command::Lab(args) => lab::run(args).await,
         Command::RebootQueue(args) => reboot_queue::run(args).await,
+        Command::Webhook(args) => hostcycle_webhook::cli::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

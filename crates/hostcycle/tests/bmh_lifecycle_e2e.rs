@@ -626,7 +626,7 @@ async fn a_hung_bmc_does_not_slow_other_hosts() {
     wait_series(&lab, &host_series(BMC_UNHEALTHY, "hung", "BMCUnreachable")).await;
     // What the operator serves is what the alert and dashboard tests check against
     // (tests/monitoring.rs): every metric family it has samples for is in that list.
-    let exported = hostcycle_operator::metrics::exported_sample_names();
+    let exported = hostcycle_operator::metrics::exported_sample_names().unwrap();
     let served = lab.metrics().await;
     for line in served
         .lines()

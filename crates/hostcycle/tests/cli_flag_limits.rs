@@ -105,3 +105,24 @@ fn reboot_queue_and_sim_duration_flags_refuse_huge_values() {
         }
     }
 }
+
+#[test]
+fn webhook_duration_flags_refuse_huge_values() {
+    for flag in [
+        "--request-timeout",
+        "--tls-reload-interval",
+        "--idle-timeout",
+    ] {
+        for value in HUGE {
+            assert_refused(&[
+                "webhook",
+                "--tls-cert-file",
+                "tls.crt",
+                "--tls-key-file",
+                "tls.key",
+                flag,
+                value,
+            ]);
+        }
+    }
+}

@@ -28,8 +28,8 @@ const RUNBOOK_ANCHORS: [&str; 15] = [
     "many-bmcs-unhealthy",
     "reboot-stuck",
     "host-held-off",
-    "reboot-queue-backed-off",
-    "reboot-queue-boot-timed-out",
+    "queue-backed-off",
+    "boot-timeout",
     "reboot-queue-stalled",
     "reboot-queue-disabled",
     "remediation-failed",
@@ -266,6 +266,7 @@ fn label_values() -> BTreeMap<(&'static str, &'static str), Vec<String>> {
 #[test]
 fn alerts_their_tests_and_the_dashboard_use_only_exported_metrics_and_label_values() {
     let exported: BTreeSet<String> = hostcycle_operator::metrics::exported_sample_names()
+        .unwrap()
         .into_iter()
         .collect();
     let values = label_values();

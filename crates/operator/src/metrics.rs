@@ -25,7 +25,7 @@ pub struct PowerActionLabels {
 pub struct BmcRequestLabels {
     /// Driver name, e.g. `redfish`, `ipmi`.
     pub driver: String,
-    /// `read_power`, `power_on`, `power_off`.
+    /// `read_power`, `power_on`, `power_off`, `reboot` (a BMC restart, `spec.disablePowerOff`).
     pub operation: String,
 }
 
@@ -33,7 +33,8 @@ pub struct BmcRequestLabels {
 pub struct BmcErrorLabels {
     pub driver: String,
     pub operation: String,
-    /// Error class: `transient`, `auth`, `not_found`, `unsupported`, `credentials`, …
+    /// `BmcError::reason()`: `AuthenticationFailed`, `ConnectionFailed`, `Timeout`,
+    /// `CertificateError`, `HttpError`, … (docs/metrics.md lists them).
     pub kind: String,
 }
 
@@ -391,60 +392,170 @@ where
     }
 }
 
-/// The sample names the operator's `/metrics` can carry, read back from the text encoding
-/// of a registry that [`Metrics::register`] filled (the one `run` serves), with one series
-/// in every family: a counter `x` is sampled as `x_total`, a histogram as `x_bucket`,
-/// `x_sum` and `x_count`. Alert rules and dashboards are checked against this list.
-pub fn exported_sample_names() -> Vec<String> {
-    let mut registry = new_registry();
-    let m = Metrics::register(&mut registry);
-    // The encoder leaves out families without any series: give each one.
-    drop(m.power_actions.get_or_create(&Default::default()));
-    drop(m.bmc_request_duration.get_or_create(&Default::default()));
-    drop(m.bmc_errors.get_or_create(&Default::default()));
-    drop(m.hosts.get_or_create(&Default::default()));
-    drop(m.bmc_unhealthy_since.get_or_create(&Default::default()));
-    drop(m.reboot_pending_since.get_or_create(&Default::default()));
-    drop(m.reconciles.get_or_create(&Default::default()));
-    drop(m.reconcile_errors.get_or_create(&Default::default()));
-    drop(m.queue.entries.get_or_create(&Default::default()));
-    drop(m.queue.node_phase.get_or_create(&Default::default()));
-    drop(m.queue.drain_backoffs.get_or_create(&Default::default()));
-    drop(m.queue.evictions.get_or_create(&Default::default()));
-    drop(m.queue.dequeued.get_or_create(&Default::default()));
-    drop(
-        m.remediation
-            .remediations
-            .get_or_create(&Default::default()),
-    );
-    let mut text = String::new();
-    // Writing into a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+/// The sample names the operator's `/metrics` can carry ([`exported_metrics`]): a counter
+/// `x` is sampled as `x_total`, a histogram as `x_bucket`, `x_sum` and `x_count`. Alert
+/// rules and dashboards are checked against this list.
+pub fn exported_sample_names() -> Result<Vec<String>, std::fmt::Error> {
     let mut names = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("# TYPE ") else {
-            continue;
-        };
-        let mut words = rest.split_whitespace();
-        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
-            continue;
-        };
-        match kind {
-            "counter" => names.push(format!("{name}_total")),
-            "histogram" => {
-                names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")))
-            }
-            "info" => names.push(format!("{name}_info")),
-            _ => names.push(name.to_string()),
+    for metric in exported_metrics()? {
+        match metric.kind.as_str() {
+            "histogram" => names.extend(
+                ["_bucket", "_sum", "_count"].map(|suffix| format!("{}{suffix}", metric.name)),
+            ),
+            "info" => names.push(format!("{}_info", metric.name)),
+            _ => names.push(metric.name),
         }
     }
     names.sort();
-    names
+    Ok(names)
+}
+
+/// The operator's registry with every metric registered, as `/metrics` serves it.
+pub fn operator_registry() -> (Registry, Arc<Metrics>) {
+    let mut registry = new_registry();
+    let metrics = Metrics::register(&mut registry);
+    (registry, metrics)
+}
+
+/// One metric as `/metrics` exports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedMetric {
+    /// The name samples carry: `hostcycle_…`, counters with their `_total` suffix.
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: String,
+    pub help: String,
+}
+
+/// Every metric the operator exports, read back from the encoding of
+/// [`operator_registry`] (no cluster needed): the list docs/metrics.md must cover.
+pub fn exported_metrics() -> Result<Vec<ExportedMetric>, std::fmt::Error> {
+    let (registry, metrics) = operator_registry();
+    // The encoder skips families without samples: give each one a sample.
+    touch_every_family(&metrics);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    let mut help = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            if let Some((name, text)) = rest.split_once(' ') {
+                help.insert(name.to_string(), text.to_string());
+            }
+        } else if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some((family, kind)) = rest.split_once(' ')
+        {
+            let name = if kind == "counter" {
+                format!("{family}_total")
+            } else {
+                family.to_string()
+            };
+            out.push(ExportedMetric {
+                name,
+                kind: kind.to_string(),
+                help: help.get(family).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// One sample in every labelled family, so that encoding shows them all. A family added to
+/// [`Metrics`] must be added here too; `exported_metrics_covers_every_registered_metric`
+/// fails until it is.
+fn touch_every_family(m: &Metrics) {
+    let text = String::new;
+    // `get_or_create` creates the sample; the guard it returns is dropped at once.
+    let _ = m.power_actions.get_or_create(&PowerActionLabels {
+        action: text(),
+        mode: text(),
+        result: text(),
+    });
+    let _ = m.bmc_request_duration.get_or_create(&BmcRequestLabels {
+        driver: text(),
+        operation: text(),
+    });
+    let _ = m.bmc_errors.get_or_create(&BmcErrorLabels {
+        driver: text(),
+        operation: text(),
+        kind: text(),
+    });
+    let _ = m.hosts.get_or_create(&StatusLabels {
+        operational_status: text(),
+    });
+    let _ = m
+        .bmc_unhealthy_since
+        .get_or_create(&HostConditionLabels::default());
+    let _ = m
+        .reboot_pending_since
+        .get_or_create(&HostConditionLabels::default());
+    let controller = ControllerLabels { controller: text() };
+    let _ = m.reconciles.get_or_create(&controller);
+    let _ = m.reconcile_errors.get_or_create(&controller);
+    let _ = m
+        .queue
+        .entries
+        .get_or_create(&PhaseLabels { phase: text() });
+    let _ = m.queue.node_phase.get_or_create(&NodePhaseLabels {
+        node: text(),
+        phase: text(),
+    });
+    let reason = ReasonLabels { reason: text() };
+    let _ = m.queue.drain_backoffs.get_or_create(&reason);
+    let _ = m.queue.dequeued.get_or_create(&reason);
+    let _ = m
+        .queue
+        .evictions
+        .get_or_create(&EvictionLabels { result: text() });
+    let _ = m
+        .remediation
+        .remediations
+        .get_or_create(&RemediationLabels {
+            trigger: text(),
+            result: text(),
+        });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn exported_metrics_lists_every_family_with_its_sample_name() {
+        let metrics = exported_metrics().unwrap();
+        let find = |name: &str| metrics.iter().find(|m| m.name == name);
+        let power = find("hostcycle_power_actions_total").unwrap();
+        assert_eq!(power.kind, "counter");
+        assert!(
+            power.help.starts_with("Power actions sent to BMCs"),
+            "{power:?}"
+        );
+        assert_eq!(find("hostcycle_leader").unwrap().kind, "gauge");
+        assert_eq!(
+            find("hostcycle_reboot_queue_drain_duration_seconds")
+                .unwrap()
+                .kind,
+            "histogram"
+        );
+        assert!(find("hostcycle_remediations_total").is_some());
+        assert!(metrics.iter().all(|m| m.name.starts_with("hostcycle_")));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn exported_metrics_covers_every_registered_metric() {
+        // The registry's Debug output shows one Descriptor per registered metric, sampled
+        // or not: the list must hold as many.
+        let (registry, _metrics) = operator_registry();
+        let registered = format!("{registry:?}").matches("Descriptor {").count();
+        let exported = exported_metrics().unwrap();
+        assert_eq!(
+            exported.len(),
+            registered,
+            "a labelled family is missing from touch_every_family: {exported:#?}"
+        );
+    }
 
     #[test]
     #[allow(clippy::unwrap_used)]
@@ -475,8 +586,9 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unwrap_used)]
     fn sample_names_cover_every_kind_of_metric() {
-        let names = exported_sample_names();
+        let names = exported_sample_names().unwrap();
         for name in [
             "hostcycle_leader",
             "hostcycle_power_actions_total",
