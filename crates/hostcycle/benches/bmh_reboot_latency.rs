@@ -45,6 +45,14 @@ struct Args {
     /// Longer than the 60 s steady poll, so the idle figure includes the polling.
     #[arg(long, default_value_t = 90)]
     idle_seconds: u64,
+    /// Copy the operator's log here at the end (the cluster's log directory is removed).
+    /// `RUST_LOG` in the environment replaces the operator's default filter.
+    #[arg(long)]
+    operator_log: Option<std::path::PathBuf>,
+    /// Extra arguments for `hostcycle operator` (repeat the flag), e.g.
+    /// `--operator-arg=--controllers=bare-metal-host`.
+    #[arg(long = "operator-arg", allow_hyphen_values = true)]
+    operator_args: Vec<String>,
     /// cargo bench passes --bench; ignore it.
     #[arg(long, hide = true)]
     bench: bool,
@@ -102,7 +110,12 @@ async fn main() {
             "--lease-namespace",
             "default",
         ])
-        .env("RUST_LOG", "info,kube_client=warn,kube_runtime=warn");
+        .args(&args.operator_args)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG")
+                .unwrap_or_else(|_| "info,kube_client=warn,kube_runtime=warn".into()),
+        );
     let operator = ManagedProcess::spawn("hostcycle-operator", cmd, &cluster.log_dir()).unwrap();
     let pid = operator.pid();
 
@@ -242,5 +255,12 @@ async fn main() {
         "| operator peak RSS (VmHWM) | {:.1} MB |",
         peak_rss as f64 / 1024.0
     );
+    if let Some(path) = &args.operator_log {
+        let log = cluster.log_dir().join("hostcycle-operator.log");
+        match std::fs::copy(&log, path) {
+            Ok(_) => eprintln!("operator log copied to {}", path.display()),
+            Err(e) => eprintln!("copying {} to {}: {e}", log.display(), path.display()),
+        }
+    }
     drop(operator);
 }

@@ -222,6 +222,8 @@ pub mod event_reason {
     pub const FAILED: &str = "RemediationFailed";
     pub const ESCALATED: &str = "RemediationEscalated";
     pub const CANCELLED: &str = "RemediationCancelled";
+    /// Warning: a power-off annotation whose remediation is gone was removed from its host.
+    pub const ORPHAN_RELEASED: &str = "RemediationOrphanReleased";
 }
 
 /// Looks again this soon while a step waits on the host or the Node (events usually come
