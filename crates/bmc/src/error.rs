@@ -101,7 +101,9 @@ pub enum BmcError {
         target: String,
     },
 
-    #[error("{operation} still failing after {attempts} attempts in {elapsed:?}: {last}")]
+    // No elapsed time in the text: it becomes a host's errorMessage and Event note, which must
+    // stay the same from one failed read to the next (one Event series, no status rewrite).
+    #[error("{operation} still failing after {attempts} attempts: {last}")]
     RetriesExhausted {
         operation: String,
         attempts: u32,

@@ -174,10 +174,27 @@ async fn run(cli: Cli, arena: Option<hostcycle_bmc::malloc::ArenaLimit>) -> std:
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose text the message
+/// before it already holds (many errors quote their cause, which anyhow's `{:#}` repeats).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 /// A client for `--kubeconfig`, or for `$KUBECONFIG` / the in-cluster config without it.
@@ -238,4 +255,30 @@ fn write_deploy(
 fn print_crds() -> anyhow::Result<()> {
     print!("{}", hostcycle_api::crds_yaml()?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("read failed after 2 attempts: {last}")]
+    struct Quoting {
+        #[source]
+        last: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let quoting = Quoting {
+            last: std::io::Error::other("connection refused"),
+        };
+        let error = anyhow::Error::new(quoting).context("hostcycle bmc status");
+        assert_eq!(
+            error_chain(&error),
+            "hostcycle bmc status: read failed after 2 attempts: connection refused"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&plain), "outer: inner");
+    }
 }
