@@ -53,6 +53,9 @@ struct Args {
     /// `--operator-arg=--controllers=bare-metal-host`.
     #[arg(long = "operator-arg", allow_hyphen_values = true)]
     operator_args: Vec<String>,
+    /// Profile the operator with `perf record` during the idle window, into this file.
+    #[arg(long)]
+    perf_record: Option<std::path::PathBuf>,
     /// cargo bench passes --bench; ignore it.
     #[arg(long, hide = true)]
     bench: bool,
@@ -151,6 +154,14 @@ async fn main() {
     let reads_before = stub.reads();
     let ticks_before = cpu_ticks(pid);
     let idle_start = Instant::now();
+    let perf = args.perf_record.as_ref().map(|out| {
+        let mut perf = std::process::Command::new("perf");
+        perf.args(["record", "-F", "999", "-o"])
+            .arg(out)
+            .args(["-p", &pid.to_string(), "--", "sleep"])
+            .arg(args.idle_seconds.to_string());
+        ManagedProcess::spawn("perf", perf, &cluster.log_dir()).unwrap()
+    });
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let ticks = cpu_ticks(pid) - ticks_before;
     let idle_elapsed = idle_start.elapsed().as_secs_f64();
@@ -158,6 +169,12 @@ async fn main() {
     let idle_cpu = ticks as f64 / clock_ticks / idle_elapsed * 100.0;
     let idle_reads = (stub.reads() - reads_before) as f64 / idle_elapsed;
     let rss_idle = proc_field(pid, "VmRSS:").unwrap_or(0);
+    if let Some(mut perf) = perf {
+        // perf ends with the window's `sleep`; give it time to write its file (SIGTERM also
+        // makes it write what it has).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        perf.stop();
+    }
 
     eprintln!(
         "measuring annotation → power-off latency on {} hosts at {}/s...",
