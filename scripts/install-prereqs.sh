@@ -5,6 +5,8 @@
 #   - a Python venv with sushy-tools (Redfish emulator) and pyghmi (IPMI BMC)
 #   - kube-apiserver / kube-controller-manager / kube-scheduler v1.20.2 built from Debian's
 #     `kubernetes` source package (scripts/build-k8s.sh), cached under $HOSTCYCLE_K8S_BIN.
+#   - the install tools the deploy/ tests render with (scripts/install-tools.sh), cached under
+#     $HOSTCYCLE_CACHE/tools: Helm 3 and 4, kubectl with its kustomize, promtool.
 set -euo pipefail
 
 CACHE="${HOSTCYCLE_CACHE:-$HOME/.cache/hostcycle}"
@@ -45,4 +47,5 @@ if [ ! -x "$VENV/bin/sushy-emulator" ] || ! "$VENV/bin/python" -c 'import pyghmi
 fi
 
 bash "$(dirname "$0")/build-k8s.sh"
+bash "$(dirname "$0")/install-tools.sh"
 log "prerequisites ready (cache: $CACHE)"

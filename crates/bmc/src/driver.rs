@@ -5,6 +5,7 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use crate::credentials::BmcCredentials;
 use crate::error::BmcError;
 
 /// A host's power state as the BMC reports it.
@@ -113,6 +114,21 @@ impl PowerOutcome {
         self
     }
 
+    /// The outcome without the password in its texts ([`crate::text::scrub_secret`]): the
+    /// reason of a hard fallback may list what the BMC sent (its reset types, its error).
+    pub fn scrubbed(mut self, username: &str, password: &str) -> Self {
+        for text in [&mut self.action, &mut self.hard_fallback, &mut self.output]
+            .into_iter()
+            .flatten()
+        {
+            let clean = crate::text::scrub_secret(text, username, password);
+            if clean != *text {
+                *text = clean;
+            }
+        }
+        self
+    }
+
     pub fn fell_back_to_hard(&self) -> bool {
         self.hard_fallback.is_some()
     }
@@ -211,6 +227,11 @@ pub trait BmcOperations: Send + Sync + fmt::Debug {
     fn describe(&self) -> DriverDescription;
     /// The deadline of one call, covering all its retries.
     fn call_deadline(&self) -> std::time::Duration;
+    /// The credentials the driver sends, if any: their password is scrubbed from every error
+    /// and outcome the driver returns, whatever the BMC put where.
+    fn credentials(&self) -> Option<&BmcCredentials> {
+        None
+    }
     async fn read_power_state(&self) -> Result<PowerState, BmcError>;
     async fn request_power_on(&self) -> Result<PowerOutcome, BmcError>;
     async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
@@ -230,33 +251,63 @@ impl<T: BmcOperations> PowerDriver for T {
 
     async fn power_state(&self) -> Result<PowerState, BmcError> {
         let what = || format!("reading the power state of {}", self.describe());
-        within(self.call_deadline(), what, self.read_power_state()).await
+        within(self.call_deadline(), what, self.read_power_state())
+            .await
+            .map_err(|e| contained_error(e, self.credentials()))
     }
 
     async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
         let what = || format!("power on of {}", self.describe());
-        within(self.call_deadline(), what, self.request_power_on())
-            .await
-            .map(PowerOutcome::bounded)
+        contained(
+            within(self.call_deadline(), what, self.request_power_on()).await,
+            self.credentials(),
+        )
     }
 
     async fn power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let what = || format!("{mode} power off of {}", self.describe());
-        within(self.call_deadline(), what, self.request_power_off(mode))
-            .await
-            .map(PowerOutcome::bounded)
+        contained(
+            within(self.call_deadline(), what, self.request_power_off(mode)).await,
+            self.credentials(),
+        )
     }
 
     async fn reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError> {
         let what = || format!("{mode} reboot of {}", self.describe());
-        within(self.call_deadline(), what, self.request_reboot(mode))
-            .await
-            .map(PowerOutcome::bounded)
+        contained(
+            within(self.call_deadline(), what, self.request_reboot(mode)).await,
+            self.credentials(),
+        )
     }
 
     async fn close(&self) -> Result<(), BmcError> {
         let what = || format!("logging out of {}", self.describe());
-        within(self.call_deadline(), what, self.end_session()).await
+        within(self.call_deadline(), what, self.end_session())
+            .await
+            .map_err(|e| contained_error(e, self.credentials()))
+    }
+}
+
+/// An error fit to leave the driver: without the password, then cut (scrubbing first, so a
+/// cut never leaves part of a password behind).
+fn contained_error(error: BmcError, credentials: Option<&BmcCredentials>) -> BmcError {
+    match credentials {
+        Some(c) => error.scrubbed(c.username(), c.password()).bounded(),
+        None => error.bounded(),
+    }
+}
+
+/// A power call's result fit to leave the driver (see [`contained_error`]).
+fn contained(
+    result: Result<PowerOutcome, BmcError>,
+    credentials: Option<&BmcCredentials>,
+) -> Result<PowerOutcome, BmcError> {
+    match result {
+        Ok(outcome) => Ok(match credentials {
+            Some(c) => outcome.scrubbed(c.username(), c.password()).bounded(),
+            None => outcome.bounded(),
+        }),
+        Err(e) => Err(contained_error(e, credentials)),
     }
 }
 
@@ -266,12 +317,130 @@ pub(crate) async fn within<T>(
     what: impl FnOnce() -> String,
     call: impl std::future::Future<Output = Result<T, BmcError>>,
 ) -> Result<T, BmcError> {
-    let result = match tokio::time::timeout(deadline, call).await {
+    match tokio::time::timeout(deadline, call).await {
         Ok(result) => result,
         Err(_) => Err(BmcError::Timeout {
             what: what(),
             after: deadline,
         }),
-    };
-    result.map_err(BmcError::bounded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use super::*;
+
+    const PASSWORD: &str = "Sekr1t-xyzzy-4242";
+
+    /// A driver whose BMC repeats the password in everything it answers.
+    #[derive(Debug)]
+    struct Echoing {
+        credentials: Option<BmcCredentials>,
+    }
+
+    fn echoed() -> String {
+        format!("the BMC says {PASSWORD} and /redfish/v1/Sessions/Sekr1t%2Dxyzzy%2D4242")
+    }
+
+    #[async_trait]
+    impl BmcOperations for Echoing {
+        fn describe(&self) -> DriverDescription {
+            DriverDescription {
+                kind: DriverKind::Redfish,
+                endpoint: "http://bmc:80".into(),
+                detail: String::new(),
+            }
+        }
+        fn call_deadline(&self) -> Duration {
+            Duration::from_secs(5)
+        }
+        fn credentials(&self) -> Option<&BmcCredentials> {
+            self.credentials.as_ref()
+        }
+        async fn read_power_state(&self) -> Result<PowerState, BmcError> {
+            Err(BmcError::RetriesExhausted {
+                operation: echoed(),
+                attempts: 2,
+                elapsed: Duration::from_secs(1),
+                last: Box::new(BmcError::InvalidResponse {
+                    endpoint: "http://bmc:80".into(),
+                    path: echoed(),
+                    detail: echoed(),
+                }),
+            })
+        }
+        async fn request_power_on(&self) -> Result<PowerOutcome, BmcError> {
+            Ok(PowerOutcome {
+                request: PowerRequest::On,
+                action: Some(echoed()),
+                hard_fallback: Some(echoed()),
+                output: Some(echoed()),
+            })
+        }
+        async fn request_power_off(&self, _: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+            Err(BmcError::Unsupported {
+                driver: "redfish".into(),
+                operation: "soft power off".into(),
+                reason: echoed(),
+            })
+        }
+        async fn request_reboot(&self, _: PowerOffMode) -> Result<PowerOutcome, BmcError> {
+            self.request_power_off(PowerOffMode::Soft).await
+        }
+        async fn end_session(&self) -> Result<(), BmcError> {
+            Err(BmcError::Http {
+                endpoint: "http://bmc:80".into(),
+                method: "DELETE".into(),
+                path: echoed(),
+                status: 500,
+                message: echoed(),
+                retry_after: None,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn what_a_driver_with_credentials_returns_never_holds_the_password() {
+        let driver = Echoing {
+            credentials: Some(BmcCredentials::new("admin", PASSWORD).unwrap()),
+        };
+        let texts = [
+            format!("{:?}", driver.power_state().await),
+            format!("{:?}", driver.power_on().await),
+            format!("{}", driver.power_on().await.unwrap()),
+            format!("{:?}", driver.power_off(PowerOffMode::Soft).await),
+            format!("{:?}", driver.reboot(PowerOffMode::Hard).await),
+            format!("{:?}", driver.close().await),
+        ];
+        for text in texts {
+            assert!(!text.contains("Sekr1t"), "{text}");
+            assert!(text.contains("<redacted>"), "{text}");
+        }
+        // A driver without credentials (the command driver) returns its texts as they are.
+        let plain = Echoing { credentials: None };
+        assert!(
+            format!("{:?}", plain.power_on().await).contains(PASSWORD),
+            "nothing to scrub"
+        );
+    }
+
+    #[test]
+    fn outcomes_are_scrubbed_in_every_text() {
+        let outcome = PowerOutcome {
+            request: PowerRequest::Off(PowerOffMode::Soft),
+            action: Some(format!("ResetType={PASSWORD}")),
+            hard_fallback: Some(format!("allowed: [On, {PASSWORD}]")),
+            output: Some(format!("echo {PASSWORD}")),
+        }
+        .scrubbed("admin", PASSWORD);
+        let text = format!("{outcome} {outcome:?}");
+        assert!(!text.contains("Sekr1t"), "{text}");
+        assert_eq!(
+            outcome.hard_fallback.as_deref(),
+            Some("allowed: [On, <redacted>]")
+        );
+    }
 }

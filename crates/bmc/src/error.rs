@@ -1,7 +1,7 @@
 //! Errors of the power layer. Each says what failed and what to do about it; none contains a
 //! password (URLs never carry credentials, command lines never contain the password, and
-//! BMC text is scrubbed by [`crate::text::from_bmc`]). Text fields are bounded, see
-//! [`BmcError::bounded`].
+//! every text field of an error a driver returns is scrubbed, see [`BmcError::scrubbed`]).
+//! Text fields are bounded, see [`BmcError::bounded`].
 
 use std::time::Duration;
 
@@ -101,7 +101,9 @@ pub enum BmcError {
         target: String,
     },
 
-    #[error("{operation} still failing after {attempts} attempts in {elapsed:?}: {last}")]
+    // No elapsed time in the text: it becomes a host's errorMessage and Event note, which must
+    // stay the same from one failed read to the next (one Event series, no status rewrite).
+    #[error("{operation} still failing after {attempts} attempts: {last}")]
     RetriesExhausted {
         operation: String,
         attempts: u32,
@@ -180,49 +182,68 @@ impl BmcError {
     /// The error with every text field cut to about 1 KiB ([`crate::text::clip`]): fields
     /// may hold what a BMC sent (paths, member ids, messages), and the error goes on into a
     /// host's status, Events and logs. Drivers return errors through this.
-    pub fn bounded(self) -> BmcError {
-        use crate::text::clip_in_place as clip;
-        let mut error = self;
-        match &mut error {
+    pub fn bounded(mut self) -> BmcError {
+        self.for_each_text(&mut crate::text::clip_in_place);
+        self
+    }
+
+    /// The error without the password in any text field ([`crate::text::scrub_secret`]):
+    /// a hostile BMC may put it anywhere the driver copies from — a reset target, a list of
+    /// reset types, a redirect's or a session's location, an error page. Drivers that hold
+    /// credentials return errors through this (before [`BmcError::bounded`], so a cut never
+    /// leaves part of a password behind).
+    pub fn scrubbed(mut self, username: &str, password: &str) -> BmcError {
+        self.for_each_text(&mut |text: &mut String| {
+            let clean = crate::text::scrub_secret(text, username, password);
+            if clean != *text {
+                *text = clean;
+            }
+        });
+        self
+    }
+
+    /// Calls `f` on every text field, the nested error's included.
+    fn for_each_text(&mut self, f: &mut dyn FnMut(&mut String)) {
+        match self {
             BmcError::Address(address) => {
-                clip(&mut address.address);
-                clip(&mut address.reason);
+                f(&mut address.address);
+                f(&mut address.reason);
             }
             BmcError::AuthenticationFailed { endpoint, detail }
             | BmcError::Certificate { endpoint, detail }
             | BmcError::Connection { endpoint, detail } => {
-                clip(endpoint);
-                clip(detail);
+                f(endpoint);
+                f(detail);
             }
             BmcError::PermissionDenied {
                 endpoint,
                 method,
                 path,
             } => {
-                clip(endpoint);
-                clip(method);
-                clip(path);
+                f(endpoint);
+                f(method);
+                f(path);
             }
             BmcError::SystemNotFound { endpoint, path } => {
-                clip(endpoint);
-                clip(path);
+                f(endpoint);
+                f(path);
             }
             BmcError::SystemAmbiguous {
                 endpoint, members, ..
             } => {
-                clip(endpoint);
-                clip(members);
+                f(endpoint);
+                f(members);
             }
             BmcError::Unsupported {
                 driver,
                 operation,
                 reason,
             } => {
-                clip(driver);
-                clip(operation);
-                clip(reason);
+                f(driver);
+                f(operation);
+                f(reason);
             }
-            BmcError::Timeout { what, .. } | BmcError::OutcomeUnknown { what, .. } => clip(what),
+            BmcError::Timeout { what, .. } | BmcError::OutcomeUnknown { what, .. } => f(what),
             BmcError::Http {
                 endpoint,
                 method,
@@ -230,37 +251,36 @@ impl BmcError {
                 message,
                 ..
             } => {
-                clip(endpoint);
-                clip(method);
-                clip(path);
-                clip(message);
+                f(endpoint);
+                f(method);
+                f(path);
+                f(message);
             }
             BmcError::InvalidResponse {
                 endpoint,
                 path,
                 detail,
             } => {
-                clip(endpoint);
-                clip(path);
-                clip(detail);
+                f(endpoint);
+                f(path);
+                f(detail);
             }
             BmcError::RedirectRefused {
                 endpoint,
                 path,
                 target,
             } => {
-                clip(endpoint);
-                clip(path);
-                clip(target);
+                f(endpoint);
+                f(path);
+                f(target);
             }
             BmcError::RetriesExhausted {
                 operation, last, ..
             } => {
-                clip(operation);
-                let inner = std::mem::replace(last.as_mut(), BmcError::Config(String::new()));
-                **last = inner.bounded();
+                f(operation);
+                last.for_each_text(f);
             }
-            BmcError::IpmitoolMissing { path } => clip(path),
+            BmcError::IpmitoolMissing { path } => f(path),
             BmcError::Ipmitool {
                 endpoint,
                 operation,
@@ -268,19 +288,19 @@ impl BmcError {
                 stderr,
                 ..
             } => {
-                clip(endpoint);
-                clip(operation);
-                clip(status);
-                clip(stderr);
+                f(endpoint);
+                f(operation);
+                f(status);
+                f(stderr);
             }
             BmcError::IpmitoolOutput {
                 endpoint,
                 operation,
                 output,
             } => {
-                clip(endpoint);
-                clip(operation);
-                clip(output);
+                f(endpoint);
+                f(operation);
+                f(output);
             }
             BmcError::Command {
                 command,
@@ -288,22 +308,21 @@ impl BmcError {
                 stdout,
                 stderr,
             } => {
-                clip(command);
-                clip(status);
-                clip(stdout);
-                clip(stderr);
+                f(command);
+                f(status);
+                f(stdout);
+                f(stderr);
             }
             BmcError::Spawn { program, detail } => {
-                clip(program);
-                clip(detail);
+                f(program);
+                f(detail);
             }
-            BmcError::Config(detail) => clip(detail),
+            BmcError::Config(detail) => f(detail),
             BmcError::PowerStateNotReached { expected, last, .. } => {
-                clip(expected);
-                clip(last);
+                f(expected);
+                f(last);
             }
         }
-        error
     }
 
     /// A short machine-friendly reason, for status conditions and metrics labels.
@@ -330,5 +349,159 @@ impl BmcError {
             BmcError::Config(_) => "InvalidConfig",
             BmcError::PowerStateNotReached { .. } => "PowerStateNotReached",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use std::time::Duration;
+
+    use super::*;
+
+    const USER: &str = "admin";
+    const PASSWORD: &str = "Sekr1t/pa ss";
+
+    /// Every variant, with the password (as is, and percent-encoded) in every text field.
+    fn every_variant() -> Vec<BmcError> {
+        let t = || format!("x {PASSWORD} y Sekr1t%2Fpa%20ss z");
+        let mut address =
+            crate::address::BmcAddress::parse("bogus://h").expect_err("not an address");
+        address.address = t();
+        address.reason = t();
+        let after = Duration::from_secs(1);
+        vec![
+            BmcError::Address(address),
+            BmcError::AuthenticationFailed {
+                endpoint: t(),
+                detail: t(),
+            },
+            BmcError::PermissionDenied {
+                endpoint: t(),
+                method: t(),
+                path: t(),
+            },
+            BmcError::SystemNotFound {
+                endpoint: t(),
+                path: t(),
+            },
+            BmcError::SystemAmbiguous {
+                endpoint: t(),
+                count: 2,
+                members: t(),
+            },
+            BmcError::Unsupported {
+                driver: t(),
+                operation: t(),
+                reason: t(),
+            },
+            BmcError::Certificate {
+                endpoint: t(),
+                detail: t(),
+            },
+            BmcError::Connection {
+                endpoint: t(),
+                detail: t(),
+            },
+            BmcError::Timeout { what: t(), after },
+            BmcError::OutcomeUnknown { what: t(), after },
+            BmcError::Http {
+                endpoint: t(),
+                method: t(),
+                path: t(),
+                status: 500,
+                message: t(),
+                retry_after: None,
+            },
+            BmcError::InvalidResponse {
+                endpoint: t(),
+                path: t(),
+                detail: t(),
+            },
+            BmcError::RedirectRefused {
+                endpoint: t(),
+                path: t(),
+                target: t(),
+            },
+            BmcError::RetriesExhausted {
+                operation: t(),
+                attempts: 4,
+                elapsed: after,
+                last: Box::new(BmcError::Http {
+                    endpoint: t(),
+                    method: t(),
+                    path: t(),
+                    status: 503,
+                    message: t(),
+                    retry_after: None,
+                }),
+            },
+            BmcError::IpmitoolMissing { path: t() },
+            BmcError::Ipmitool {
+                endpoint: t(),
+                operation: t(),
+                status: t(),
+                stderr: t(),
+                transient: false,
+            },
+            BmcError::IpmitoolOutput {
+                endpoint: t(),
+                operation: t(),
+                output: t(),
+            },
+            BmcError::Command {
+                command: t(),
+                status: t(),
+                stdout: t(),
+                stderr: t(),
+            },
+            BmcError::Spawn {
+                program: t(),
+                detail: t(),
+            },
+            BmcError::Config(t()),
+            BmcError::PowerStateNotReached {
+                expected: t(),
+                after,
+                last: t(),
+            },
+        ]
+    }
+
+    #[test]
+    fn scrubbed_errors_hold_the_password_in_no_field() {
+        for error in every_variant() {
+            let reason = error.reason();
+            let before = format!("{error} {error:?}");
+            assert!(
+                before.contains(PASSWORD),
+                "{reason}: the case has the password"
+            );
+            let scrubbed = error.scrubbed(USER, PASSWORD);
+            assert_eq!(scrubbed.reason(), reason, "the kind is kept");
+            for text in [scrubbed.to_string(), format!("{scrubbed:?}")] {
+                assert!(!text.contains("Sekr1t"), "{reason}: {text}");
+                assert!(
+                    text.contains("x <redacted> y <redacted> z"),
+                    "{reason}: {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scrubbing_keeps_errors_without_the_password() {
+        let error = BmcError::Http {
+            endpoint: "https://10.0.0.5:443".into(),
+            method: "GET".into(),
+            path: "/redfish/v1/Systems/a%20b".into(),
+            status: 500,
+            message: ": internal error".into(),
+            retry_after: Some(Duration::from_secs(3)),
+        };
+        let before = error.to_string();
+        let after = error.scrubbed(USER, PASSWORD);
+        assert_eq!(after.to_string(), before);
+        assert_eq!(after.retry_after(), Some(Duration::from_secs(3)));
     }
 }

@@ -310,6 +310,10 @@ impl BmcOperations for IpmiDriver {
         self.options.retry.deadline
     }
 
+    fn credentials(&self) -> Option<&BmcCredentials> {
+        Some(&self.credentials)
+    }
+
     async fn read_power_state(&self) -> Result<PowerState, BmcError> {
         let stdout = self.run(&["power", "status"], true).await?;
         parse_chassis_power(&stdout).ok_or_else(|| BmcError::IpmitoolOutput {

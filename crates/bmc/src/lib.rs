@@ -82,9 +82,10 @@ impl HostConnectOptions {
 
 /// [`ConnectorOptions::idle_timeout`] by default: what [`idle_timeout_for_polls`] gives for
 /// the operator's default polls (60 s at rest, 1 s during a change).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The longest idle timeout [`idle_timeout_for_polls`] derives from the steady interval.
+/// The longest steady interval whose connections are kept from one steady read to the
+/// next ([`idle_timeout_for_polls`]).
 pub const MAX_STEADY_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Transition polls an idle connection outlives, at least ([`idle_timeout_for_polls`]).
@@ -93,26 +94,28 @@ pub const TRANSITION_POLLS_KEPT: u32 = 3;
 /// The idle timeout for a process that reads each BMC every `steady_poll` at rest and every
 /// `transition_poll` while a change is pending:
 ///
-/// `max(min(15 s, steady_poll / 4), 3 × transition_poll)`, and at least 1 s.
+/// `max(3 × transition_poll, 1.25 × steady_poll if that is at most 15 s, 1 s)`.
 ///
-/// * **At rest** a connection sits idle for a whole steady interval between two reads;
-///   keeping it that long holds a socket (and a connection slot on the BMC) for nothing:
-///   with a timeout equal to the interval the next read found it expired anyway. With at
-///   most a quarter of the steady interval (and never more than 15 s), idle connections
-///   expire well before the next steady read (the pool sweeps every `idle_timeout`, so one
-///   lives one to two timeouts after its last use). With glibc's allocator this does not
-///   lower the process's peak RSS (docs/benchmarks.md); it halves the connections held.
 /// * **While a change is watched** (a reboot: a read every `transition_poll`) the
 ///   connection must be reused, so the timeout is never below three transition intervals:
 ///   a late poll or a slow reconcile still finds the connection open.
+/// * **At rest** a connection is reused only if it outlives the steady interval (plus the
+///   operator's 10 % jitter): worth it for frequent steady polls (up to 12 s), not for the
+///   default minute — a connection kept idle for part of it is never reused and only holds
+///   memory and a connection slot on the BMC. At 5,000 hosts the old rule (a quarter of the
+///   steady interval, up to 15 s) kept ~1,000–2,000 idle connections open that no read
+///   would use (docs/benchmarks.md).
 ///
-/// With the operator's defaults (60 s, 1 s) this is 15 s ([`DEFAULT_IDLE_TIMEOUT`]). When
-/// the steady interval is itself short (a few transition polls), connections are kept
-/// between steady reads too, which is what frequent polling wants.
+/// With the operator's defaults (60 s, 1 s) this is 3 s ([`DEFAULT_IDLE_TIMEOUT`]).
 pub fn idle_timeout_for_polls(steady_poll: Duration, transition_poll: Duration) -> Duration {
-    let at_rest = MAX_STEADY_IDLE_TIMEOUT.min(steady_poll / 4);
     let watched = transition_poll.saturating_mul(TRANSITION_POLLS_KEPT);
-    at_rest.max(watched).max(Duration::from_secs(1))
+    let steady_reuse = steady_poll.saturating_add(steady_poll / 4);
+    let at_rest = if steady_reuse <= MAX_STEADY_IDLE_TIMEOUT {
+        steady_reuse
+    } else {
+        Duration::ZERO
+    };
+    watched.max(at_rest).max(Duration::from_secs(1))
 }
 
 /// Process-wide settings of the power layer.
@@ -290,26 +293,25 @@ mod tests {
 
     #[test]
     fn idle_timeout_for_the_operator_defaults_is_the_connector_default() {
-        assert_eq!(idle_timeout_for_polls(secs(60), secs(1)), secs(15));
+        assert_eq!(idle_timeout_for_polls(secs(60), secs(1)), secs(3));
         assert_eq!(
             ConnectorOptions::default().idle_timeout,
             DEFAULT_IDLE_TIMEOUT
         );
-        assert_eq!(DEFAULT_IDLE_TIMEOUT, secs(15));
+        assert_eq!(DEFAULT_IDLE_TIMEOUT, secs(3));
     }
 
     #[test]
-    fn idle_connections_expire_well_before_the_next_steady_poll() {
-        for steady in [20, 30, 60, 120, 300, 3600, 365 * 24 * 3600] {
+    fn long_steady_polls_keep_no_connection_until_the_next_read() {
+        for steady in [13, 20, 30, 60, 120, 300, 3600, 365 * 24 * 3600] {
             let idle = idle_timeout_for_polls(secs(steady), secs(1));
-            assert!(idle <= secs(steady) / 4, "steady {steady}s: idle {idle:?}");
-            assert!(
-                idle <= MAX_STEADY_IDLE_TIMEOUT,
-                "steady {steady}s: idle {idle:?}"
+            assert_eq!(
+                idle,
+                secs(3),
+                "steady {steady}s: only the transition polls count"
             );
+            assert!(idle < secs(steady), "steady {steady}s: idle {idle:?}");
         }
-        assert_eq!(idle_timeout_for_polls(secs(20), secs(1)), secs(5));
-        assert_eq!(idle_timeout_for_polls(secs(3600), secs(1)), secs(15));
     }
 
     #[test]
@@ -325,7 +327,7 @@ mod tests {
         // Sub-second transition polls.
         assert_eq!(
             idle_timeout_for_polls(secs(60), Duration::from_millis(500)),
-            secs(15)
+            Duration::from_millis(1500)
         );
     }
 
@@ -333,6 +335,14 @@ mod tests {
     fn short_steady_polls_keep_connections_between_reads() {
         // A steady interval of a few transition polls: connections outlive it.
         assert_eq!(idle_timeout_for_polls(secs(2), secs(1)), secs(3));
+        for steady in [4, 8, 12] {
+            let idle = idle_timeout_for_polls(secs(steady), secs(1));
+            assert!(
+                idle > secs(steady) * 11 / 10,
+                "steady {steady}s: idle {idle:?}"
+            );
+        }
+        assert_eq!(idle_timeout_for_polls(secs(12), secs(1)), secs(15));
         // Degenerate flags still give a usable timeout, and huge ones do not overflow.
         assert_eq!(
             idle_timeout_for_polls(Duration::ZERO, Duration::ZERO),

@@ -280,6 +280,12 @@ impl RedfishDriver {
         )
     }
 
+    /// An error fit for a log line or a retry: without the password (the driver's callers get
+    /// errors scrubbed anyway; this is for what is logged on the way).
+    fn scrub_error(&self, error: BmcError) -> BmcError {
+        error.scrubbed(self.credentials.username(), self.credentials.password())
+    }
+
     fn auth_state(&self) -> AuthState {
         match self.auth.read() {
             Ok(state) => state.clone(),
@@ -546,14 +552,16 @@ impl RedfishDriver {
         body: Option<serde_json::Value>,
         repeatable: bool,
     ) -> Result<Reply, BmcError> {
-        // The path may come from the BMC (a member id, an action target): bounded for logs.
-        let operation = text::clip(&format!("{method} {}{path}", self.endpoint));
+        // The path may come from the BMC (a member id, an action target): scrubbed and bounded,
+        // as is each attempt's error, since the retries log both.
+        let operation = self.bmc_text(&format!("{method} {}{path}", self.endpoint));
         with_retries(&self.options.retry, &operation, || async {
             match self.exchange_once(&method, path, body.as_ref()).await {
                 Err(BmcError::Timeout { what, after }) if !repeatable => {
-                    Err(BmcError::OutcomeUnknown { what, after })
+                    Err(self.scrub_error(BmcError::OutcomeUnknown { what, after }))
                 }
-                other => other,
+                Err(e) => Err(self.scrub_error(e)),
+                ok => ok,
             }
         })
         .await
@@ -676,10 +684,11 @@ impl RedfishDriver {
                     Err(e) => return Err(e),
                 }
             } else {
-                hard_fallback = Some(format!(
+                // The list is the BMC's: scrubbed before it is logged below.
+                hard_fallback = Some(self.bmc_text(&format!(
                     "{soft} is not among the BMC's allowed reset types {}",
                     info.allowed_list()
-                ));
+                )));
             }
         }
         if !info.allows(hard) {
@@ -735,6 +744,10 @@ impl BmcOperations for RedfishDriver {
 
     fn call_deadline(&self) -> Duration {
         self.options.retry.deadline
+    }
+
+    fn credentials(&self) -> Option<&BmcCredentials> {
+        Some(&self.credentials)
     }
 
     async fn end_session(&self) -> Result<(), BmcError> {

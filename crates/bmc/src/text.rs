@@ -50,8 +50,11 @@ pub fn clip_in_place(text: &mut String) {
 
 /// `text` without the password: every occurrence of it, of its JSON-escaped form (a BMC
 /// echoing the login body) and of the basic-auth token `base64(user:password)` (a BMC
-/// echoing the request headers) becomes [`REDACTED`]. With a password shorter than
-/// [`MIN_SCRUBBED_SECRET_BYTES`] the whole text is replaced by [`WITHHELD`] (unless empty).
+/// echoing the request headers) becomes [`REDACTED`] — also percent-encoded, in any case and
+/// to any part, or form-encoded (a BMC repeating a path, a `Location` or a form body): when
+/// the text decoded holds the password, the decoded text is kept, scrubbed. With a password
+/// shorter than [`MIN_SCRUBBED_SECRET_BYTES`] the whole text is replaced by [`WITHHELD`]
+/// (unless empty).
 pub fn scrub_secret(text: &str, username: &str, password: &str) -> String {
     if password.is_empty() || text.is_empty() {
         return text.to_string();
@@ -59,13 +62,71 @@ pub fn scrub_secret(text: &str, username: &str, password: &str) -> String {
     if password.len() < MIN_SCRUBBED_SECRET_BYTES {
         return WITHHELD.to_string();
     }
-    let mut scrubbed = text.to_string();
-    for form in secret_forms(username, password) {
-        if scrubbed.contains(&form) {
-            scrubbed = scrubbed.replace(&form, REDACTED);
+    let forms = secret_forms(username, password);
+    let mut scrubbed = replace_forms(text, &forms);
+    for plus_as_space in [false, true] {
+        if let Some(decoded) = scrubbed_when_decoded(&scrubbed, &forms, plus_as_space) {
+            scrubbed = decoded;
         }
     }
     scrubbed
+}
+
+fn replace_forms(text: &str, forms: &[String]) -> String {
+    let mut out = text.to_string();
+    for form in forms {
+        if out.contains(form.as_str()) {
+            out = out.replace(form.as_str(), REDACTED);
+        }
+    }
+    out
+}
+
+/// Percent-decodings nested deeper than this are not looked into.
+const MAX_DECODINGS: usize = 4;
+
+/// `text` percent-decoded (level after level, as long as that changes it) with every secret
+/// form found on the way replaced; `None` when no decoding holds a secret form.
+fn scrubbed_when_decoded(text: &str, forms: &[String], plus_as_space: bool) -> Option<String> {
+    let mut level = text.to_string();
+    let mut found = false;
+    for _ in 0..MAX_DECODINGS {
+        let next = percent_decode(&level, plus_as_space);
+        if next == level {
+            break;
+        }
+        level = next;
+        if forms.iter().any(|f| level.contains(f.as_str())) {
+            level = replace_forms(&level, forms);
+            found = true;
+        }
+    }
+    found.then_some(level)
+}
+
+/// `%XX` escapes decoded (invalid UTF-8 replaced, malformed escapes kept), and `+` as a space
+/// when `plus_as_space`.
+fn percent_decode(text: &str, plus_as_space: bool) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    out.push((high * 16 + low) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' if plus_as_space => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The ways a BMC may repeat the password: as is, JSON-escaped, inside a basic-auth token.
@@ -81,7 +142,32 @@ fn secret_forms(username: &str, password: &str) -> Vec<String> {
         }
     }
     forms.push(base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}")));
+    for form in url_path_forms(password) {
+        if form.len() >= MIN_SCRUBBED_SECRET_BYTES && !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
     forms
+}
+
+/// The password as a BMC sees it in a request line when the driver sent a request to a path
+/// holding it (a reset target or `Location` the BMC gave): URL parsing percent-encodes some
+/// characters, reads `\` as `/` and starts a query at `?`. Both that and its decoded form (a
+/// BMC repeating its decoded path) are searched for.
+fn url_path_forms(password: &str) -> Vec<String> {
+    let Ok(base) = url::Url::parse("http://bmc/") else {
+        return Vec::new();
+    };
+    let Ok(joined) = base.join(&format!("/{password}")) else {
+        return Vec::new();
+    };
+    let after_host = &joined[url::Position::BeforePath..];
+    let form = after_host
+        .strip_prefix('/')
+        .unwrap_or(after_host)
+        .to_string();
+    let decoded = percent_decode(&form, false);
+    vec![form, decoded]
 }
 
 /// BMC text made safe to show: the password removed (see [`scrub_secret`]), then cut to
@@ -163,6 +249,55 @@ mod tests {
         assert!(!scrubbed.contains(&basic), "{scrubbed}");
         assert_eq!(scrubbed.matches(REDACTED).count(), 3, "{scrubbed}");
         assert!(scrubbed.starts_with("bad login <redacted>;"), "{scrubbed}");
+    }
+
+    #[test]
+    fn the_password_percent_encoded_is_scrubbed_too() {
+        let password = "pa\"ss/wö rd+%x";
+        let upper = "pa%22ss%2Fw%C3%B6%20rd%2B%25x";
+        let lower = "pa%22ss%2fw%c3%b6%20rd%2b%25x";
+        let partly = "pa%22ss/w%C3%B6%20rd+%25x";
+        let form = "pa%22ss%2Fw%C3%B6+rd%2B%25x";
+        let twice = "pa%2522ss%252Fw%25C3%25B6%2520rd%252B%2525x";
+        for encoded in [upper, lower, partly, form, twice] {
+            let text = format!("cannot process GET /redfish/v1/Sessions/{encoded} (100%)");
+            let scrubbed = scrub_secret(&text, "admin", password);
+            assert_eq!(
+                scrubbed, "cannot process GET /redfish/v1/Sessions/<redacted> (100%)",
+                "{encoded}"
+            );
+        }
+        // Raw and encoded in one text.
+        let both = format!("{password} and {upper}");
+        assert_eq!(
+            scrub_secret(&both, "admin", password),
+            "<redacted> and <redacted>"
+        );
+        // Text without the password keeps its escapes.
+        let clean = "GET /redfish/v1/Systems/a%20b?x=1+2 (100%)";
+        assert_eq!(scrub_secret(clean, "admin", password), clean);
+        // Malformed or cut escapes do not panic.
+        for odd in ["%", "%4", "%zz", "a%", "%%41", "%C3"] {
+            assert_eq!(scrub_secret(odd, "admin", password), odd);
+        }
+    }
+
+    #[test]
+    fn the_password_as_a_request_line_carries_it_is_scrubbed() {
+        // URL parsing reads `\` as `/` and encodes `"` and spaces: a BMC repeating the request
+        // line of a request to a path holding the password repeats neither the password nor
+        // a percent-encoding of it.
+        let password = "Sekr1t\"pa\\ss w?rd";
+        for echoed in [
+            "cannot process POST /reset/Sekr1t%22pa/ss%20w?rd/Reset",
+            "cannot process POST /reset/Sekr1t\"pa/ss w?rd/Reset",
+        ] {
+            let scrubbed = scrub_secret(echoed, "admin", password);
+            assert_eq!(
+                scrubbed, "cannot process POST /reset/<redacted>/Reset",
+                "{echoed}"
+            );
+        }
     }
 
     #[test]

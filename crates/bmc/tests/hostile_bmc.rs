@@ -516,6 +516,269 @@ async fn error_pages_echoing_the_credentials_are_scrubbed() {
     assert_no_secret(&format!("{outcome:?}"));
 }
 
+/// The password, percent-encoded as a BMC would put it in a path or a `Location`.
+fn percent_encoded_password() -> String {
+    PASSWORD
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A BMC that lists the password among its reset types (in the ActionInfo, where the driver
+/// trusts any value) and puts it in its reset target: what the driver copies into a hard
+/// fallback's reason and into errors is clean.
+#[tokio::test]
+async fn reset_types_and_targets_holding_the_password_are_scrubbed() {
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let server = MockServer::start().await;
+    mount_get(
+        &server,
+        SYSTEM,
+        system(
+            "On",
+            json!({ "target": "/reset", "@Redfish.ActionInfo": "/info" }),
+        ),
+    )
+    .await;
+    mount_get(
+        &server,
+        "/info",
+        json!({ "Parameters": [{ "Name": "ResetType",
+            "AllowableValues": ["On", "ForceOff", PASSWORD, format!("Basic {basic}")] }] }),
+    )
+    .await;
+    Mock::given(method("POST"))
+        .and(path("/reset"))
+        .respond_with(ResponseTemplate::new(204))
+        .mount(&server)
+        .await;
+    let outcome = driver(&server).power_off(PowerOffMode::Soft).await.unwrap();
+    let reason = outcome.hard_fallback.clone().unwrap();
+    assert!(reason.contains("not among"), "{reason}");
+    assert!(reason.contains("<redacted>"), "{reason}");
+    assert_no_secret(&format!("{outcome} {outcome:?}"));
+    assert!(!reason.contains(&basic), "{reason}");
+    // Reboot needs GracefulRestart or ForceRestart, neither listed: the refusal lists the
+    // types without the password.
+    let err = driver(&server)
+        .reboot(PowerOffMode::Soft)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BmcError::Unsupported { .. }), "{err:?}");
+    assert_contained(&err);
+
+    // The reset target holds the password (as is, and percent-encoded): the 500 it answers
+    // names the path, and the retries name the operation.
+    for target in [
+        format!("/reset/{PASSWORD}/ComputerSystem.Reset"),
+        format!("/reset/{}/ComputerSystem.Reset", percent_encoded_password()),
+    ] {
+        let server = MockServer::start().await;
+        mount_get(&server, SYSTEM, system("On", json!({ "target": target }))).await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(500).set_body_string("internal error"))
+            .mount(&server)
+            .await;
+        let err = driver(&server)
+            .power_off(PowerOffMode::Hard)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("ComputerSystem.Reset"), "{err}");
+        assert!(err.to_string().contains("<redacted>"), "{err}");
+        assert_contained(&err);
+    }
+}
+
+/// A BMC that redirects to a path holding the password, and one whose session lives at such
+/// a path and refuses the logout: neither error shows it.
+#[tokio::test]
+async fn redirects_and_sessions_holding_the_password_are_scrubbed() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(SYSTEM))
+        .respond_with(ResponseTemplate::new(307).insert_header(
+            "Location",
+            format!("/redfish/v1/Systems/{}", percent_encoded_password()).as_str(),
+        ))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(404))
+        .mount(&server)
+        .await;
+    let err = driver(&server).power_state().await.unwrap_err();
+    assert_contained(&err);
+
+    let server = MockServer::start().await;
+    let session = format!("{SESSIONS}/{}", percent_encoded_password());
+    mount_get(
+        &server,
+        "/redfish/v1/",
+        json!({ "Links": { "Sessions": { "@odata.id": SESSIONS } } }),
+    )
+    .await;
+    Mock::given(method("POST"))
+        .and(path(SESSIONS))
+        .respond_with(
+            ResponseTemplate::new(201)
+                .insert_header("X-Auth-Token", "token-1")
+                .insert_header("Location", session.as_str()),
+        )
+        .mount(&server)
+        .await;
+    mount_get(&server, SYSTEM, system("On", json!({}))).await;
+    Mock::given(method("DELETE"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("cannot delete"))
+        .mount(&server)
+        .await;
+    let driver = driver_at(
+        &format!("redfish+http://{}{SYSTEM}", server.address()),
+        fast_options(),
+        RedfishAuthMode::Session,
+    );
+    driver.power_state().await.unwrap();
+    let err = driver.close().await.unwrap_err();
+    assert!(err.to_string().contains("DELETE"), "{err}");
+    assert_contained(&err);
+}
+
+/// Log lines written while `run` runs (this thread, every level).
+async fn logs_of<F: std::future::Future<Output = ()>>(run: F) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    run.await;
+    drop(guard);
+    String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned()
+}
+
+/// What the driver logs on the way — retries naming the operation and its error, redirects
+/// followed, a soft request carried out hard with the BMC's reset types, a service root that
+/// could not be read — holds no password, whatever the BMC put where.
+#[tokio::test]
+async fn logs_hold_no_password_from_an_echoing_bmc() {
+    let logs = logs_of(async {
+        // Retries of a reset whose target holds the password.
+        let server = MockServer::start().await;
+        let target = format!("/reset/{PASSWORD}/ComputerSystem.Reset");
+        mount_get(&server, SYSTEM, system("On", json!({ "target": target }))).await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(500).set_body_string("internal error"))
+            .mount(&server)
+            .await;
+        let err = driver(&server)
+            .power_off(PowerOffMode::Hard)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BmcError::RetriesExhausted { .. }), "{err:?}");
+
+        // A redirect to a path holding it.
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path(SYSTEM))
+            .respond_with(ResponseTemplate::new(307).insert_header(
+                "Location",
+                format!("/redfish/v1/Systems/{}", percent_encoded_password()).as_str(),
+            ))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(503).set_body_string("busy"))
+            .mount(&server)
+            .await;
+        driver(&server).power_state().await.unwrap_err();
+
+        // Reset types holding it: soft carried out hard, logged with the reason.
+        let server = MockServer::start().await;
+        mount_get(
+            &server,
+            SYSTEM,
+            system(
+                "On",
+                json!({ "target": "/reset", "@Redfish.ActionInfo": "/info" }),
+            ),
+        )
+        .await;
+        mount_get(
+            &server,
+            "/info",
+            json!({ "Parameters": [{ "Name": "ResetType",
+                "AllowableValues": ["On", "ForceOff", PASSWORD] }] }),
+        )
+        .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(204))
+            .mount(&server)
+            .await;
+        driver(&server).power_off(PowerOffMode::Soft).await.unwrap();
+
+        // A service root redirecting in a loop through paths holding it (session auth looks
+        // up Links.Sessions there, and logs why it could not).
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/redfish/v1/"))
+            .respond_with(
+                ResponseTemplate::new(302)
+                    .insert_header("Location", format!("/redfish/v1/{PASSWORD}/").as_str()),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(302).insert_header(
+                "Location",
+                format!("/redfish/v1/{}/again", percent_encoded_password()).as_str(),
+            ))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(401))
+            .mount(&server)
+            .await;
+        driver_at(
+            &format!("redfish+http://{}{SYSTEM}", server.address()),
+            fast_options(),
+            RedfishAuthMode::Session,
+        )
+        .power_state()
+        .await
+        .unwrap_err();
+    })
+    .await;
+    for needle in [
+        "transient BMC failure; retrying",
+        "following the BMC's redirect",
+        "soft request carried out hard",
+        "no Links.Sessions",
+    ] {
+        assert!(logs.contains(needle), "the case logs {needle:?}:\n{logs}");
+    }
+    assert_no_secret(&logs);
+    assert!(!logs.contains(&percent_encoded_password()), "{logs}");
+    assert!(logs.contains("<redacted>"), "{logs}");
+}
+
 /// A script that records its own environment, as the kernel handed it over (a shell adds
 /// variables of its own to what `env` prints).
 fn environment_recorder(dir: &Path, name: &str, stdout: &str) -> std::path::PathBuf {

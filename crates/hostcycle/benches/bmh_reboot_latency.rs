@@ -45,6 +45,17 @@ struct Args {
     /// Longer than the 60 s steady poll, so the idle figure includes the polling.
     #[arg(long, default_value_t = 90)]
     idle_seconds: u64,
+    /// Copy the operator's log here at the end (the cluster's log directory is removed).
+    /// `RUST_LOG` in the environment replaces the operator's default filter.
+    #[arg(long)]
+    operator_log: Option<std::path::PathBuf>,
+    /// Extra arguments for `hostcycle operator` (repeat the flag), e.g.
+    /// `--operator-arg=--controllers=bare-metal-host`.
+    #[arg(long = "operator-arg", allow_hyphen_values = true)]
+    operator_args: Vec<String>,
+    /// Profile the operator with `perf record` during the idle window, into this file.
+    #[arg(long)]
+    perf_record: Option<std::path::PathBuf>,
     /// cargo bench passes --bench; ignore it.
     #[arg(long, hide = true)]
     bench: bool,
@@ -102,7 +113,12 @@ async fn main() {
             "--lease-namespace",
             "default",
         ])
-        .env("RUST_LOG", "info,kube_client=warn,kube_runtime=warn");
+        .args(&args.operator_args)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG")
+                .unwrap_or_else(|_| "info,kube_client=warn,kube_runtime=warn".into()),
+        );
     let operator = ManagedProcess::spawn("hostcycle-operator", cmd, &cluster.log_dir()).unwrap();
     let pid = operator.pid();
 
@@ -138,6 +154,14 @@ async fn main() {
     let reads_before = stub.reads();
     let ticks_before = cpu_ticks(pid);
     let idle_start = Instant::now();
+    let perf = args.perf_record.as_ref().map(|out| {
+        let mut perf = std::process::Command::new("perf");
+        perf.args(["record", "-F", "999", "-o"])
+            .arg(out)
+            .args(["-p", &pid.to_string(), "--", "sleep"])
+            .arg(args.idle_seconds.to_string());
+        ManagedProcess::spawn("perf", perf, &cluster.log_dir()).unwrap()
+    });
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let ticks = cpu_ticks(pid) - ticks_before;
     let idle_elapsed = idle_start.elapsed().as_secs_f64();
@@ -145,6 +169,12 @@ async fn main() {
     let idle_cpu = ticks as f64 / clock_ticks / idle_elapsed * 100.0;
     let idle_reads = (stub.reads() - reads_before) as f64 / idle_elapsed;
     let rss_idle = proc_field(pid, "VmRSS:").unwrap_or(0);
+    if let Some(mut perf) = perf {
+        // perf ends with the window's `sleep`; give it time to write its file (SIGTERM also
+        // makes it write what it has).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        perf.stop();
+    }
 
     eprintln!(
         "measuring annotation → power-off latency on {} hosts at {}/s...",
@@ -242,5 +272,12 @@ async fn main() {
         "| operator peak RSS (VmHWM) | {:.1} MB |",
         peak_rss as f64 / 1024.0
     );
+    if let Some(path) = &args.operator_log {
+        let log = cluster.log_dir().join("hostcycle-operator.log");
+        match std::fs::copy(&log, path) {
+            Ok(_) => eprintln!("operator log copied to {}", path.display()),
+            Err(e) => eprintln!("copying {} to {}: {e}", log.display(), path.display()),
+        }
+    }
     drop(operator);
 }

@@ -213,7 +213,7 @@ async fn run_lab() -> anyhow::Result<()> {
 
     println!("\nThe hostcycle lab is up ({:.1?}).", started.elapsed());
     println!("From another terminal:\n");
-    println!("  eval \"$(cargo run -q -p hostcycle -- lab env)\"");
+    println!("  eval \"$(cargo run -q -p hostcycle --features lab -- lab env)\"");
     println!("  kubectl get nodes,bmh,pods -o wide");
     println!("\nWatch a reboot through the BareMetalHost API:\n");
     println!("  kubectl get bmh -w &");
@@ -226,16 +226,18 @@ async fn run_lab() -> anyhow::Result<()> {
     println!(
         "\nWatch a rolling reboot through the reboot queue (cordon, drain, reboot, uncordon):\n"
     );
-    println!("  cargo run -q -p hostcycle -- lab rolling-reboot   # queues every node");
     println!(
-        "  cargo run -q -p hostcycle -- rq wait              # progress until the queue is empty"
+        "  cargo run -q -p hostcycle --features lab -- lab rolling-reboot   # queues every node"
+    );
+    println!(
+        "  cargo run -q -p hostcycle --features lab -- rq wait              # progress until the queue is empty"
     );
     // `kubectl get -w` watches one resource type only.
     println!("  watch -n1 kubectl get rqe,nodes,pods -o wide");
     println!(
         "\nWatch a remediation (the Machine of a node is marked with {EXTERNAL_REMEDIATION_ANNOTATION}):\n"
     );
-    println!("  cargo run -q -p hostcycle -- lab remediate worker-1");
+    println!("  cargo run -q -p hostcycle --features lab -- lab remediate worker-1");
     println!("  {WATCH_REMEDIATION}");
     println!("\nOperator metrics: http://127.0.0.1:{metrics_port}/metrics");
     println!(
@@ -293,7 +295,9 @@ async fn rolling_reboot() -> anyhow::Result<()> {
         "\nQueued {} nodes. Watch the rolling reboot:\n",
         nodes.len()
     );
-    println!("  hostcycle rq wait        # or: cargo run -q -p hostcycle -- rq wait");
+    println!(
+        "  hostcycle rq wait        # or: cargo run -q -p hostcycle --features lab -- rq wait"
+    );
     println!("  watch -n1 kubectl get rqe,nodes");
     Ok(())
 }
@@ -386,7 +390,9 @@ async fn remediate(node: &str) -> anyhow::Result<()> {
             "Marked Machine {namespace}/{name} (node {node}) for remediation: {EXTERNAL_REMEDIATION_ANNOTATION}"
         );
     }
-    println!("\nWatch it (eval \"$(cargo run -q -p hostcycle -- lab env)\" first):\n");
+    println!(
+        "\nWatch it (eval \"$(cargo run -q -p hostcycle --features lab -- lab env)\" first):\n"
+    );
     println!("  {WATCH_REMEDIATION}");
     println!("  kubectl get events -n {namespace} --sort-by=.metadata.creationTimestamp");
     Ok(())

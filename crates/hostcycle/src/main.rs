@@ -1,5 +1,7 @@
-//! `hostcycle`: the operator, the admin CLI, the node simulator and the local lab in one binary.
+//! `hostcycle`: the operator and the admin CLI in one binary; built with the `lab` feature,
+//! also the node simulator and the local lab (never in the production image).
 
+#[cfg(feature = "lab")]
 mod lab;
 mod reboot_queue;
 
@@ -67,12 +69,18 @@ enum Command {
         output_dir: Option<std::path::PathBuf>,
     },
     /// Run simulated kubelets that follow Redfish power states.
+    #[cfg(feature = "lab")]
     Sim(hostcycle_sim::cli::SimArgs),
     /// Run a local lab: control plane, Redfish emulator, simulated nodes and the operator.
+    #[cfg(feature = "lab")]
     Lab(lab::LabArgs),
     /// Manage the reboot queue: add nodes, list, cancel, enable/disable, wait, plan.
     #[command(alias = "rq")]
     RebootQueue(reboot_queue::RebootQueueArgs),
+    /// Serve the optional admission webhook for BareMetalHosts (docs/webhook.md): refuses
+    /// unusable reboot annotation values and, with `--allow-*`, limits reboot requests and
+    /// `online: false` to listed identities. `hostcycle webhook manifests` prints its install.
+    Webhook(hostcycle_webhook::cli::WebhookArgs),
 }
 
 fn init_logging(format: LogFormat, default_filter: &str) {
@@ -153,20 +161,40 @@ async fn run(cli: Cli, arena: Option<hostcycle_bmc::malloc::ArenaLimit>) -> std:
                 print_manifests(&rbac)
             }
         }
+        #[cfg(feature = "lab")]
         Command::Sim(args) => match kube_client(args.kubeconfig.as_deref()).await {
             Ok(client) => hostcycle_sim::cli::run(args, client).await,
             Err(e) => Err(e),
         },
+        #[cfg(feature = "lab")]
         Command::Lab(args) => lab::run(args).await,
         Command::RebootQueue(args) => reboot_queue::run(args).await,
+        Command::Webhook(args) => hostcycle_webhook::cli::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose text the message
+/// before it already holds (many errors quote their cause, which anyhow's `{:#}` repeats).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 /// A client for `--kubeconfig`, or for `$KUBECONFIG` / the in-cluster config without it.
@@ -227,4 +255,30 @@ fn write_deploy(
 fn print_crds() -> anyhow::Result<()> {
     print!("{}", hostcycle_api::crds_yaml()?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("read failed after 2 attempts: {last}")]
+    struct Quoting {
+        #[source]
+        last: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let quoting = Quoting {
+            last: std::io::Error::other("connection refused"),
+        };
+        let error = anyhow::Error::new(quoting).context("hostcycle bmc status");
+        assert_eq!(
+            error_chain(&error),
+            "hostcycle bmc status: read failed after 2 attempts: connection refused"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&plain), "outer: inner");
+    }
 }

@@ -20,6 +20,45 @@ fn powered_on(h: &hostcycle_api::BareMetalHost) -> Option<bool> {
     h.status.as_ref().and_then(|s| s.powered_on)
 }
 
+const BMC_UNHEALTHY: &str = "hostcycle_host_bmc_unhealthy_since_timestamp_seconds";
+const REBOOT_PENDING: &str = "hostcycle_host_reboot_pending_since_timestamp_seconds";
+
+/// `metric{host_namespace="default",host="…",reason="…"}` as the operator exports it.
+fn host_series(metric: &str, host: &str, reason: &str) -> String {
+    format!("{metric}{{host_namespace=\"{NS}\",host=\"{host}\",reason=\"{reason}\"}}")
+}
+
+/// The value of `series` on the operator's /metrics, once it is there (the host metrics
+/// are refreshed every 5 s).
+async fn wait_series(lab: &Lab, series: &str) -> i64 {
+    wait_until(series, Duration::from_secs(30), || async {
+        let text = lab.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{series} ")))
+            .map(|v| v.trim().parse().unwrap())
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until no series of `metric` names `host`.
+async fn wait_no_series(lab: &Lab, metric: &str, host: &str) {
+    let needle = format!("host=\"{host}\"");
+    wait_until(
+        &format!("no {metric} series for {host}"),
+        Duration::from_secs(30),
+        || async {
+            let text = lab.metrics().await;
+            (!text
+                .lines()
+                .any(|l| l.starts_with(metric) && l.contains(&needle)))
+            .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn off_hosts_deprovisioning_paused_detached_and_drift() {
     let lab = Lab::start(&[
@@ -338,6 +377,18 @@ async fn wrong_credentials_surface_in_status_and_recover_when_the_secret_is_fixe
         "message: {}",
         st.error_message
     );
+    // The alert's series: since the BMCHealthy condition turned False.
+    let since = wait_series(
+        &lab,
+        &host_series(BMC_UNHEALTHY, "creds", "CredentialsRejected"),
+    )
+    .await;
+    let condition = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "BMCHealthy")
+        .unwrap();
+    assert_eq!(since, condition.last_transition_time.0.as_second());
     assert!(
         !st.error_message.contains("wrong"),
         "the password never appears in status: {}",
@@ -389,6 +440,7 @@ async fn wrong_credentials_surface_in_status_and_recover_when_the_secret_is_fixe
         )
         .await;
     assert!(host.status.unwrap().error_message.is_empty());
+    wait_no_series(&lab, BMC_UNHEALTHY, "creds").await;
     lab.wait_reboot_done("creds").await;
     let events = lab
         .events_when("creds", "a BMCError Warning", |events| {
@@ -464,6 +516,15 @@ async fn keyed_fencing_lets_a_client_delete_the_node_before_the_host_boots() {
     .await;
     lab.assert_power_stays(name, "Off", Duration::from_secs(2))
         .await;
+    // Held off on purpose: the pending reboot's series says so (the alert on reboots stuck
+    // leaves this reason out).
+    let since = wait_series(
+        &lab,
+        &host_series(REBOOT_PENDING, name, "HeldByAnnotations"),
+    )
+    .await;
+    let pending = ts(&lab.get(name).await).0.unwrap();
+    assert_eq!(since, pending.as_second());
     nodes.delete(name, &DeleteParams::default()).await.unwrap();
     wait_until("Node fenced deleted", Duration::from_secs(20), || async {
         nodes.get_opt(name).await.ok()?.is_none().then_some(())
@@ -478,6 +539,7 @@ async fn keyed_fencing_lets_a_client_delete_the_node_before_the_host_boots() {
     let host = lab.wait_reboot_done(name).await;
     let (pending, powered_on_at) = ts(&host);
     assert!(powered_on_at.unwrap() > pending.unwrap());
+    wait_no_series(&lab, REBOOT_PENDING, name).await;
     let node = wait_until(
         "Node fenced re-registered after boot",
         Duration::from_secs(30),
@@ -561,5 +623,20 @@ async fn a_hung_bmc_does_not_slow_other_hosts() {
         message.to_lowercase().contains("timed out") || message.contains("Timeout"),
         "names the timeout: {message}"
     );
+    wait_series(&lab, &host_series(BMC_UNHEALTHY, "hung", "BMCUnreachable")).await;
+    // What the operator serves is what the alert and dashboard tests check against
+    // (tests/monitoring.rs): every metric family it has samples for is in that list.
+    let exported = hostcycle_operator::metrics::exported_sample_names().unwrap();
+    let served = lab.metrics().await;
+    for line in served
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = line.split(['{', ' ']).next().unwrap();
+        assert!(
+            exported.iter().any(|e| e == name),
+            "/metrics serves {name}, missing from exported_sample_names()"
+        );
+    }
     hold.abort();
 }

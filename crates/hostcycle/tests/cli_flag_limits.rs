@@ -97,7 +97,32 @@ fn operator_duration_flags_refuse_huge_values() {
 fn reboot_queue_and_sim_duration_flags_refuse_huge_values() {
     for value in ["9223372036854775807s", "8785h"] {
         assert_refused(&["reboot-queue", "wait", "--timeout", value]);
-        assert_refused(&["sim", "--boot-delay", value]);
-        assert_refused(&["sim", "--lease-interval", value]);
+        // `sim` exists only in builds with the `lab` feature (tests/production_build.rs
+        // checks the production build has none).
+        if cfg!(feature = "lab") {
+            assert_refused(&["sim", "--boot-delay", value]);
+            assert_refused(&["sim", "--lease-interval", value]);
+        }
+    }
+}
+
+#[test]
+fn webhook_duration_flags_refuse_huge_values() {
+    for flag in [
+        "--request-timeout",
+        "--tls-reload-interval",
+        "--idle-timeout",
+    ] {
+        for value in HUGE {
+            assert_refused(&[
+                "webhook",
+                "--tls-cert-file",
+                "tls.crt",
+                "--tls-key-file",
+                "tls.key",
+                flag,
+                value,
+            ]);
+        }
     }
 }

@@ -91,6 +91,10 @@ async fn a_metal3_manifest_applies_unchanged_and_keeps_unknown_fields() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "lab"),
+    ignore = "runs `hostcycle sim`: build with `--features lab` (make test does)"
+)]
 async fn hostcycle_sim_discovers_redfish_systems_and_registers_their_nodes() {
     let cluster = LocalCluster::start(ClusterOptions::default())
         .await

@@ -606,6 +606,20 @@ async fn job_pods_and_drain_timeout_then_reset_backoff() {
         !metrics.contains("hostcycle_reboot_queue_evictions_total{"),
         "nothing evicted or deleted in\n{metrics}"
     );
+    // The gauge HostcycleRebootQueueBackedOff alerts on: one entry waiting out a backoff.
+    wait_until(
+        "hostcycle_reboot_queue_backed_off_entries 1",
+        Duration::from_secs(30),
+        || async {
+            let metrics = lab.lab.metrics().await;
+            metrics
+                .lines()
+                .any(|l| l == "hostcycle_reboot_queue_backed_off_entries 1")
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
     lab.cancel("w-c").await;
     lab.wait_entry_gone("w-c", REBOOT_TIMEOUT).await;
     assert_eq!(lab.power_cycles("w-c").await, 0, "w-c was not rebooted");

@@ -9,6 +9,7 @@ pub mod bmh;
 pub mod deploy;
 pub mod events;
 pub mod http;
+pub mod interest;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
@@ -17,6 +18,7 @@ pub mod remediation;
 #[cfg(test)]
 mod testing;
 pub mod text;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -98,8 +100,7 @@ pub async fn run(
     config: OperatorConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut registry = metrics::new_registry();
-    let metrics = metrics::Metrics::register(&mut registry);
+    let (registry, metrics) = metrics::operator_registry();
     let ready = Arc::new(http::Readiness::default());
     let (addr, http_task) = http::serve(
         config.metrics_addr,
@@ -453,8 +454,8 @@ impl OperatorArgs {
 
 /// BMC connection settings with the given request timeout and per-call deadline. Idle
 /// connections are kept for a time derived from the polls
-/// ([`hostcycle_bmc::idle_timeout_for_polls`]): reused while a change is watched, closed
-/// well before the next steady poll.
+/// ([`hostcycle_bmc::idle_timeout_for_polls`]): reused while a change is watched, and
+/// between steady reads only when they are frequent.
 fn bmc_options(
     request_timeout: Duration,
     call_deadline: Duration,
@@ -556,10 +557,12 @@ mod tests {
                 .unwrap();
             config.bmh.bmc.idle_timeout
         };
-        // Defaults (60 s, 1 s): closed well before the next steady poll, kept across
-        // transition polls.
-        assert_eq!(idle(&[]), Duration::from_secs(15));
-        assert_eq!(idle(&["--steady-poll", "20s"]), Duration::from_secs(5));
+        // Defaults (60 s, 1 s): kept across transition polls only; a steady read a minute
+        // later would never find it.
+        assert_eq!(idle(&[]), Duration::from_secs(3));
+        assert_eq!(idle(&["--steady-poll", "20s"]), Duration::from_secs(3));
+        // Frequent steady polls reuse their connection.
+        assert_eq!(idle(&["--steady-poll", "8s"]), Duration::from_secs(10));
         assert_eq!(
             idle(&["--steady-poll", "20s", "--transition-poll", "5s"]),
             Duration::from_secs(15)

@@ -5,6 +5,7 @@
 
 pub mod bmc_emulators;
 pub mod cluster;
+pub mod echo_bmc;
 pub mod http;
 pub mod machines;
 pub mod pki;

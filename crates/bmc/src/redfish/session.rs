@@ -84,10 +84,11 @@ impl RedfishDriver {
                 method = Method::GET;
                 body = None;
             }
+            // The Location is the BMC's: it may repeat the password (percent-encoded).
             tracing::debug!(
                 endpoint = %self.endpoint,
-                from = url.path(),
-                to = next.path(),
+                from = %self.bmc_text(url.path()),
+                to = %self.bmc_text(next.path()),
                 status,
                 "following the BMC's redirect"
             );
@@ -114,7 +115,7 @@ impl RedfishDriver {
             Err(e) => {
                 tracing::debug!(
                     endpoint = %self.endpoint,
-                    error = %e,
+                    error = %self.scrub_error(e),
                     "no Links.Sessions from the service root; using {SESSIONS_PATH}"
                 );
                 SESSIONS_PATH.to_string()

@@ -73,6 +73,8 @@ pub struct NodeView {
 pub enum Blocker {
     /// No host is named (`metal3.io/BareMetalHost`, or no mapping for the node).
     HostNotReferenced,
+    /// A request without a Machine (NodeHealthCheck) whose Node maps to no host.
+    NodeHostUnknown(String),
     HostNotFound(String),
     /// The Machine has no `status.nodeRef`.
     NodeRefUnset,
@@ -83,7 +85,7 @@ pub enum Blocker {
 impl Blocker {
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::HostNotReferenced => "HostNotReferenced",
+            Self::HostNotReferenced | Self::NodeHostUnknown(_) => "HostNotReferenced",
             Self::HostNotFound(_) => "HostNotFound",
             Self::NodeRefUnset => "NodeRefUnset",
             Self::HostOffline(_) => "HostOffline",
@@ -97,6 +99,11 @@ impl std::fmt::Display for Blocker {
             Self::HostNotReferenced => f.write_str(
                 "no BareMetalHost is named: set the metal3.io/BareMetalHost annotation \
                  (<namespace>/<name>) on the Machine",
+            ),
+            Self::NodeHostUnknown(node) => write!(
+                f,
+                "no BareMetalHost found for Node {node}: annotate the Node with \
+                 hostcycle.io/baremetalhost=<namespace>/<name>, or give it the host's provider ID"
             ),
             Self::HostNotFound(h) => write!(f, "BareMetalHost {h} does not exist"),
             Self::NodeRefUnset => {
@@ -222,6 +229,8 @@ pub mod event_reason {
     pub const FAILED: &str = "RemediationFailed";
     pub const ESCALATED: &str = "RemediationEscalated";
     pub const CANCELLED: &str = "RemediationCancelled";
+    /// Warning: a power-off annotation whose remediation is gone was removed from its host.
+    pub const ORPHAN_RELEASED: &str = "RemediationOrphanReleased";
 }
 
 /// Looks again this soon while a step waits on the host or the Node (events usually come

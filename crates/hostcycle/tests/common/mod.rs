@@ -76,6 +76,10 @@ pub struct Lab {
     operator_starts: usize,
     /// Extra `hostcycle operator` flags (kept across restarts).
     operator_args: Vec<String>,
+    /// Extra environment of the operator (kept across restarts).
+    operator_env: Vec<(String, String)>,
+    /// Hosts with BMC credentials of their own: (user, password).
+    host_credentials: BTreeMap<String, (String, String)>,
 }
 
 /// How to start a [`Lab`].
@@ -86,6 +90,13 @@ pub struct LabOptions {
     pub operator_args: Vec<String>,
     /// Wait until the operator reports every host on and OK (needs the host controller).
     pub wait_hosts_ok: bool,
+    /// Extra environment of the operator, set after the default `RUST_LOG` (so it can
+    /// replace it).
+    pub operator_env: Vec<(String, String)>,
+    /// Hosts with BMC credentials of their own, (user, password) by host name: each gets the
+    /// Secret [`host_secret`] and the emulator accepts the account besides the shared
+    /// [`USER`]/[`PASSWORD`] (which the other hosts, the sampler and the test use).
+    pub host_credentials: BTreeMap<String, (String, String)>,
 }
 
 impl Default for LabOptions {
@@ -94,6 +105,8 @@ impl Default for LabOptions {
             cluster: ClusterOptions::default(),
             operator_args: Vec::new(),
             wait_hosts_ok: true,
+            operator_env: Vec::new(),
+            host_credentials: BTreeMap::new(),
         }
     }
 }
@@ -124,6 +137,7 @@ impl Lab {
             RedfishEmulator::start(RedfishEmulatorOptions {
                 systems,
                 basic_auth: Some((USER.into(), PASSWORD.into())),
+                extra_users: options.host_credentials.values().cloned().collect(),
                 tls: false,
                 ..RedfishEmulatorOptions::default()
             })
@@ -148,12 +162,20 @@ impl Lab {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
+        for (host, (user, password)) in &options.host_credentials {
+            create_credentials_secret(&client, &host_secret(host), user, password).await;
+        }
         let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), NS);
         for (i, name) in names.iter().enumerate() {
+            let secret = if options.host_credentials.contains_key(*name) {
+                host_secret(name)
+            } else {
+                SECRET.to_string()
+            };
             let bmh = BareMetalHost::externally_provisioned(
                 name,
                 &redfish.system_address(i).unwrap(),
-                SECRET,
+                &secret,
             );
             hosts.create(&PostParams::default(), &bmh).await.unwrap();
         }
@@ -181,6 +203,8 @@ impl Lab {
             sampler_stop,
             operator_starts: 0,
             operator_args: options.operator_args.clone(),
+            operator_env: options.operator_env.clone(),
+            host_credentials: options.host_credentials.clone(),
         };
         lab.start_operator();
         if !options.wait_hosts_ok {
@@ -254,8 +278,24 @@ impl Lab {
             .env(
                 "RUST_LOG",
                 "info,hostcycle_operator=debug,kube_client=warn,kube_runtime=warn",
-            );
+            )
+            .envs(self.operator_env.iter().map(|(k, v)| (k, v)));
         cmd
+    }
+
+    /// Sets (or replaces) a variable of the operator's environment from its next start on.
+    pub fn set_operator_env(&mut self, key: &str, value: &str) {
+        self.operator_env.retain(|(k, _)| k != key);
+        self.operator_env.push((key.to_string(), value.to_string()));
+    }
+
+    /// The BMC (user, password) of `host`: its own ([`LabOptions::host_credentials`]) or the
+    /// shared [`USER`]/[`PASSWORD`].
+    pub fn credentials(&self, host: &str) -> (String, String) {
+        self.host_credentials
+            .get(host)
+            .cloned()
+            .unwrap_or_else(|| (USER.to_string(), PASSWORD.to_string()))
     }
 
     /// SIGKILLs the operator (a crash: no cleanup).
@@ -331,10 +371,16 @@ impl Lab {
             Ok(h) => h,
             Err(e) => {
                 let h = self.hosts.get(name).await.ok();
+                // Hosts outside the emulator (added by a test) have no sampled history.
+                let history = self
+                    .names
+                    .iter()
+                    .any(|n| n == name)
+                    .then(|| self.history(name));
                 panic!(
                     "{e}\nlast seen: {}\npower history: {:?}\noperator log: {:?}",
                     serde_json::to_string_pretty(&h).unwrap_or_default(),
-                    self.history(name),
+                    history,
                     self.operator.as_ref().map(|p| p.log_path().to_path_buf())
                 );
             }
@@ -534,6 +580,24 @@ impl Drop for Lab {
             eprintln!("operator log: {}", p.log_path().display());
         }
     }
+}
+
+/// The credentials Secret of a host with its own BMC credentials.
+pub fn host_secret(host: &str) -> String {
+    format!("{host}-bmc-credentials")
+}
+
+/// Creates a BMC credentials Secret (`username`, `password`) in [`NS`].
+pub async fn create_credentials_secret(client: &Client, name: &str, user: &str, password: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "stringData": { "username": user, "password": password },
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("creating Secret {name}: {e}"));
 }
 
 /// Creates the operator's ServiceAccount and RBAC exactly as `hostcycle manifests` ships them

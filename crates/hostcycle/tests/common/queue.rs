@@ -22,7 +22,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::{Lab, LabOptions, PASSWORD, USER};
+use super::{Lab, LabOptions};
 
 /// Long enough for a drain plus a power cycle through the fake driver (2 × 1–11 s) and a boot.
 pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -91,21 +91,24 @@ impl QueueLab {
         let client = lab.client.clone();
         set_queue_spec(&client, &queue).await;
         let connector = hostcycle_sim::bmc_connector();
-        let credentials = BmcCredentials::new(USER, PASSWORD).unwrap();
         let sim_hosts = hosts
             .iter()
             .enumerate()
-            .map(|(i, h)| SimHost {
-                node_name: h.name.to_string(),
-                control_plane: h.control_plane,
-                internal_ip: format!("192.0.2.{}", 10 + i),
-                bmc: connector
-                    .connect_str(
-                        &lab.redfish.system_address(i).unwrap(),
-                        credentials.clone(),
-                        &HostConnectOptions::default(),
-                    )
-                    .unwrap(),
+            .map(|(i, h)| {
+                // Each simulated kubelet reads its host's BMC with the host's own account.
+                let (user, password) = lab.credentials(h.name);
+                SimHost {
+                    node_name: h.name.to_string(),
+                    control_plane: h.control_plane,
+                    internal_ip: format!("192.0.2.{}", 10 + i),
+                    bmc: connector
+                        .connect_str(
+                            &lab.redfish.system_address(i).unwrap(),
+                            BmcCredentials::new(user, password).unwrap(),
+                            &HostConnectOptions::default(),
+                        )
+                        .unwrap(),
+                }
             })
             .collect();
         let sim = NodeSimulator::new(

@@ -33,7 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
@@ -48,6 +48,7 @@ use super::eviction::Evictor;
 use super::observe::{host_summary, host_view, machine_resources, machine_summary, reboot_targets};
 use super::{QueueControllerConfig, Report, ReportKind, Shared, node_ref};
 use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
 use crate::remediation::controller::nodes_being_remediated;
@@ -68,6 +69,8 @@ struct Stores {
     machines: Vec<(kube::discovery::ApiResource, Store<DynamicObject>)>,
     /// Remediation requests: a node being remediated is never drained or rebooted.
     remediations: Store<hostcycle_api::remediation::HostRemediation>,
+    /// The hosts whose changes wake the loop: the reboot targets of queued nodes.
+    host_interest: HostInterest,
 }
 
 /// A worker task for one entry.
@@ -159,7 +162,7 @@ async fn start_watches(
     let (nodes, writer) = reflector::store();
     let stream = reflector(
         writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+        crate::watch::lean_watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
     );
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
     tasks.push(spawn_waker(
@@ -177,12 +180,17 @@ async fn start_watches(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
+    let stream = reflector(
+        writer,
+        crate::watch::lean_watcher(host_api, watcher::Config::default()),
+    );
+    let host_interest = HostInterest::default();
+    let wanted = host_interest.clone();
     tasks.push(spawn_waker(
         Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
         stream,
         wake.clone(),
-        |_| true,
+        move |host: &BareMetalHost| wanted.wants(host),
     ));
 
     let mut machines = Vec::new();
@@ -190,7 +198,10 @@ async fn start_watches(
         let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let stream = reflector(writer, watcher(api, watcher::Config::default()));
+        let stream = reflector(
+            writer,
+            crate::watch::lean_watcher(api, watcher::Config::default()),
+        );
         tasks.push(spawn_waker(
             Watched::all(&resource.plural),
             stream,
@@ -213,6 +224,7 @@ async fn start_watches(
             hosts,
             machines,
             remediations,
+            host_interest,
         },
         tasks,
     )
@@ -275,7 +287,10 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, watcher::Config::default()));
+    let stream = reflector(
+        writer,
+        crate::watch::lean_watcher(api, watcher::Config::default()),
+    );
     (store, spawn_waker(watched, stream, wake, |_| true))
 }
 
@@ -331,6 +346,8 @@ struct Controller {
     node_phase_series: HashSet<NodePhaseLabels>,
     /// Set by a failed write: look again soon.
     retry_soon: bool,
+    /// The hosts the last snapshot resolved queued nodes to, and whether one had none.
+    targeted_hosts: (HashSet<String>, bool),
 }
 
 impl Controller {
@@ -348,6 +365,7 @@ impl Controller {
             last_queue_status: None,
             node_phase_series: HashSet::new(),
             retry_soon: false,
+            targeted_hosts: (HashSet::new(), true),
         }
     }
 
@@ -395,6 +413,8 @@ impl Controller {
                 _ = tokio::time::sleep_until(next) => {}
             }
             let wait = self.pass(std::mem::take(&mut reports)).await;
+            let (hosts, unresolved) = std::mem::take(&mut self.targeted_hosts);
+            self.stores.host_interest.set(hosts, unresolved, &wake);
             next = hostcycle_bmc::deadline::deadline_after(tokio::time::Instant::now(), wait);
         }
         for (_, worker) in self.workers.drain() {
@@ -522,6 +542,24 @@ impl Controller {
             .collect();
         let entry_nodes: Vec<&str> = entries.iter().map(|e| e.spec.node.as_str()).collect();
         snapshot.reboot_targets = reboot_targets(&nodes, &entry_nodes, &hosts, &machines);
+        let mut targeted = HashSet::new();
+        let mut unresolved = false;
+        for target in snapshot.reboot_targets.values() {
+            match target {
+                RebootTarget::Host(host) | RebootTarget::UnusableHost { host, .. } => {
+                    targeted.insert(interest::key(&host.namespace, &host.name));
+                }
+                RebootTarget::NoHost => unresolved = true,
+            }
+        }
+        // The host a reboot was started on, should the node's mapping change meanwhile.
+        for host in entries
+            .iter()
+            .filter_map(|e| e.status.as_ref()?.reboot.as_ref()?.host.as_ref())
+        {
+            targeted.insert(interest::key(&host.namespace, &host.name));
+        }
+        self.targeted_hosts = (targeted, unresolved);
         let requests: Vec<_> = self
             .stores
             .remediations
@@ -1572,6 +1610,7 @@ impl Controller {
                 .set(count);
         }
         metrics.boot_overdue.set(overdue);
+        metrics.backed_off.set(i64::from(status.backed_off));
         for gone in self.node_phase_series.difference(&node_phases) {
             metrics.node_phase.remove(gone);
         }

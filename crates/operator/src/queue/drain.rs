@@ -28,7 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, reflector};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -254,7 +254,7 @@ impl PodWatch {
     fn start(pods_api: &Api<Pod>, node: &str) -> PodWatch {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let (store, writer) = reflector::store();
-        let events = reflector(writer, watcher(pods_api.clone(), config))
+        let events = reflector(writer, crate::watch::lean_watcher(pods_api.clone(), config))
             .backoff(crate::backoff::WatchBackoff::default())
             .boxed();
         PodWatch {

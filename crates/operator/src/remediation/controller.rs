@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -38,6 +38,7 @@ use super::observe::{
     MachineObject, Subject, escalation, host_view, limits, node_view, record, requested, resolve,
 };
 use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
 use crate::queue::controller::{Watched, spawn_waker, watch_store};
@@ -74,7 +75,15 @@ pub async fn run(
     );
     let wake = Arc::new(Notify::new());
     let targets: Arc<Mutex<HashSet<String>>> = Arc::default();
-    let (stores, tasks) = start_watches(&client, &config, wake.clone(), targets.clone()).await;
+    let host_interest = HostInterest::default();
+    let (stores, tasks) = start_watches(
+        &client,
+        &config,
+        wake.clone(),
+        targets.clone(),
+        host_interest.clone(),
+    )
+    .await;
     tracing::info!(
         machine_kinds = ?stores.machines.iter().map(|(r, _)| format!("{}/{}", r.group, r.version)).collect::<Vec<_>>(),
         max_concurrent = config.max_concurrent,
@@ -87,6 +96,8 @@ pub async fn run(
         events,
         stores,
         targets,
+        host_interest,
+        wake: wake.clone(),
         last_events: HashMap::new(),
         retry_soon: false,
     };
@@ -135,6 +146,7 @@ async fn start_watches(
     config: &RemediationControllerConfig,
     wake: Arc<Notify>,
     targets: Arc<Mutex<HashSet<String>>>,
+    host_interest: HostInterest,
 ) -> (Stores, Vec<JoinHandle<()>>) {
     let mut tasks = Vec::new();
     let mut machines = Vec::new();
@@ -142,7 +154,10 @@ async fn start_watches(
         let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let stream = reflector(writer, watcher(api, watcher::Config::default()));
+        let stream = reflector(
+            writer,
+            crate::watch::lean_watcher(api, watcher::Config::default()),
+        );
         tasks.push(spawn_waker(
             Watched::all(&resource.plural),
             stream,
@@ -163,19 +178,28 @@ async fn start_watches(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let stream = reflector(writer, watcher(host_api, watcher::Config::default()));
+    let stream = reflector(
+        writer,
+        crate::watch::lean_watcher(host_api, watcher::Config::default()),
+    );
     tasks.push(spawn_waker(
         Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
         stream,
         wake.clone(),
-        |_| true,
+        // Also a host carrying one of remediation's power-off annotations: it may be orphaned.
+        move |host: &BareMetalHost| {
+            host_interest.wants(host)
+                || host.annotations().keys().any(|k| {
+                    k == MACHINE_POWER_OFF_ANNOTATION || k.starts_with(REQUEST_POWER_OFF_PREFIX)
+                })
+        },
     ));
 
     // Nodes change every heartbeat: wake for a target Node, or when readiness changes.
     let (nodes, writer) = reflector::store();
     let stream = reflector(
         writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+        crate::watch::lean_watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
     );
     let mut prints: HashMap<String, u64> = HashMap::new();
     tasks.push(spawn_waker(
@@ -229,6 +253,9 @@ struct Controller {
     stores: Stores,
     /// Nodes some remediation targets (their every change wakes the loop).
     targets: Arc<Mutex<HashSet<String>>>,
+    /// Hosts some remediation targets (only their changes wake the loop).
+    host_interest: HostInterest,
+    wake: Arc<Notify>,
     /// The Events each remediation emitted last, so a waiting one does not repeat them.
     last_events: HashMap<String, Vec<(&'static str, String)>>,
     retry_soon: bool,
@@ -414,6 +441,14 @@ impl Controller {
                 .filter_map(|i| i.observation.node_name.clone())
                 .collect();
         }
+        // A remediation without a host yet may be waiting for one to appear.
+        let unresolved = items.iter().any(|i| i.host.is_none());
+        let targeted = items
+            .iter()
+            .filter_map(|i| i.host.as_ref())
+            .map(|h| interest::key(&h.namespace().unwrap_or_default(), &h.name_any()))
+            .collect();
+        self.host_interest.set(targeted, unresolved, &self.wake);
         items
     }
 
@@ -1030,7 +1065,7 @@ impl Controller {
                         self.events.emit(
                             &host.object_ref(&()),
                             EventKind::Warning,
-                            "RemediationOrphanReleased",
+                            hostcycle_core::remediation::decide::event_reason::ORPHAN_RELEASED,
                             &note,
                         );
                     }

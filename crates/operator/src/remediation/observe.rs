@@ -261,7 +261,7 @@ pub fn resolve(
     });
     let host = find_host(&identity, host_summaries, machine_summaries)
         .map(|(r, _)| find(&r.namespace, &r.name))
-        .unwrap_or(Err(Blocker::HostNotReferenced));
+        .unwrap_or_else(|| Err(Blocker::NodeHostUnknown(node_name.clone())));
     Resolved {
         machine: None,
         node_name: Some(node_name),

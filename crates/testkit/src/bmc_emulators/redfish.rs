@@ -45,6 +45,9 @@ pub struct RedfishEmulatorOptions {
     pub systems: Vec<FakeSystem>,
     /// Require HTTP basic auth with this user and password.
     pub basic_auth: Option<(String, String)>,
+    /// More accounts (user, password) accepted besides `basic_auth` (which must be set), e.g.
+    /// one per host so that each host's credentials are distinct.
+    pub extra_users: Vec<(String, String)>,
     /// Serve HTTPS with a certificate from a fresh test CA (see [`RedfishEmulator::ca_pem`]).
     pub tls: bool,
     /// A fixed port (the lab); a free one when `None`.
@@ -57,6 +60,7 @@ impl Default for RedfishEmulatorOptions {
         RedfishEmulatorOptions {
             systems: vec![FakeSystem::new("host-0", FakePower::Off)],
             basic_auth: None,
+            extra_users: Vec::new(),
             tls: false,
             port: None,
             start_timeout: DEFAULT_START_TIMEOUT,
@@ -109,8 +113,11 @@ impl RedfishEmulator {
             .tls
             .then(|| write_tls_files(dir.path()))
             .transpose()?;
-        if let Some((user, password)) = &options.basic_auth {
-            write_htpasswd(&dir.path().join("htpasswd"), user, password)?;
+        if let Some(account) = &options.basic_auth {
+            let accounts: Vec<&(String, String)> = std::iter::once(account)
+                .chain(&options.extra_users)
+                .collect();
+            write_htpasswd(&dir.path().join("htpasswd"), &accounts)?;
         }
         let http = crate::http::client(ca_pem.as_deref())?;
 
@@ -327,32 +334,66 @@ fn write_tls_files(dir: &Path) -> Result<String, TestkitError> {
     Ok(ca.cert_pem())
 }
 
-/// An htpasswd line with a bcrypt hash made by the venv's bcrypt (cost 4: every request is
-/// checked against it, and tests make many).
-fn write_htpasswd(path: &Path, user: &str, password: &str) -> Result<(), TestkitError> {
+/// An htpasswd file with a bcrypt hash per account, made by the venv's bcrypt (cost 4: every
+/// request is checked against it, and tests make many). The passwords go to Python through its
+/// standard input, never its command line or environment.
+fn write_htpasswd(path: &Path, accounts: &[&(String, String)]) -> Result<(), TestkitError> {
+    use std::io::Write as _;
     let python = venv_bin("python");
     require_program("python (venv)", &python)?;
-    let output = Command::new(&python)
+    let input = serde_json::to_vec(
+        &accounts
+            .iter()
+            .map(|(_, password)| password.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .map_err(|e| other("encoding the emulator passwords", e))?;
+    let spawn_error = |source| TestkitError::Spawn {
+        component: "bcrypt hash".into(),
+        program: python.display().to_string(),
+        source,
+    };
+    let mut child = Command::new(&python)
         .args([
             "-c",
-            "import bcrypt, os; print(bcrypt.hashpw(os.environ['PW'].encode(), \
-             bcrypt.gensalt(rounds=4)).decode())",
+            "import bcrypt, json, sys\n\
+             for pw in json.load(sys.stdin):\n    \
+             print(bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode())",
         ])
-        .env("PW", password)
-        .output()
-        .map_err(|source| TestkitError::Spawn {
-            component: "bcrypt hash".into(),
-            program: python.display().to_string(),
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(spawn_error)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(&input).map_err(|source| TestkitError::Io {
+            what: "handing the emulator passwords to bcrypt".into(),
             source,
         })?;
+    }
+    let output = child.wait_with_output().map_err(spawn_error)?;
     if !output.status.success() {
         return Err(other(
-            "hashing the emulator password with bcrypt",
+            "hashing the emulator passwords with bcrypt",
             String::from_utf8_lossy(&output.stderr),
         ));
     }
-    let hash = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    crate::pki::write_private(path, &format!("{user}:{hash}\n"))
+    let hashes: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .collect();
+    if hashes.len() != accounts.len() {
+        return Err(other(
+            "hashing the emulator passwords with bcrypt",
+            format!("{} hashes for {} accounts", hashes.len(), accounts.len()),
+        ));
+    }
+    let lines: String = accounts
+        .iter()
+        .zip(hashes)
+        .map(|((user, _), hash)| format!("{user}:{hash}\n"))
+        .collect();
+    crate::pki::write_private(path, &lines)
 }
 
 fn write_config(

@@ -1,0 +1,313 @@
+//! `hostcycle webhook`: serve the admission webhook; `hostcycle webhook manifests`: print its
+//! install objects.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hostcycle_bmc::cli::parse_duration;
+use tokio_util::sync::CancellationToken;
+
+use crate::manifests::{FailurePolicy, WebhookInstall, webhook_yaml};
+use crate::policy::{Policy, ServiceAccountName, operator_service_account};
+use crate::server::{App, ServerOptions, serve};
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct WebhookArgs {
+    #[command(subcommand)]
+    pub command: Option<WebhookCommand>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum WebhookCommand {
+    /// Print the webhook's install objects as YAML: Service, Deployment (running `hostcycle
+    /// webhook` with the TLS Secret `hostcycle-webhook-tls` mounted) and the
+    /// ValidatingWebhookConfiguration; with `--cert-manager` also cert-manager's Issuers and
+    /// Certificates (a self-signed CA and the serving certificate).
+    Manifests(ManifestsArgs),
+}
+
+/// Who may request power changes. Any `--allow-*` flag turns the allow-list on.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AllowArgs {
+    /// A user who may add, remove or change `reboot.metal3.io` annotations and set
+    /// `spec.online` to false (repeatable). Any `--allow-*` flag restricts these changes to
+    /// the listed identities plus `--operator-service-account`.
+    #[arg(long = "allow-user", value_name = "USER")]
+    pub allow_users: Vec<String>,
+    /// A group whose members may (repeatable), e.g. `system:masters` or
+    /// `system:serviceaccounts:NAMESPACE`.
+    #[arg(long = "allow-group", value_name = "GROUP")]
+    pub allow_groups: Vec<String>,
+    /// A ServiceAccount that may (repeatable).
+    #[arg(long = "allow-service-account", value_name = "NAMESPACE:NAME")]
+    pub allow_service_accounts: Vec<ServiceAccountName>,
+    /// The operator's ServiceAccount, always allowed when the allow-list is on: the reboot
+    /// queue and remediation add and remove their annotations with it, and the host
+    /// controller removes `reboot.metal3.io` after a reboot's power-off
+    /// [default: hostcycle-system:hostcycle-operator; for `manifests`, NAMESPACE:hostcycle-operator].
+    #[arg(long, value_name = "NAMESPACE:NAME")]
+    pub operator_service_account: Option<ServiceAccountName>,
+}
+
+impl AllowArgs {
+    fn has_allow_list(&self) -> bool {
+        !(self.allow_users.is_empty()
+            && self.allow_groups.is_empty()
+            && self.allow_service_accounts.is_empty())
+    }
+
+    /// The policy these flags ask for.
+    pub fn policy(&self) -> Policy {
+        if !self.has_allow_list() {
+            return Policy::validate_only();
+        }
+        Policy::allow_list(
+            self.allow_users.iter().cloned(),
+            self.allow_groups.iter().cloned(),
+            self.allow_service_accounts.iter().cloned(),
+            [self
+                .operator_service_account
+                .clone()
+                .unwrap_or_else(operator_service_account)],
+        )
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub listen: SocketAddr,
+    /// PEM certificate chain to serve (re-read when it changes).
+    #[arg(long, required = true, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the certificate (re-read when it changes).
+    #[arg(long, required = true, value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub tls_reload_interval: Duration,
+    /// Largest AdmissionReview body accepted.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+    /// Deadline to receive a request's body.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// An idle connection is closed after this long (longer than the API server's own 90 s,
+    /// so it closes first).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    #[command(flatten)]
+    pub allow: AllowArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ManifestsArgs {
+    /// Namespace of the Deployment, Service and TLS Secret (the operator's).
+    #[arg(long, default_value = "hostcycle-system")]
+    pub namespace: String,
+    /// Image of the Deployment (default: the operator's image, which carries the webhook).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// `Fail`: host edits are refused while no webhook replica answers (the operator's own
+    /// annotation writes included); `Ignore`: they go through unchecked. Default: `Fail` with
+    /// an allow-list, `Ignore` without (docs/webhook.md).
+    #[arg(long, value_enum)]
+    pub failure_policy: Option<FailurePolicy>,
+    /// PEM file of the CA that signed the webhook's certificate, put in `caBundle`.
+    #[arg(long, value_name = "FILE", conflicts_with = "cert_manager")]
+    pub ca_bundle_file: Option<PathBuf>,
+    /// Let cert-manager issue the certificate (from a self-signed CA it keeps) and inject
+    /// `caBundle`.
+    #[arg(long)]
+    pub cert_manager: bool,
+    #[command(flatten)]
+    pub allow: AllowArgs,
+}
+
+impl ManifestsArgs {
+    pub fn install(&self) -> anyhow::Result<WebhookInstall> {
+        let mut install = WebhookInstall::new(&self.namespace);
+        if let Some(image) = &self.image {
+            install.image = image.clone();
+        }
+        install.allow_users = self.allow.allow_users.clone();
+        install.allow_groups = self.allow.allow_groups.clone();
+        install.allow_service_accounts = self.allow.allow_service_accounts.clone();
+        if let Some(sa) = &self.allow.operator_service_account {
+            install.operator_service_account = sa.clone();
+        }
+        install.failure_policy = self.failure_policy;
+        install.cert_manager = self.cert_manager;
+        if let Some(path) = &self.ca_bundle_file {
+            let pem = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            anyhow::ensure!(
+                pem.contains("-----BEGIN CERTIFICATE-----"),
+                "{} holds no PEM certificate",
+                path.display()
+            );
+            install.ca_bundle_pem = Some(pem);
+        }
+        Ok(install)
+    }
+}
+
+/// Runs `hostcycle webhook` (until SIGTERM or Ctrl-C) or one of its subcommands.
+pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
+    match args.command {
+        Some(WebhookCommand::Manifests(manifests)) => {
+            print!("{}", webhook_yaml(&manifests.install()?)?);
+            Ok(())
+        }
+        None => run_server(args.serve).await,
+    }
+}
+
+async fn run_server(args: ServeArgs) -> anyhow::Result<()> {
+    let (Some(cert_file), Some(key_file)) = (args.tls_cert_file, args.tls_key_file) else {
+        anyhow::bail!("--tls-cert-file and --tls-key-file are required");
+    };
+    let policy = args.allow.policy();
+    let options = ServerOptions {
+        max_body_bytes: args.max_request_bytes,
+        request_timeout: args.request_timeout,
+        tls_reload_interval: args.tls_reload_interval,
+        max_connections: args.max_connections.max(1),
+        idle_timeout: args.idle_timeout,
+        ..ServerOptions::new(args.listen, cert_file, key_file)
+    };
+    let shutdown = CancellationToken::new();
+    let running = serve(
+        options,
+        Arc::new(App::new(policy.clone())),
+        shutdown.clone(),
+    )
+    .await?;
+    let allowed = match &policy.allow {
+        Some(list) => list.describe(),
+        None => "everyone RBAC lets edit hosts (no allow-list)".to_string(),
+    };
+    tracing::info!(
+        address = %running.local_addr,
+        power_requests_allowed_to = %allowed,
+        "webhook serving"
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    running.task.await.context("the server task failed")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Command {
+        Webhook(WebhookArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<WebhookArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["hostcycle"].iter().chain(args))?;
+        let Command::Webhook(args) = cli.command;
+        Ok(args)
+    }
+
+    #[test]
+    fn serving_needs_the_certificate_files() {
+        let err = parse(&["webhook"]).unwrap_err();
+        assert!(err.to_string().contains("--tls-cert-file"), "{err}");
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--request-timeout=3s",
+        ])
+        .unwrap();
+        assert_eq!(args.serve.request_timeout, Duration::from_secs(3));
+        assert_eq!(args.serve.allow.policy(), Policy::validate_only());
+    }
+
+    #[test]
+    fn any_allow_flag_turns_the_allow_list_on_with_the_operator() {
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--allow-group=power-admins",
+        ])
+        .unwrap();
+        let list = args.serve.allow.policy().allow.unwrap();
+        assert!(list.groups.contains("power-admins"));
+        assert!(list.service_accounts.contains(&operator_service_account()));
+
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--allow-service-account=tenant:rebooter",
+            "--operator-service-account=ops:hc",
+        ])
+        .unwrap();
+        let list = args.serve.allow.policy().allow.unwrap();
+        let names: Vec<String> = list
+            .service_accounts
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(names, ["ops:hc", "tenant:rebooter"]);
+
+        let err = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--allow-service-account=rebooter",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("NAMESPACE:NAME"), "{err}");
+    }
+
+    #[test]
+    fn manifests_need_no_certificate_flags() {
+        let args = parse(&[
+            "webhook",
+            "manifests",
+            "--namespace=ops",
+            "--allow-user=alice",
+        ])
+        .unwrap();
+        let Some(WebhookCommand::Manifests(manifests)) = args.command else {
+            panic!("manifests subcommand");
+        };
+        let install = manifests.install().unwrap();
+        assert_eq!(
+            install.operator_service_account.to_string(),
+            "ops:hostcycle-operator"
+        );
+        assert_eq!(install.failure_policy(), FailurePolicy::Fail);
+    }
+}

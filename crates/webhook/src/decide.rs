@@ -1,0 +1,299 @@
+//! The webhook's one decision, pure: an admission request in, allowed or denied with a
+//! message out.
+//!
+//! - **Values** (always): a reboot annotation (`reboot.metal3.io` or `reboot.metal3.io/{key}`)
+//!   that is added, or whose value changes, must hold a value the controller and metal3 both
+//!   accept ([`crate::values`]). A value that was already there and is left as it was is let
+//!   through with a warning, so an object carrying one from before the webhook can still be
+//!   edited (the operator's own annotation removals included).
+//! - **Who** (with an allow-list): adding, removing or changing a reboot annotation, and
+//!   setting `spec.online` to false (an update from true, or a create with false), are
+//!   allowed only to listed identities. Other edits of a host are not restricted.
+//!
+//! Only CREATE and UPDATE of `baremetalhosts.metal3.io` are looked at; anything else sent to
+//! the webhook is allowed.
+
+use std::collections::BTreeMap;
+
+use hostcycle_api::{RebootAnnotationKind, classify_reboot_annotation};
+use serde_json::Value;
+
+use crate::policy::Policy;
+use crate::review::{AdmissionRequest, AdmissionResponse, Operation, Status};
+use crate::values::{ACCEPTED_VALUES, check_reboot_value};
+
+pub const HOST_GROUP: &str = "metal3.io";
+pub const HOST_RESOURCE: &str = "baremetalhosts";
+
+/// Changes listed in one denial before "and N more".
+const MAX_LISTED: usize = 6;
+
+/// How a review ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A host's create or update that passed every check.
+    Allowed,
+    /// Not a host's create or update: allowed without a look.
+    NotChecked,
+    /// A reboot annotation value was refused (HTTP 400 in the status).
+    InvalidValue,
+    /// A power request by an identity not on the allow-list (HTTP 403).
+    Unauthorized,
+    /// The review lacked what the operation needs (no object): refused, HTTP 400.
+    Malformed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::NotChecked => "not_checked",
+            Self::InvalidValue => "invalid_value",
+            Self::Unauthorized => "unauthorized",
+            Self::Malformed => "malformed",
+        }
+    }
+
+    pub fn allowed(self) -> bool {
+        matches!(self, Self::Allowed | Self::NotChecked)
+    }
+}
+
+/// The decision and what the client is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub outcome: Outcome,
+    /// Why it was refused (empty when allowed).
+    pub message: String,
+    /// Shown to the client even when allowed (`kubectl` prints them).
+    pub warnings: Vec<String>,
+    /// The power requests the change makes (for the log).
+    pub changes: Vec<PowerChange>,
+}
+
+impl Verdict {
+    fn allowed(outcome: Outcome, warnings: Vec<String>, changes: Vec<PowerChange>) -> Self {
+        Verdict {
+            outcome,
+            message: String::new(),
+            warnings,
+            changes,
+        }
+    }
+
+    fn malformed(message: String) -> Self {
+        Verdict {
+            outcome: Outcome::Malformed,
+            message,
+            warnings: Vec::new(),
+            changes: Vec::new(),
+        }
+    }
+
+    pub fn is_allowed(&self) -> bool {
+        self.outcome.allowed()
+    }
+
+    /// The `response` of the answering review.
+    pub fn response(&self, uid: &str) -> AdmissionResponse {
+        let status = match self.outcome {
+            Outcome::Allowed | Outcome::NotChecked => None,
+            Outcome::Unauthorized => Some(Status {
+                status: "Failure",
+                code: 403,
+                reason: "Forbidden",
+                message: self.message.clone(),
+            }),
+            Outcome::InvalidValue | Outcome::Malformed => Some(Status {
+                status: "Failure",
+                code: 400,
+                reason: "BadRequest",
+                message: self.message.clone(),
+            }),
+        };
+        AdmissionResponse {
+            uid: uid.to_string(),
+            allowed: self.is_allowed(),
+            status,
+            warnings: self.warnings.clone(),
+        }
+    }
+}
+
+/// A change that asks for power to go off, restricted by the allow-list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PowerChange {
+    AddAnnotation(String),
+    RemoveAnnotation(String),
+    ChangeAnnotation(String),
+    SetOffline,
+}
+
+impl std::fmt::Display for PowerChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::AddAnnotation(key) => write!(f, "add {key}"),
+            Self::RemoveAnnotation(key) => write!(f, "remove {key}"),
+            Self::ChangeAnnotation(key) => write!(f, "change {key}"),
+            Self::SetOffline => f.write_str("set spec.online to false"),
+        }
+    }
+}
+
+/// The reboot annotations of an object, by key.
+fn reboot_annotations(object: &Value) -> BTreeMap<&str, &Value> {
+    object
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| classify_reboot_annotation(key).is_some())
+        .map(|(key, value)| (key.as_str(), value))
+        .collect()
+}
+
+/// `spec.online`, false when absent (Go's zero value, as metal3 reads it).
+fn online(object: &Value) -> bool {
+    object
+        .pointer("/spec/online")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The power requests `old` → `new` makes (`old` is `None` for a create).
+pub fn power_changes(old: Option<&Value>, new: &Value) -> Vec<PowerChange> {
+    let before = old.map(reboot_annotations).unwrap_or_default();
+    let after = reboot_annotations(new);
+    let mut changes = Vec::new();
+    for (key, value) in &after {
+        match before.get(key) {
+            None => changes.push(PowerChange::AddAnnotation(key.to_string())),
+            Some(previous) if previous != value => {
+                changes.push(PowerChange::ChangeAnnotation(key.to_string()))
+            }
+            Some(_) => {}
+        }
+    }
+    for key in before.keys().filter(|key| !after.contains_key(*key)) {
+        changes.push(PowerChange::RemoveAnnotation(key.to_string()));
+    }
+    let was_online = old.map(online);
+    if !online(new) && was_online != Some(false) {
+        changes.push(PowerChange::SetOffline);
+    }
+    changes
+}
+
+/// Why one reboot annotation's value (or key) is unusable, in words, cut to a readable length
+/// (an unknown mode is quoted, and a value may be 256 KiB).
+fn value_problem(key: &str, value: &Value) -> Option<String> {
+    if classify_reboot_annotation(key) == Some(RebootAnnotationKind::Keyed("")) {
+        return Some("the key has nothing after \"reboot.metal3.io/\"".to_string());
+    }
+    let problem = match value.as_str() {
+        Some(text) => check_reboot_value(text).err()?.to_string(),
+        None => "the value is not a string".to_string(),
+    };
+    Some(cut(problem, MAX_PROBLEM_CHARS))
+}
+
+/// Longest description of one value's problem.
+const MAX_PROBLEM_CHARS: usize = 200;
+
+fn cut(text: String, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
+    }
+}
+
+fn listed<T: ToString>(items: &[T]) -> String {
+    let mut words: Vec<String> = items.iter().take(MAX_LISTED).map(T::to_string).collect();
+    if items.len() > MAX_LISTED {
+        words.push(format!("and {} more", items.len() - MAX_LISTED));
+    }
+    words.join(", ")
+}
+
+/// Decides one admission request.
+pub fn decide(policy: &Policy, request: &AdmissionRequest) -> Verdict {
+    let is_host = request.resource.group == HOST_GROUP
+        && request.resource.resource == HOST_RESOURCE
+        && request.sub_resource.as_deref().unwrap_or("").is_empty();
+    if !is_host || !matches!(request.operation, Operation::Create | Operation::Update) {
+        return Verdict::allowed(Outcome::NotChecked, Vec::new(), Vec::new());
+    }
+    let host = request.object_name();
+    let Some(new) = request.object.as_ref() else {
+        return Verdict::malformed(format!(
+            "the {} review of BareMetalHost {host} carries no object",
+            request.operation.as_str()
+        ));
+    };
+    let old = match request.operation {
+        Operation::Update => match request.old_object.as_ref() {
+            Some(old) => Some(old),
+            None => {
+                return Verdict::malformed(format!(
+                    "the UPDATE review of BareMetalHost {host} carries no oldObject"
+                ));
+            }
+        },
+        _ => None,
+    };
+
+    let before = old.map(reboot_annotations).unwrap_or_default();
+    let mut invalid = Vec::new();
+    let mut warnings = Vec::new();
+    for (key, value) in reboot_annotations(new) {
+        let Some(problem) = value_problem(key, value) else {
+            continue;
+        };
+        if before.get(key) == Some(&value) {
+            warnings.push(format!(
+                "{key} keeps an unusable value ({problem}); the controller reads it as a soft request"
+            ));
+        } else {
+            invalid.push(format!("{key}: {problem}"));
+        }
+    }
+
+    let changes = power_changes(old, new);
+    let refused_by = policy
+        .allow
+        .as_ref()
+        .filter(|list| !changes.is_empty() && !list.allows(&request.user_info));
+    if let Some(list) = refused_by {
+        let mut message = format!(
+            "user {:?} may not {} on BareMetalHost {host}: adding, removing or changing \
+             reboot.metal3.io annotations and setting spec.online to false are allowed only to {}",
+            request.user_info.username,
+            listed(&changes),
+            list.describe()
+        );
+        if !invalid.is_empty() {
+            message.push_str(&format!(
+                "; invalid reboot annotation values too: {}",
+                listed(&invalid)
+            ));
+        }
+        return Verdict {
+            outcome: Outcome::Unauthorized,
+            message,
+            warnings,
+            changes,
+        };
+    }
+    if !invalid.is_empty() {
+        return Verdict {
+            outcome: Outcome::InvalidValue,
+            message: format!(
+                "invalid reboot annotation value on BareMetalHost {host}: {} ({ACCEPTED_VALUES})",
+                listed(&invalid)
+            ),
+            warnings,
+            changes,
+        };
+    }
+    Verdict::allowed(Outcome::Allowed, warnings, changes)
+}

@@ -1,0 +1,614 @@
+//! The webhook's decision, case by case: values (always checked), the allow-list (who may
+//! request power changes), what is not looked at, and the answer's shape.
+#![allow(clippy::unwrap_used)]
+
+use hostcycle_webhook::review::{AdmissionRequest, GroupVersionResource, Operation, UserInfo};
+use hostcycle_webhook::{
+    ACCEPTED_VALUES, Outcome, Policy, PowerChange, ServiceAccountName, decide,
+    operator_service_account, power_changes,
+};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const KEYED: &str = "reboot.metal3.io/maint";
+const SUFFIXLESS: &str = "reboot.metal3.io";
+const HARD: &str = r#"{"mode":"hard"}"#;
+
+fn host(annotations: &[(&str, &str)], online: bool) -> Value {
+    let annotations: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "metadata": { "name": "worker-1", "namespace": "metal3", "annotations": annotations },
+        "spec": { "online": online, "bmc": { "address": "redfish://10.0.0.1/redfish/v1/Systems/1" } },
+    })
+}
+
+fn user(name: &str, groups: &[&str]) -> UserInfo {
+    UserInfo {
+        username: name.to_string(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn mallory() -> UserInfo {
+    user("mallory", &["system:authenticated", "hosts-editors"])
+}
+
+fn request(
+    operation: Operation,
+    who: UserInfo,
+    old: Option<Value>,
+    new: Option<Value>,
+) -> AdmissionRequest {
+    AdmissionRequest {
+        uid: "6a5b0f0e-1111-4a4a-9c9c-000000000001".to_string(),
+        resource: GroupVersionResource {
+            group: "metal3.io".to_string(),
+            version: "v1alpha1".to_string(),
+            resource: "baremetalhosts".to_string(),
+        },
+        sub_resource: None,
+        name: Some("worker-1".to_string()),
+        namespace: Some("metal3".to_string()),
+        operation,
+        user_info: who,
+        object: new,
+        old_object: old,
+        dry_run: Some(false),
+    }
+}
+
+fn update(who: UserInfo, old: Value, new: Value) -> AdmissionRequest {
+    request(Operation::Update, who, Some(old), Some(new))
+}
+
+fn create(who: UserInfo, new: Value) -> AdmissionRequest {
+    // The API server sends no name for generateName creates; here it is known.
+    request(Operation::Create, who, None, Some(new))
+}
+
+fn allow_list() -> Policy {
+    Policy::allow_list(
+        ["alice".to_string()],
+        ["power-admins".to_string()],
+        ["tenant:rebooter".parse::<ServiceAccountName>().unwrap()],
+        [operator_service_account()],
+    )
+}
+
+// ---- values ---------------------------------------------------------------------------------
+
+#[test]
+fn valid_values_are_accepted_on_create_and_update() {
+    let policy = Policy::validate_only();
+    for value in [
+        "",
+        "null",
+        "{}",
+        HARD,
+        r#"{"mode":"soft"}"#,
+        r#"{"mode":""}"#,
+        r#"{"Mode":"hard","force":true}"#,
+    ] {
+        for key in [SUFFIXLESS, KEYED] {
+            let created = decide(&policy, &create(mallory(), host(&[(key, value)], true)));
+            assert_eq!(
+                created.outcome,
+                Outcome::Allowed,
+                "{key}={value:?}: {created:?}"
+            );
+            let updated = decide(
+                &policy,
+                &update(mallory(), host(&[], true), host(&[(key, value)], true)),
+            );
+            assert_eq!(
+                updated.outcome,
+                Outcome::Allowed,
+                "{key}={value:?}: {updated:?}"
+            );
+            assert!(updated.warnings.is_empty());
+        }
+    }
+}
+
+#[test]
+fn unusable_values_are_refused_with_what_is_accepted() {
+    let policy = Policy::validate_only();
+    for (value, why) in [
+        ("hard", "value is not JSON"),
+        (r#""hard""#, "value is not a JSON object"),
+        ("[1]", "value is not a JSON object"),
+        (r#"{"mode":"HARD"}"#, r#"unknown mode "HARD""#),
+        (r#"{"mode":"reboot"}"#, r#"unknown mode "reboot""#),
+        (r#"{"mode":5}"#, "mode is not a string"),
+        (r#"{"force":"yes"}"#, r#""force" is not true or false"#),
+        ("  ", "value is only whitespace"),
+        (
+            r#"{"mode":"hard","mode":null}"#,
+            "\"mode\" is repeated and metal3 reads hard where hostcycle reads soft",
+        ),
+    ] {
+        for verdict in [
+            decide(&policy, &create(mallory(), host(&[(KEYED, value)], true))),
+            decide(
+                &policy,
+                &update(mallory(), host(&[], true), host(&[(KEYED, value)], true)),
+            ),
+            decide(
+                &policy,
+                &update(
+                    mallory(),
+                    host(&[(KEYED, HARD)], true),
+                    host(&[(KEYED, value)], true),
+                ),
+            ),
+        ] {
+            assert_eq!(
+                verdict.outcome,
+                Outcome::InvalidValue,
+                "{value:?}: {verdict:?}"
+            );
+            assert!(!verdict.is_allowed());
+            let expected = format!(
+                "invalid reboot annotation value on BareMetalHost metal3/worker-1: {KEYED}: {why}"
+            );
+            assert!(
+                verdict.message.starts_with(&expected),
+                "{value:?}: {}",
+                verdict.message
+            );
+            assert!(
+                verdict.message.ends_with(&format!("({ACCEPTED_VALUES})")),
+                "{}",
+                verdict.message
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unusable_value_left_as_it_was_is_let_through_with_a_warning() {
+    let policy = Policy::validate_only();
+    // Set before the webhook existed; the host controller still removes other annotations.
+    let old = host(&[(KEYED, "garbage"), (SUFFIXLESS, "")], true);
+    let new = host(&[(KEYED, "garbage")], true);
+    let verdict = decide(&policy, &update(operator_user(), old.clone(), new));
+    assert_eq!(verdict.outcome, Outcome::Allowed);
+    assert_eq!(
+        verdict.warnings,
+        [format!(
+            "{KEYED} keeps an unusable value (value is not JSON); the controller reads it as a soft request"
+        )]
+    );
+    // Changing it to another unusable value is refused; removing it is fine.
+    let changed = decide(
+        &policy,
+        &update(mallory(), old.clone(), host(&[(KEYED, "worse")], true)),
+    );
+    assert_eq!(changed.outcome, Outcome::InvalidValue);
+    let removed = decide(&policy, &update(mallory(), old, host(&[], true)));
+    assert_eq!(removed.outcome, Outcome::Allowed);
+    assert!(removed.warnings.is_empty());
+}
+
+#[test]
+fn other_annotations_are_not_checked() {
+    let policy = allow_list();
+    let garbage = "not json";
+    for key in [
+        "reboot.metal3.iox",
+        "example.com/reboot.metal3.io",
+        "Reboot.metal3.io",
+        "hostcycle.io/reboot-queue-request",
+    ] {
+        let verdict = decide(
+            &policy,
+            &update(mallory(), host(&[], true), host(&[(key, garbage)], true)),
+        );
+        assert_eq!(verdict.outcome, Outcome::Allowed, "{key}");
+    }
+}
+
+#[test]
+fn odd_keys_and_values_are_refused() {
+    let policy = Policy::validate_only();
+    let verdict = decide(
+        &policy,
+        &create(mallory(), host(&[("reboot.metal3.io/", "")], true)),
+    );
+    assert_eq!(verdict.outcome, Outcome::InvalidValue);
+    assert!(
+        verdict.message.contains("the key has nothing after"),
+        "{}",
+        verdict.message
+    );
+
+    let mut object = host(&[], true);
+    object["metadata"]["annotations"][KEYED] = json!(5);
+    let verdict = decide(&policy, &create(mallory(), object));
+    assert_eq!(verdict.outcome, Outcome::InvalidValue);
+    assert!(
+        verdict.message.contains("the value is not a string"),
+        "{}",
+        verdict.message
+    );
+}
+
+#[test]
+fn long_values_are_not_repeated_in_full() {
+    let mode = "x".repeat(100_000);
+    let value = format!(r#"{{"mode":"{mode}"}}"#);
+    let verdict = decide(
+        &Policy::validate_only(),
+        &create(mallory(), host(&[(KEYED, &value)], true)),
+    );
+    assert_eq!(verdict.outcome, Outcome::InvalidValue);
+    assert!(
+        verdict.message.len() < 1000,
+        "{} bytes",
+        verdict.message.len()
+    );
+    assert!(
+        verdict.message.contains("unknown mode \"xxx"),
+        "{}",
+        verdict.message
+    );
+    assert!(verdict.message.contains("…"), "{}", verdict.message);
+}
+
+#[test]
+fn many_problems_are_listed_then_counted() {
+    let keys: Vec<String> = (0..8).map(|i| format!("reboot.metal3.io/k{i}")).collect();
+    let annotations: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "x")).collect();
+    let verdict = decide(
+        &Policy::validate_only(),
+        &create(mallory(), host(&annotations, true)),
+    );
+    assert_eq!(verdict.outcome, Outcome::InvalidValue);
+    assert!(
+        verdict
+            .message
+            .contains("reboot.metal3.io/k5: value is not JSON, and 2 more"),
+        "{}",
+        verdict.message
+    );
+}
+
+// ---- who ------------------------------------------------------------------------------------
+
+fn operator_user() -> UserInfo {
+    user(
+        "system:serviceaccount:hostcycle-system:hostcycle-operator",
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:hostcycle-system",
+            "system:authenticated",
+        ],
+    )
+}
+
+#[test]
+fn unlisted_users_may_not_request_power_changes() {
+    let policy = allow_list();
+    let cases = [
+        (
+            "add",
+            host(&[], true),
+            host(&[(KEYED, "")], true),
+            "add reboot.metal3.io/maint",
+        ),
+        (
+            "add suffixless",
+            host(&[], true),
+            host(&[(SUFFIXLESS, HARD)], true),
+            "add reboot.metal3.io",
+        ),
+        (
+            "remove",
+            host(&[(KEYED, "")], true),
+            host(&[], true),
+            "remove reboot.metal3.io/maint",
+        ),
+        (
+            "change",
+            host(&[(KEYED, "")], true),
+            host(&[(KEYED, HARD)], true),
+            "change reboot.metal3.io/maint",
+        ),
+        (
+            "offline",
+            host(&[], true),
+            host(&[], false),
+            "set spec.online to false",
+        ),
+    ];
+    for (case, old, new, what) in cases {
+        let verdict = decide(&policy, &update(mallory(), old, new));
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Unauthorized,
+            "{case}: {verdict:?}"
+        );
+        assert_eq!(
+            verdict.message,
+            format!(
+                "user \"mallory\" may not {what} on BareMetalHost metal3/worker-1: adding, removing \
+                 or changing reboot.metal3.io annotations and setting spec.online to false are \
+                 allowed only to users [alice], groups [power-admins], ServiceAccounts \
+                 [hostcycle-system:hostcycle-operator, tenant:rebooter]"
+            ),
+            "{case}"
+        );
+        let response = verdict.response("uid-1");
+        assert!(!response.allowed);
+        assert_eq!(response.uid, "uid-1");
+        assert_eq!(response.status.unwrap().code, 403);
+    }
+}
+
+#[test]
+fn unlisted_users_may_still_edit_everything_else() {
+    let policy = allow_list();
+    let with_hold = host(&[(KEYED, HARD)], true);
+    let mut relabelled = with_hold.clone();
+    relabelled["metadata"]["labels"] = json!({"rack": "r12"});
+    relabelled["metadata"]["annotations"]["example.com/note"] = json!("hi");
+    for (case, old, new) in [
+        ("labels with a hold in place", with_hold.clone(), relabelled),
+        ("power on", host(&[], false), host(&[], true)),
+        (
+            "stays off",
+            host(&[], false),
+            host(&[("example.com/x", "y")], false),
+        ),
+    ] {
+        let verdict = decide(&policy, &update(mallory(), old, new));
+        assert_eq!(verdict.outcome, Outcome::Allowed, "{case}: {verdict:?}");
+        assert!(verdict.changes.is_empty(), "{case}");
+    }
+    let verdict = decide(&policy, &create(mallory(), host(&[], true)));
+    assert_eq!(verdict.outcome, Outcome::Allowed);
+}
+
+#[test]
+fn creating_a_host_off_or_with_a_reboot_request_is_a_power_request() {
+    let policy = allow_list();
+    let off = decide(&policy, &create(mallory(), host(&[], false)));
+    assert_eq!(off.outcome, Outcome::Unauthorized);
+    assert!(
+        off.message.contains("may not set spec.online to false"),
+        "{}",
+        off.message
+    );
+    let annotated = decide(&policy, &create(mallory(), host(&[(KEYED, "")], true)));
+    assert_eq!(annotated.outcome, Outcome::Unauthorized);
+    let mut no_online = host(&[], true);
+    no_online["spec"].as_object_mut().unwrap().remove("online");
+    assert_eq!(
+        power_changes(None, &no_online),
+        [PowerChange::SetOffline],
+        "a missing online is false, as metal3 reads it"
+    );
+}
+
+#[test]
+fn listed_identities_may() {
+    let policy = allow_list();
+    for who in [
+        user("alice", &["system:authenticated"]),
+        user("bob", &["system:authenticated", "power-admins"]),
+        user(
+            "system:serviceaccount:tenant:rebooter",
+            &["system:serviceaccounts"],
+        ),
+        operator_user(),
+    ] {
+        for (old, new) in [
+            (host(&[], true), host(&[(KEYED, HARD)], true)),
+            (
+                host(&[(KEYED, HARD), (SUFFIXLESS, "")], true),
+                host(&[], true),
+            ),
+            (host(&[], true), host(&[], false)),
+        ] {
+            let verdict = decide(&policy, &update(who.clone(), old, new));
+            assert_eq!(
+                verdict.outcome,
+                Outcome::Allowed,
+                "{}: {verdict:?}",
+                who.username
+            );
+            assert!(!verdict.changes.is_empty());
+        }
+    }
+    let other_sa = user(
+        "system:serviceaccount:tenant:other",
+        &["system:serviceaccounts"],
+    );
+    let verdict = decide(
+        &policy,
+        &update(other_sa, host(&[], true), host(&[(KEYED, "")], true)),
+    );
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+    assert!(
+        verdict
+            .message
+            .starts_with("user \"system:serviceaccount:tenant:other\" may not add")
+    );
+}
+
+#[test]
+fn listed_users_values_are_still_checked_and_unlisted_users_hear_both() {
+    let policy = allow_list();
+    let alice = user("alice", &[]);
+    let verdict = decide(
+        &policy,
+        &update(alice, host(&[], true), host(&[(KEYED, "hard")], true)),
+    );
+    assert_eq!(verdict.outcome, Outcome::InvalidValue);
+    assert_eq!(verdict.response("u").status.unwrap().code, 400);
+
+    let verdict = decide(
+        &policy,
+        &update(mallory(), host(&[], true), host(&[(KEYED, "hard")], false)),
+    );
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+    assert!(
+        verdict
+            .message
+            .contains("may not add reboot.metal3.io/maint, set spec.online to false on"),
+        "{}",
+        verdict.message
+    );
+    assert!(
+        verdict.message.ends_with(
+            "; invalid reboot annotation values too: reboot.metal3.io/maint: value is not JSON"
+        ),
+        "{}",
+        verdict.message
+    );
+}
+
+#[test]
+fn without_an_allow_list_anyone_may() {
+    let verdict = decide(
+        &Policy::validate_only(),
+        &update(
+            mallory(),
+            host(&[(SUFFIXLESS, "")], true),
+            host(&[(KEYED, HARD)], false),
+        ),
+    );
+    assert_eq!(verdict.outcome, Outcome::Allowed);
+    assert_eq!(
+        verdict.changes,
+        [
+            PowerChange::AddAnnotation(KEYED.to_string()),
+            PowerChange::RemoveAnnotation(SUFFIXLESS.to_string()),
+            PowerChange::SetOffline
+        ]
+    );
+}
+
+// ---- what is not looked at, and broken reviews ----------------------------------------------
+
+#[test]
+fn only_host_creates_and_updates_are_checked() {
+    let policy = allow_list();
+    let bad = host(&[(KEYED, "garbage")], false);
+    let mut delete = request(Operation::Delete, mallory(), Some(bad.clone()), None);
+    assert_eq!(decide(&policy, &delete).outcome, Outcome::NotChecked);
+    delete.operation = Operation::Connect;
+    assert_eq!(decide(&policy, &delete).outcome, Outcome::NotChecked);
+
+    let mut status = update(mallory(), host(&[], true), bad.clone());
+    status.sub_resource = Some("status".to_string());
+    assert_eq!(decide(&policy, &status).outcome, Outcome::NotChecked);
+
+    let mut pod = create(mallory(), bad);
+    pod.resource = GroupVersionResource {
+        group: String::new(),
+        version: "v1".to_string(),
+        resource: "pods".to_string(),
+    };
+    let verdict = decide(&policy, &pod);
+    assert_eq!(verdict.outcome, Outcome::NotChecked);
+    assert!(verdict.response("u").allowed);
+    assert!(verdict.response("u").status.is_none());
+}
+
+#[test]
+fn reviews_missing_their_objects_are_refused() {
+    let policy = Policy::validate_only();
+    let verdict = decide(&policy, &request(Operation::Create, mallory(), None, None));
+    assert_eq!(verdict.outcome, Outcome::Malformed);
+    assert_eq!(
+        verdict.message,
+        "the CREATE review of BareMetalHost metal3/worker-1 carries no object"
+    );
+    let verdict = decide(
+        &policy,
+        &request(Operation::Update, mallory(), None, Some(host(&[], true))),
+    );
+    assert_eq!(verdict.outcome, Outcome::Malformed);
+    assert!(verdict.message.contains("carries no oldObject"));
+}
+
+#[test]
+fn objects_without_annotations_or_spec_do_not_break_anything() {
+    let policy = allow_list();
+    let bare = json!({"metadata": {"name": "x"}});
+    let verdict = decide(&policy, &update(mallory(), bare.clone(), bare.clone()));
+    assert_eq!(verdict.outcome, Outcome::Allowed);
+    let verdict = decide(&policy, &update(mallory(), json!(null), json!([1, 2])));
+    assert_eq!(
+        verdict.outcome,
+        Outcome::Allowed,
+        "nothing to read is no change"
+    );
+}
+
+// ---- properties -----------------------------------------------------------------------------
+
+fn annotations() -> impl Strategy<Value = Vec<(String, String)>> {
+    let key = prop::sample::select(vec![
+        SUFFIXLESS,
+        KEYED,
+        "reboot.metal3.io/other",
+        "example.com/a",
+    ]);
+    let value = prop::sample::select(vec![
+        "",
+        HARD,
+        r#"{"mode":"soft"}"#,
+        "garbage",
+        r#"{"mode":"HARD"}"#,
+    ]);
+    prop::collection::vec(
+        (key.prop_map(String::from), value.prop_map(String::from)),
+        0..4,
+    )
+}
+
+fn object(annotations: &[(String, String)], online: bool) -> Value {
+    let pairs: Vec<(&str, &str)> = annotations
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    host(&pairs, online)
+}
+
+proptest! {
+    /// The allow-list never changes what a listed identity may do, and refuses an unlisted
+    /// one exactly when the edit requests a power change.
+    #[test]
+    fn the_allow_list_only_restricts_power_requests(
+        old in annotations(), new in annotations(), was_online: bool, online: bool,
+    ) {
+        let old = object(&old, was_online);
+        let new = object(&new, online);
+        let open = decide(&Policy::validate_only(), &update(user("alice", &[]), old.clone(), new.clone()));
+        let listed = decide(&allow_list(), &update(user("alice", &[]), old.clone(), new.clone()));
+        prop_assert_eq!(&open, &listed);
+        let unlisted = decide(&allow_list(), &update(mallory(), old.clone(), new.clone()));
+        let requests_power = !power_changes(Some(&old), &new).is_empty();
+        prop_assert_eq!(unlisted.outcome == Outcome::Unauthorized, requests_power);
+        if !requests_power {
+            prop_assert_eq!(&unlisted, &open);
+        }
+    }
+
+    /// Nothing the API server could send makes the decision panic.
+    #[test]
+    fn any_json_is_decided(old in any::<Option<String>>(), new in any::<String>()) {
+        let as_object = |text: String| json!({"metadata": {"annotations": {KEYED: text}}, "spec": {"online": "yes"}});
+        let request = update(mallory(), old.map(as_object).unwrap_or(Value::Null), as_object(new));
+        let _ = decide(&allow_list(), &request);
+        let _ = decide(&Policy::validate_only(), &request);
+    }
+}
