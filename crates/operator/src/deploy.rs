@@ -148,6 +148,56 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
+/// The container hardening every hostcycle pod uses: non-root ([`RUN_AS_USER`]), read-only
+/// root filesystem, no privilege escalation, no capabilities, the runtime's seccomp profile.
+pub fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS_USER),
+        run_as_group: Some(RUN_AS_USER),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        }),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..Default::default()
+    }
+}
+
+/// The container runtime's default seccomp profile.
+pub fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".to_string(),
+        ..Default::default()
+    }
+}
+
+/// Replicas of the pods `selector` matches on different nodes when there are any: a node
+/// lost takes one only.
+pub fn spread_over_nodes(selector: &BTreeMap<String, String>) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(selector.clone()),
+                            ..Default::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_string(),
+                        ..Default::default()
+                    },
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The operator's Deployment: [`REPLICAS`] replicas spread over nodes where possible,
 /// non-root with a read-only root filesystem, no privilege escalation, no capabilities and
 /// the runtime's default seccomp profile; liveness on `/healthz`, readiness on `/readyz`.
@@ -181,22 +231,7 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
             limits: Some(quantities("1", "512Mi")),
             ..Default::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            run_as_user: Some(RUN_AS_USER),
-            run_as_group: Some(RUN_AS_USER),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                ..Default::default()
-            }),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_string(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        security_context: Some(restricted_container()),
         ..Default::default()
     };
     let pod = PodSpec {
@@ -206,32 +241,10 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
             run_as_non_root: Some(true),
             run_as_user: Some(RUN_AS_USER),
             run_as_group: Some(RUN_AS_USER),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_string(),
-                ..Default::default()
-            }),
+            seccomp_profile: Some(runtime_default_seccomp()),
             ..Default::default()
         }),
-        // The replicas on different nodes when there are any: a node lost takes one only.
-        affinity: Some(Affinity {
-            pod_anti_affinity: Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    WeightedPodAffinityTerm {
-                        weight: 100,
-                        pod_affinity_term: PodAffinityTerm {
-                            label_selector: Some(LabelSelector {
-                                match_labels: Some(selector.clone()),
-                                ..Default::default()
-                            }),
-                            topology_key: "kubernetes.io/hostname".to_string(),
-                            ..Default::default()
-                        },
-                    },
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        affinity: Some(spread_over_nodes(&selector)),
         termination_grace_period_seconds: Some(30),
         ..Default::default()
     };

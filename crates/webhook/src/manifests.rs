@@ -19,10 +19,9 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, ContainerPort, HTTPGetAction, PodAffinityTerm,
-    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount, WeightedPodAffinityTerm,
+    Container, ContainerPort, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -333,12 +332,6 @@ fn https_probe(period: i32, failures: i32) -> Probe {
 /// mounted read-only (kubelet refreshes it; the process reloads changed files).
 pub fn deployment(install: &WebhookInstall) -> Deployment {
     let run_as = hostcycle_operator::deploy::RUN_AS_USER;
-    let seccomp = || {
-        Some(SeccompProfile {
-            type_: "RuntimeDefault".to_string(),
-            ..Default::default()
-        })
-    };
     let container = Container {
         name: "webhook".to_string(),
         image: Some(install.image.clone()),
@@ -360,19 +353,7 @@ pub fn deployment(install: &WebhookInstall) -> Deployment {
             limits: Some(quantities("500m", "128Mi")),
             ..Default::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            run_as_user: Some(run_as),
-            run_as_group: Some(run_as),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                ..Default::default()
-            }),
-            seccomp_profile: seccomp(),
-            ..Default::default()
-        }),
+        security_context: Some(hostcycle_operator::deploy::restricted_container()),
         volume_mounts: Some(vec![VolumeMount {
             name: "tls".to_string(),
             mount_path: TLS_DIR.to_string(),
@@ -403,28 +384,10 @@ pub fn deployment(install: &WebhookInstall) -> Deployment {
             run_as_user: Some(run_as),
             run_as_group: Some(run_as),
             fs_group: Some(run_as),
-            seccomp_profile: seccomp(),
+            seccomp_profile: Some(hostcycle_operator::deploy::runtime_default_seccomp()),
             ..Default::default()
         }),
-        affinity: Some(Affinity {
-            pod_anti_affinity: Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    WeightedPodAffinityTerm {
-                        weight: 100,
-                        pod_affinity_term: PodAffinityTerm {
-                            label_selector: Some(LabelSelector {
-                                match_labels: Some(selector.clone()),
-                                ..Default::default()
-                            }),
-                            topology_key: "kubernetes.io/hostname".to_string(),
-                            ..Default::default()
-                        },
-                    },
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        affinity: Some(hostcycle_operator::deploy::spread_over_nodes(&selector)),
         termination_grace_period_seconds: Some(15),
         ..Default::default()
     };
