@@ -555,6 +555,30 @@ async fn events_with(lab: &QueueLab, kind: &str, name: &str, reasons: &[&str]) -
     }
 }
 
+/// The Events about the object once one with `reason` says `needle` (a step may publish two
+/// Events with one reason, in order, from a background task).
+async fn events_noting(
+    lab: &QueueLab,
+    kind: &str,
+    name: &str,
+    reason: &str,
+    needle: &str,
+) -> Vec<Seen> {
+    let what = format!("a {reason} Event about {kind} {name} saying {needle:?}");
+    let found = wait_until(&what, Duration::from_secs(30), || async {
+        let events = events_of(lab, kind, name).await;
+        events
+            .iter()
+            .any(|e| e.reason == reason && e.note.contains(needle))
+            .then_some(events)
+    })
+    .await;
+    match found {
+        Ok(events) => events,
+        Err(e) => panic!("{e}\nEvents now: {:?}", events_of(lab, kind, name).await),
+    }
+}
+
 /// How many times an Event with `reason` was published about the object (series counted).
 fn times(events: &[Seen], reason: &str) -> i32 {
     events
@@ -1353,11 +1377,13 @@ async fn a_node_that_never_returns_fails_and_escalates() {
         "{:?}",
         failed.annotations()
     );
-    let events = events_with(
+    // The failure and, after it, why there is no escalation: two RemediationFailed Events.
+    let events = events_noting(
         &lab,
         "Machine",
         &machine_name("f-m"),
-        &["RemediationFailed"],
+        "RemediationFailed",
+        "control-plane Machine",
     )
     .await;
     assert!(warning(&events, "RemediationFailed"), "{events:?}");
