@@ -98,7 +98,7 @@ impl LeaderElection {
             .with_namespace(&self.namespace)
             .with_identity(&self.identity)
             .with_duration(self.duration().as_secs())
-            .with_grace((self.lease_duration.as_secs() / 3).max(1))
+            .with_grace(self.grace().as_secs())
             .build()
             .await
     }
@@ -153,7 +153,23 @@ impl LeaderElection {
         Duration::from_secs(self.lease_duration.as_secs().max(2))
     }
 
-    /// While this replica leads: reads the Lease every fifth of its duration and returns as
+    /// How long before the Lease expires its holder renews it: a third of the duration, whole
+    /// seconds, at least one (what the lease manager is given).
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs((self.duration().as_secs() / 3).max(1))
+    }
+
+    /// How often a leader reads its own Lease ([`Self::confirm_held`]): four times within the
+    /// grace period, so a renewal (sent when the grace period starts) is seen before the
+    /// expiry even when the write takes a while. Reading only every fifth of the duration
+    /// (once a second with a 5 s Lease and its 1 s grace) let a read land just before the
+    /// renewal, the next one after the expiry, and the leader fenced itself with its Lease
+    /// renewed.
+    pub fn confirm_period(&self) -> Duration {
+        (self.grace() / 4).clamp(Duration::from_millis(200), Duration::from_secs(5))
+    }
+
+    /// While this replica leads: reads the Lease every [`Self::confirm_period`] and returns as
     /// soon as it is no longer ours, or at the moment it expires without a renewal seen.
     ///
     /// The lease manager learns of a lost Lease only at its next successful read, and after
@@ -164,7 +180,7 @@ impl LeaderElection {
     pub async fn confirm_held(&self, client: Client) -> LeaseLapse {
         let leases: Api<Lease> = Api::namespaced(client, &self.namespace);
         let duration = self.duration();
-        let period = (duration / 5).clamp(Duration::from_millis(200), Duration::from_secs(5));
+        let period = self.confirm_period();
         // Just won: the Lease was renewed a moment ago. Confirmed by the first read below.
         let mut valid_until = Timestamp::now() + duration;
         loop {
@@ -312,6 +328,37 @@ mod tests {
             }
         );
         assert_eq!(*reads.lock().unwrap(), 4, "kept reading while it was ours");
+    }
+
+    /// The lease manager renews when the grace period starts (1 s before the expiry of a 5 s
+    /// Lease); a write that takes a moment must still be seen before the expiry.
+    #[tokio::test]
+    async fn a_renewal_at_the_start_of_the_grace_period_is_seen_in_time() {
+        let election = LeaderElection {
+            lease_duration: Duration::from_secs(5),
+            ..election()
+        };
+        assert_eq!(election.grace(), Duration::from_secs(1));
+        let won = Timestamp::now();
+        // The renewal is written 4.1 s after the Lease was won (the grace period starts at 4 s).
+        let renewed = won + Duration::from_millis(4100);
+        let client = fake_client(move |_req| async move {
+            let seen = if Timestamp::now() >= renewed {
+                renewed
+            } else {
+                won
+            };
+            let mut lease = lease("me", seen);
+            lease["spec"]["leaseDurationSeconds"] = json!(5);
+            (200, lease)
+        });
+        // Past the first expiry (5 s): still leading.
+        let lapse =
+            tokio::time::timeout(Duration::from_secs(6), election.confirm_held(client)).await;
+        assert!(
+            lapse.is_err(),
+            "the leader stopped although its Lease was renewed: {lapse:?}"
+        );
     }
 
     #[tokio::test]

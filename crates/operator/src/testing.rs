@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 pub struct FakeRequest {
     pub method: http::Method,
     pub path: String,
+    /// The query string without `?` (empty when there is none).
+    pub query: String,
     pub body: Vec<u8>,
 }
 
@@ -37,6 +39,7 @@ where
             let (status, json) = handler(FakeRequest {
                 method: parts.method,
                 path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or_default().to_string(),
                 body,
             })
             .await;

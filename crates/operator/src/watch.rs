@@ -31,6 +31,29 @@ where
     watcher(api, config).modify(strip_unread_metadata)
 }
 
+/// Passes a reflector's events on and sets `listed` once the first complete list has gone
+/// through (the reflector upstream has then filled its store).
+///
+/// This is how a controller learns that a store is ready without waiting on it: kube's
+/// `Store::wait_until_ready` wakes only the task that polled it last (its `DelayedInit` is a
+/// oneshot receiver), and the controller's runner already waits on the store it was given.
+/// A second waiter takes that wake-up away and the runner never starts.
+pub fn note_listed<K, S>(
+    events: S,
+    listed: tokio::sync::watch::Sender<bool>,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+{
+    use futures::StreamExt as _;
+    events.inspect(move |event| {
+        if let Ok(watcher::Event::InitDone) = event {
+            // Once: a re-list after a broken watch says nothing new.
+            listed.send_if_modified(|listed| !std::mem::replace(listed, true));
+        }
+    })
+}
+
 /// Drops what no controller reads from a watched object (see the module's comment).
 pub fn strip_unread_metadata<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
@@ -46,6 +69,26 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn listed_is_said_once_the_first_list_is_through() {
+        use futures::StreamExt as _;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let events = futures::stream::iter(vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(Node::default())),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(Node::default())),
+        ]);
+        let mut events = Box::pin(note_listed(events, tx));
+        let mut seen = 0;
+        while let Some(event) = events.next().await {
+            seen += 1;
+            // Not before the list's end has gone through, and from then on.
+            assert_eq!(*rx.borrow(), seen >= 3, "after event {seen}: {event:?}");
+        }
+        assert_eq!(seen, 4, "every event is passed on");
+    }
 
     #[test]
     fn managed_fields_and_last_applied_go_everything_else_stays() {

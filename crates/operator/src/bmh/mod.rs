@@ -215,9 +215,13 @@ pub async fn run(
     // status-only updates (our own writes): those would bypass the error backoff.
     let (store, writer) = reflector::store();
     let hosts_ns = watched_namespace.clone();
-    let host_events = reflector(
-        writer,
-        crate::watch::lean_watcher(hosts, watcher::Config::default()),
+    let (hosts_listed, mut hosts_listed_rx) = tokio::sync::watch::channel(false);
+    let host_events = crate::watch::note_listed(
+        reflector(
+            writer,
+            crate::watch::lean_watcher(hosts, watcher::Config::default()),
+        ),
+        hosts_listed,
     )
     .map_err(move |e| {
         log_watch_error(&e, "baremetalhosts.metal3.io", &hosts_ns);
@@ -227,9 +231,13 @@ pub async fn run(
     .touched_objects()
     .predicate_filter(spec_or_annotations, PredicateConfig::default());
     let secrets_ns = watched_namespace.clone();
-    let secret_events = reflector(
-        secret_writer,
-        crate::watch::lean_watcher(secrets, watcher::Config::default()),
+    let (secrets_listed, mut secrets_listed_rx) = tokio::sync::watch::channel(false);
+    let secret_events = crate::watch::note_listed(
+        reflector(
+            secret_writer,
+            crate::watch::lean_watcher(secrets, watcher::Config::default()),
+        ),
+        secrets_listed,
     )
     .map_err(move |e| {
         log_watch_error(&e, "secrets (metadata)", &secrets_ns);
@@ -240,30 +248,23 @@ pub async fn run(
     // The watches run from now on, leader or not: a standby replica's caches stay warm.
     let (host_events, host_watch) = forward_when_leading(host_events, leading.clone());
     let (secret_events, secret_watch) = forward_when_leading(secret_events, leading.clone());
-    let sync_stores = (store.clone(), secret_store.clone());
+    // Both caches filled: said from the watch streams, never by waiting on a store (the
+    // controller's runner waits on the host store; see `watch::note_listed`).
     let sync_stop = shutdown.clone();
+    // Reconciles start once the hosts are listed; Secrets are read by name when a host needs
+    // one, so a refused Secret watch does not hold every host back.
+    let hosts_synced = hosts_listed_rx.clone();
     let sync_task = tokio::spawn(async move {
-        // A store's readiness wakes only the task that polled it last (kube-runtime's
-        // DelayedInit is a oneshot receiver) and the controller's runner waits on the host
-        // store too: ask again every second instead of relying on the wake-up.
-        loop {
-            let ready = futures::future::join(
-                sync_stores.0.wait_until_ready(),
-                sync_stores.1.wait_until_ready(),
-            );
-            tokio::select! {
-                _ = sync_stop.cancelled() => return,
-                answer = tokio::time::timeout(Duration::from_secs(1), ready) => {
-                    match answer {
-                        Ok((Ok(()), Ok(()))) => {
-                            tracing::info!("BareMetalHost and Secret caches synced");
-                            synced();
-                            return;
-                        }
-                        Ok(_) => return, // the stores' writers are gone: shutting down
-                        Err(_) => {}     // not yet, or the wake-up went to the runner
-                    }
-                }
+        // The guards `wait_for` returns are not Send: only whether it happened is kept.
+        let listed = futures::future::join(
+            async { hosts_listed_rx.wait_for(|listed| *listed).await.is_ok() },
+            async { secrets_listed_rx.wait_for(|listed| *listed).await.is_ok() },
+        );
+        tokio::select! {
+            _ = sync_stop.cancelled() => {}
+            (true, true) = listed => {
+                tracing::info!("BareMetalHost and Secret caches synced");
+                synced();
             }
         }
     });
@@ -273,7 +274,7 @@ pub async fn run(
             config,
             metrics,
             identity,
-            (store, host_events),
+            (store, host_events, hosts_synced),
             (secret_store, secret_events),
             shutdown,
         )
@@ -288,8 +289,9 @@ pub async fn run(
 type Forwarded<K> = futures::channel::mpsc::UnboundedReceiver<Result<K, watcher::Error>>;
 
 /// Drives `events` (and so the reflector behind it) in a task of its own and passes its
-/// objects on once `leading` is open. Before that they are dropped: they are in the cache,
-/// and the controller starts with a reconcile of every cached object.
+/// objects on once `leading` is open. Before that they are dropped: they are in the cache
+/// (or will be, at the end of the first list), and the controller reconciles every cached
+/// object once the first list is through.
 fn forward_when_leading<K: Send + 'static>(
     events: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     leading: LeaderGate,
@@ -310,14 +312,18 @@ fn forward_when_leading<K: Send + 'static>(
     (rx, task)
 }
 
-/// The controller proper, on the lead replica: reconciles every cached host at once, then
-/// each one its watches touch, until `shutdown` fires.
+/// The controller proper, on the lead replica: reconciles every cached host once the hosts
+/// are listed (at once if they are), then each one its watches touch, until `shutdown` fires.
 async fn act(
     client: Client,
     config: BmhControllerConfig,
     metrics: Arc<Metrics>,
     identity: &str,
-    (store, host_events): (Store<BareMetalHost>, Forwarded<BareMetalHost>),
+    (store, host_events, mut hosts_listed): (
+        Store<BareMetalHost>,
+        Forwarded<BareMetalHost>,
+        tokio::sync::watch::Receiver<bool>,
+    ),
     (secret_store, secret_events): (
         Store<PartialObjectMeta<Secret>>,
         Forwarded<PartialObjectMeta<Secret>>,
@@ -352,8 +358,12 @@ async fn act(
     // Reconciles are not limited here: each waits for a slot of its lane (action or steady).
     let controller = Controller::for_stream(host_events, store.clone())
         .with_config(controller::Config::default().concurrency(0))
-        // Every cached host once at the start: what changed while this replica stood by.
-        .reconcile_all_on(futures::stream::once(async {}));
+        // Every cached host once the hosts are listed (at once if they are): what changed
+        // while this replica stood by. Objects the watch passed on before this replica led
+        // were dropped, and a Lease can be won before the first list is through.
+        .reconcile_all_on(futures::stream::once(async move {
+            let _listed = hosts_listed.wait_for(|listed| *listed).await.is_ok();
+        }));
     // A fixed credentials Secret must bring its hosts back at once, not after the backoff.
     let host_store = store.clone();
     let controller =
@@ -961,6 +971,107 @@ mod tests {
         // However long the outage, a retry comes within seconds of the server's return.
         let config = BmhControllerConfig::default();
         assert!(config.unreachable_backoff.delay(u32::MAX, 0.999) < Duration::from_secs(7));
+    }
+
+    /// The Lease can be won while the first list of hosts is still being paged in (5,000 hosts
+    /// are ten pages). Hosts of the pages before were not passed on (this replica did not
+    /// lead) and are not in the store yet (it fills at the list's end): they must still be
+    /// reconciled. Here the Lease is won between page 1 (host `a`) and page 2 (host `b`).
+    #[tokio::test]
+    async fn hosts_paged_in_before_the_lease_was_won_are_reconciled() {
+        use crate::testing::{FakeRequest, fake_client};
+        use serde_json::json;
+        let leading = LeaderGate::new();
+        let (page_two_asked, mut page_two_asked_rx) = tokio::sync::watch::channel(false);
+        let page_two_asked = Arc::new(page_two_asked);
+        let (written_tx, mut written) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let gate = leading.clone();
+        let client = fake_client(move |req: FakeRequest| {
+            let gate = gate.clone();
+            let page_two_asked = page_two_asked.clone();
+            let written_tx = written_tx.clone();
+            async move {
+                let host = |name: &str| {
+                    json!({
+                        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                        "metadata": { "name": name, "namespace": "default",
+                                      "uid": format!("uid-{name}"), "resourceVersion": "1" },
+                        "spec": { "online": true },
+                    })
+                };
+                let list = |items: Vec<serde_json::Value>, next: Option<&str>| {
+                    json!({
+                        "apiVersion": "v1", "kind": "List", "items": items,
+                        "metadata": { "resourceVersion": "1", "continue": next },
+                    })
+                };
+                if req.query.contains("watch=true") {
+                    // Nothing changes after the list.
+                    std::future::pending::<()>().await;
+                }
+                match (req.method.as_str(), req.path.as_str()) {
+                    ("GET", "/apis/metal3.io/v1alpha1/baremetalhosts") => {
+                        if req.query.contains("continue=") {
+                            page_two_asked.send_replace(true);
+                            // Answered once this replica leads, and a little later: the
+                            // controller has started by then.
+                            gate.wait_to_lead(&CancellationToken::new()).await;
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            (200, list(vec![host("b")], None))
+                        } else {
+                            (200, list(vec![host("a")], Some("page-2")))
+                        }
+                    }
+                    ("GET", "/api/v1/secrets") => (200, list(vec![], None)),
+                    ("PUT", path) if path.ends_with("/status") => {
+                        let mut body = req.json();
+                        let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+                        let _ = written_tx.send(name);
+                        body["metadata"]["resourceVersion"] = json!("2");
+                        (200, body)
+                    }
+                    // Events and anything else: accepted.
+                    _ => (201, json!({})),
+                }
+            }
+        });
+        let shutdown = CancellationToken::new();
+        let controller = tokio::spawn(run(
+            client,
+            BmhControllerConfig::default(),
+            Metrics::register(&mut crate::metrics::new_registry()),
+            "test",
+            leading.clone(),
+            shutdown.clone(),
+            || {},
+        ));
+        let asked = tokio::time::timeout(
+            Duration::from_secs(10),
+            page_two_asked_rx.wait_for(|asked| *asked),
+        )
+        .await;
+        assert!(
+            matches!(asked, Ok(Ok(_))),
+            "waited 10 s for the host list's second page to be asked for"
+        );
+        leading.open();
+        let mut reconciled = std::collections::BTreeSet::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while reconciled.len() < 2 {
+            match tokio::time::timeout_at(deadline, written.recv()).await {
+                Ok(Some(name)) => {
+                    reconciled.insert(name);
+                }
+                _ => break,
+            }
+        }
+        shutdown.cancel();
+        let _ = controller.await;
+        assert_eq!(
+            reconciled.into_iter().collect::<Vec<_>>(),
+            ["a", "b"],
+            "hosts whose status was written within 10 s of winning the Lease"
+        );
     }
 
     /// Every host's reconcile future exists while it waits for a lane: it must stay small.
