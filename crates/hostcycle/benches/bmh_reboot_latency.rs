@@ -22,7 +22,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{clock_ticks, cpu_ticks, percentile, proc_field};
+use common::{clock_ticks, context_switches, cpu_ticks, percentile, proc_field};
 use futures::StreamExt;
 use hostcycle_api::BareMetalHost;
 use hostcycle_testkit::redfish_stub::RedfishStub;
@@ -31,6 +31,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+/// The mean interval between two steady reads of a host: the default `--steady-poll` (60 s) plus
+/// the controller's spread (0–10 %, uniform). Pass `--operator-arg=--steady-poll=…` and this
+/// rate no longer applies.
+const MEAN_STEADY_POLL_SECONDS: f64 = 63.0;
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -153,6 +158,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let reads_before = stub.reads();
     let ticks_before = cpu_ticks(pid);
+    let switches_before = context_switches(pid);
     let idle_start = Instant::now();
     let perf = args.perf_record.as_ref().map(|out| {
         let mut perf = std::process::Command::new("perf");
@@ -168,6 +174,7 @@ async fn main() {
     let clock_ticks = clock_ticks();
     let idle_cpu = ticks as f64 / clock_ticks / idle_elapsed * 100.0;
     let idle_reads = (stub.reads() - reads_before) as f64 / idle_elapsed;
+    let idle_switches = context_switches(pid).saturating_sub(switches_before) as f64 / idle_elapsed;
     let rss_idle = proc_field(pid, "VmRSS:").unwrap_or(0);
     if let Some(mut perf) = perf {
         // perf ends with the window's `sleep`; give it time to write its file (SIGTERM also
@@ -264,6 +271,21 @@ async fn main() {
         "| power-state reads at steady state | {:.1} /s |",
         idle_reads
     );
+    // The window may hold fewer or more reads than the fleet's true steady rate (all hosts were
+    // registered in one burst): CPU per read times that rate is the figure that compares.
+    let cpu_ms_per_read = if idle_reads > 0.0 {
+        idle_cpu * 10.0 / idle_reads
+    } else {
+        f64::NAN
+    };
+    let steady_rate = args.hosts as f64 / MEAN_STEADY_POLL_SECONDS;
+    println!("| operator CPU per steady read | {cpu_ms_per_read:.3} ms |");
+    println!(
+        "| operator CPU at the full steady rate ({steady_rate:.1} reads/s: {} hosts / {MEAN_STEADY_POLL_SECONDS} s) | {:.2} % of one core |",
+        args.hosts,
+        cpu_ms_per_read * steady_rate / 10.0
+    );
+    println!("| operator context switches at steady state | {idle_switches:.0} /s |");
     println!(
         "| operator RSS at steady state | {:.1} MB |",
         rss_idle as f64 / 1024.0

@@ -18,6 +18,25 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
+/// Context switches of all the process's threads so far (voluntary + involuntary): each is a
+/// thread parked or woken, which costs the kernel time `cpu_ticks` counts.
+pub fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// Clock ticks per second.
 pub fn clock_ticks() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
