@@ -109,6 +109,26 @@ async fn mount_get(server: &MockServer, at: &str, body: Value) {
         .await;
 }
 
+/// A System that is on, whose reset action (target `/reset`) allows `reset_types` according
+/// to its ActionInfo at `/info` (where the driver trusts any value).
+async fn mount_reset_types(server: &MockServer, reset_types: Value) {
+    mount_get(
+        server,
+        SYSTEM,
+        system(
+            "On",
+            json!({ "target": "/reset", "@Redfish.ActionInfo": "/info" }),
+        ),
+    )
+    .await;
+    mount_get(
+        server,
+        "/info",
+        json!({ "Parameters": [{ "Name": "ResetType", "AllowableValues": reset_types }] }),
+    )
+    .await;
+}
+
 /// The peak resident set of this process (nextest runs each test in its own process).
 fn peak_rss_bytes() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -537,20 +557,9 @@ fn percent_encoded_password() -> String {
 async fn reset_types_and_targets_holding_the_password_are_scrubbed() {
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
     let server = MockServer::start().await;
-    mount_get(
+    mount_reset_types(
         &server,
-        SYSTEM,
-        system(
-            "On",
-            json!({ "target": "/reset", "@Redfish.ActionInfo": "/info" }),
-        ),
-    )
-    .await;
-    mount_get(
-        &server,
-        "/info",
-        json!({ "Parameters": [{ "Name": "ResetType",
-            "AllowableValues": ["On", "ForceOff", PASSWORD, format!("Basic {basic}")] }] }),
+        json!(["On", "ForceOff", PASSWORD, format!("Basic {basic}")]),
     )
     .await;
     Mock::given(method("POST"))
@@ -712,22 +721,7 @@ async fn logs_hold_no_password_from_an_echoing_bmc() {
 
         // Reset types holding it: soft carried out hard, logged with the reason.
         let server = MockServer::start().await;
-        mount_get(
-            &server,
-            SYSTEM,
-            system(
-                "On",
-                json!({ "target": "/reset", "@Redfish.ActionInfo": "/info" }),
-            ),
-        )
-        .await;
-        mount_get(
-            &server,
-            "/info",
-            json!({ "Parameters": [{ "Name": "ResetType",
-                "AllowableValues": ["On", "ForceOff", PASSWORD] }] }),
-        )
-        .await;
+        mount_reset_types(&server, json!(["On", "ForceOff", PASSWORD])).await;
         Mock::given(method("POST"))
             .respond_with(ResponseTemplate::new(204))
             .mount(&server)

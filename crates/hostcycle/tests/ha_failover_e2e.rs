@@ -32,12 +32,10 @@ use hostcycle_testkit::machines::OPENSHIFT_MACHINE_ROLE_LABEL;
 use hostcycle_testkit::{MachineKind, wait_until};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde_json::json;
 
 /// `--lease-duration` of both replicas.
 const LEASE: Duration = Duration::from_secs(5);
@@ -258,34 +256,6 @@ async fn standby_finishes_a_reboot_after_the_leader_dies_between_power_off_and_o
         .await;
 }
 
-/// A pod that stays Terminating until [`release_pod`] removes its finalizer.
-async fn hold_pod(lab: &QueueLab, ns: &str, app: &str) -> Pod {
-    let api: Api<Pod> = Api::namespaced(lab.client.clone(), ns);
-    let pods = api
-        .list(&kube::api::ListParams::default().labels(&format!("app={app}")))
-        .await
-        .unwrap();
-    let pod = pods.items.into_iter().next().expect("a pod to hold");
-    api.patch(
-        &pod.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&json!({ "metadata": { "finalizers": ["hostcycle.io/e2e-hold"] } })),
-    )
-    .await
-    .unwrap()
-}
-
-async fn release_pod(lab: &QueueLab, pod: &Pod) {
-    let api: Api<Pod> = Api::namespaced(lab.client.clone(), &pod.namespace().unwrap());
-    api.patch(
-        &pod.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&json!({ "metadata": { "finalizers": null } })),
-    )
-    .await
-    .unwrap();
-}
-
 /// (b) A queued node mid-drain (its last pod held Terminating by a finalizer): the leader dies
 /// with the node cordoned; the pod goes right after. The standby takes over the drain,
 /// reboots the node once and uncordons it.
@@ -297,7 +267,7 @@ async fn standby_finishes_a_drain_the_leader_started() {
     lab.namespace("work", &[]).await;
     lab.deployment("work", "held", 1, Some(node)).await;
     lab.wait_running("work", "held", 1).await;
-    let held = hold_pod(&lab, "work", "held").await;
+    let held = lab.hold_pod("work", "held").await;
 
     let entry_name = lab.queue(node).await;
     let entry = Recorder::start(lab.entries.clone(), &entry_name).await;
@@ -320,7 +290,7 @@ async fn standby_finishes_a_drain_the_leader_started() {
 
     let killed = Timestamp::now();
     lab.lab.kill_operator();
-    release_pod(&lab, &held).await;
+    lab.release_pod(&held).await;
 
     let lease_at = lease_taken(&lease, &standby).await;
     let rebooting = entry

@@ -17,7 +17,6 @@ use hostcycle_api::queue::{EntryPhase, RebootMethod};
 use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
 use hostcycle_testkit::bmc_emulators::RedfishEmulator;
 use hostcycle_testkit::wait_until;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -302,34 +301,6 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
     );
 }
 
-/// A pod that stays Terminating until `release` removes its finalizer.
-async fn hold_pod(lab: &QueueLab, ns: &str, app: &str) -> Pod {
-    let api: Api<Pod> = Api::namespaced(lab.client.clone(), ns);
-    let pods = api
-        .list(&kube::api::ListParams::default().labels(&format!("app={app}")))
-        .await
-        .unwrap();
-    let pod = pods.items.into_iter().next().expect("a pod to hold");
-    api.patch(
-        &pod.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&json!({ "metadata": { "finalizers": ["hostcycle.io/e2e-hold"] } })),
-    )
-    .await
-    .unwrap()
-}
-
-async fn release(lab: &QueueLab, pod: &Pod) {
-    let api: Api<Pod> = Api::namespaced(lab.client.clone(), &pod.namespace().unwrap());
-    let _ = api
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "metadata": { "finalizers": null } })),
-        )
-        .await;
-}
-
 /// SIGKILL at three points — mid-drain, right after the reboot was requested, and while the
 /// host is powered off — and the restarted operator finishes each without a second power
 /// cycle and without leaving the node cordoned.
@@ -340,7 +311,7 @@ async fn operator_killed_mid_drain_and_mid_reboot_resumes_without_a_second_reboo
     lab.namespace("work", &[]).await;
     lab.deployment("work", "held", 1, Some("k-0")).await;
     lab.wait_running("work", "held", 1).await;
-    let held = hold_pod(&lab, "work", "held").await;
+    let held = lab.hold_pod("work", "held").await;
 
     // Mid-drain: k-0's only pod stays Terminating until released.
     lab.queue("k-0").await;
@@ -359,7 +330,7 @@ async fn operator_killed_mid_drain_and_mid_reboot_resumes_without_a_second_reboo
     lab.lab.kill_operator();
     assert!(cordoned_by_queue(&lab.node("k-0").await));
     lab.lab.start_operator();
-    release(&lab, &held).await;
+    lab.release_pod(&held).await;
     lab.wait_entry_gone("k-0", REBOOT_TIMEOUT).await;
     assert_eq!(lab.power_cycles("k-0").await, 1, "k-0: one power cycle");
     assert!(!cordoned(&lab.node("k-0").await), "k-0 uncordoned");

@@ -11,7 +11,6 @@
 //! request with a token is refused with 401 (a session "expiring"), echoing the request.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -119,19 +118,7 @@ struct AppState {
 
 impl EchoBmc {
     pub async fn start(options: EchoBmcOptions) -> Result<EchoBmc, TestkitError> {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .map_err(|source| TestkitError::Io {
-                what: "binding the echo BMC's port".into(),
-                source,
-            })?;
-        let port = listener
-            .local_addr()
-            .map_err(|source| TestkitError::Io {
-                what: "reading the echo BMC's port".into(),
-                source,
-            })?
-            .port();
+        let (listener, port) = crate::process::bind_loopback("the echo BMC").await?;
         let state = Arc::new(Mutex::new(Echoes::default()));
         let app = Router::new().fallback(answer).with_state(AppState {
             sessions: options.sessions,

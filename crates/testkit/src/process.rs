@@ -214,6 +214,25 @@ fn ephemeral_range() -> (u16, u16) {
 
 /// A loopback TCP port that is free now, outside the ephemeral range, and not handed out
 /// before by this process.
+/// A listener on a port of 127.0.0.1 the kernel picked, and that port; `what` names the
+/// server in errors ("the echo BMC").
+pub async fn bind_loopback(what: &str) -> Result<(tokio::net::TcpListener, u16), TestkitError> {
+    let listener = tokio::net::TcpListener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .map_err(|source| TestkitError::Io {
+            what: format!("binding a port for {what}"),
+            source,
+        })?;
+    let port = listener
+        .local_addr()
+        .map_err(|source| TestkitError::Io {
+            what: format!("reading the port of {what}"),
+            source,
+        })?
+        .port();
+    Ok((listener, port))
+}
+
 pub fn free_port() -> Result<u16, TestkitError> {
     use rand::Rng;
     let mut handed_out = match HANDED_OUT.lock() {

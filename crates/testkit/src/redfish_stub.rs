@@ -3,7 +3,6 @@
 //! a benchmark can measure how long a request took to reach "the BMC". Load generation, not a
 //! test double for functional tests (those use sushy-tools).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -119,19 +118,7 @@ impl RedfishStub {
             });
         let mut ports = Vec::new();
         for _ in 0..endpoints.max(1) {
-            let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-                .await
-                .map_err(|source| TestkitError::Io {
-                    what: "binding a Redfish stub port".into(),
-                    source,
-                })?;
-            let port = listener
-                .local_addr()
-                .map_err(|source| TestkitError::Io {
-                    what: "reading a Redfish stub port".into(),
-                    source,
-                })?
-                .port();
+            let (listener, port) = crate::process::bind_loopback("a Redfish stub endpoint").await?;
             ports.push(port);
             let app = app.clone();
             let stop = stop.clone();

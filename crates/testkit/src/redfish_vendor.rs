@@ -10,7 +10,6 @@
 //! it logged in, whether it logged out, which reset types it sent).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -462,19 +461,8 @@ impl VendorServer {
             counter: AtomicU64::new(0),
         });
 
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .map_err(|source| TestkitError::Io {
-                what: format!("binding a port for the {folder} Redfish mockup"),
-                source,
-            })?;
-        let port = listener
-            .local_addr()
-            .map_err(|source| TestkitError::Io {
-                what: "reading the mockup's port".into(),
-                source,
-            })?
-            .port();
+        let (listener, port) =
+            crate::process::bind_loopback(&format!("the {folder} Redfish mockup")).await?;
         let stop = CancellationToken::new();
         let app = Router::new().fallback(handle).with_state(shared.clone());
         let stopped = stop.clone();

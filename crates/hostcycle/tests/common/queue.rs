@@ -24,6 +24,9 @@ use serde_json::json;
 
 use super::{Lab, LabOptions};
 
+/// The finalizer [`QueueLab::hold_pod`] puts on a pod.
+const HOLD_FINALIZER: &str = "hostcycle.io/e2e-hold";
+
 /// Long enough for a drain plus a power cycle through the fake driver (2 × 1–11 s) and a boot.
 pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -329,6 +332,41 @@ impl QueueLab {
                 "{e}\nEvents about {object}: {:?}",
                 self.events_about(object).await
             ),
+        }
+    }
+
+    /// Holds the first pod labelled `app=<app>` in `ns` Terminating (a finalizer) until
+    /// [`Self::release_pod`]: a drain waits on it.
+    pub async fn hold_pod(&self, ns: &str, app: &str) -> Pod {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let pods = api
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await
+            .unwrap();
+        let pod = pods.items.into_iter().next().expect("a pod to hold");
+        api.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "metadata": { "finalizers": [HOLD_FINALIZER] } })),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Lets a pod held by [`Self::hold_pod`] go (it may be gone already).
+    pub async fn release_pod(&self, pod: &Pod) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap());
+        match api
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "metadata": { "finalizers": null } })),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => panic!("releasing pod {}: {e}", pod.name_any()),
         }
     }
 
