@@ -446,22 +446,24 @@ async fn housekeeping(
     let mut unhealthy_series = std::collections::HashSet::new();
     let mut pending_series = std::collections::HashSet::new();
     loop {
+        // Runs over every host every few seconds: it borrows from the cache and allocates
+        // nothing per host, so it stays a small part of the CPU at rest with thousands.
         let hosts = store.state();
-        let live: std::collections::HashSet<String> =
-            hosts.iter().filter_map(|h| h.uid()).collect();
+        let live: std::collections::HashSet<&str> = hosts
+            .iter()
+            .filter_map(|h| h.metadata.uid.as_deref())
+            .collect();
         // An empty store may just not be synced yet; never drop every driver on that.
         if !live.is_empty() {
-            ctx.drivers.retain_hosts(&live);
+            ctx.drivers.retain_hosts(|uid| live.contains(uid));
         }
         ctx.secrets.retain_watched();
         // Backoff counts of deleted hosts (a host that comes back starts afresh).
-        let refs: std::collections::HashSet<ObjectRef<BareMetalHost>> =
-            hosts.iter().map(|h| ObjectRef::from_obj(&**h)).collect();
-        ctx.failures.retain(|key| refs.contains(key));
-        ctx.unreachable.retain(|key| refs.contains(key));
-        let mut counts = std::collections::BTreeMap::<String, i64>::new();
+        ctx.failures.retain(|key| store.get(key).is_some());
+        ctx.unreachable.retain(|key| store.get(key).is_some());
+        let mut counts = std::collections::BTreeMap::<&str, i64>::new();
         for s in ["OK", "discovered", "error", "detached", ""] {
-            counts.insert(s.to_string(), 0);
+            counts.insert(s, 0);
         }
         for host in &hosts {
             let status = host
@@ -470,13 +472,13 @@ async fn housekeeping(
                 .and_then(|s| s.operational_status)
                 .map(|s| s.as_str())
                 .unwrap_or("");
-            *counts.entry(status.to_string()).or_default() += 1;
+            *counts.entry(status).or_default() += 1;
         }
         for (status, count) in counts {
             metrics
                 .hosts
                 .get_or_create(&StatusLabels {
-                    operational_status: status,
+                    operational_status: status.to_string(),
                 })
                 .set(count);
         }
@@ -645,6 +647,10 @@ async fn reconcile_in_lane(
     let snapshot = HostSnapshot::from_host(host, observation, credentials);
     let decision = decide_with_config(&snapshot, now, &ctx.config.decide);
     let requeue = decision.requeue_after;
+    if decision.status.is_empty() && decision.actions.is_empty() {
+        // A steady read that changed nothing: no copy of the host, no write.
+        return Ok(requeue_action(requeue));
+    }
 
     // Record (write-ahead), then act.
     let mut current = (**host).clone();
@@ -707,14 +713,19 @@ async fn reconcile_in_lane(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    Ok(match requeue {
+    Ok(requeue_action(requeue))
+}
+
+fn requeue_action(requeue: Option<Duration>) -> controller::Action {
+    match requeue {
         Some(after) => controller::Action::requeue(spread(after)),
         None => controller::Action::await_change(),
-    })
+    }
 }
 
 /// Adds up to 10 % to long requeues so a fleet's steady-state polls spread out instead of
-/// hitting the BMCs and the API server in the same second.
+/// hitting the BMCs and the API server in the same second, then moves the requeue to the next
+/// [`POLL_TICK`] boundary so the polls that fall due within one tick run as one batch.
 /// Never more than [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION): the requeue
 /// timer cannot take much more, and adding to it must not overflow.
 fn spread(after: Duration) -> Duration {
@@ -725,7 +736,34 @@ fn spread(after: Duration) -> Duration {
     let tenth_ms = u64::try_from(after.as_millis() / 10)
         .unwrap_or(u64::MAX)
         .max(1);
-    after.saturating_add(Duration::from_millis(rand::random_range(0..tenth_ms)))
+    let spread = after.saturating_add(Duration::from_millis(rand::random_range(0..tenth_ms)));
+    let epoch = *TICK_EPOCH.get_or_init(std::time::Instant::now);
+    to_tick(spread, epoch.elapsed(), POLL_TICK)
+}
+
+/// Steady polls are aligned to boundaries this far apart. The reads due within one tick then
+/// start together: one timer wake-up and one pass of the runtime for all of them, instead of a
+/// thread's sleep and wake-up per read. At 5,000 hosts that is ~80 reads per wake-up, and a
+/// third of the CPU per steady read (see docs/benchmarks.md).
+const POLL_TICK: Duration = Duration::from_secs(1);
+
+/// The process's tick clock starts here.
+static TICK_EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// `after`, lengthened (by less than one `tick`) to end on a multiple of `tick` counted from
+/// the tick clock's start; `now` is the time since that start.
+fn to_tick(after: Duration, now: Duration, tick: Duration) -> Duration {
+    let tick = tick.as_nanos();
+    if tick == 0 {
+        return after;
+    }
+    let end = now.saturating_add(after).as_nanos();
+    let past_boundary = end % tick;
+    if past_boundary == 0 {
+        return after;
+    }
+    let to_boundary = u64::try_from(tick - past_boundary).unwrap_or(0);
+    after.saturating_add(Duration::from_nanos(to_boundary))
 }
 
 /// Applies status updates and writes the status with the object's resourceVersion as a
@@ -941,6 +979,65 @@ fn publish(ctx: &Context, host: &BareMetalHost, type_: EventType, reason: &str, 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn steady_polls_end_on_a_tick_boundary() {
+        let ms = Duration::from_millis;
+        let tick = ms(1000);
+        #[rustfmt::skip]
+        let cases = [
+            // (time since the tick clock's start, requeue asked, requeue given)
+            (ms(0),      ms(60_000), ms(60_000)),
+            (ms(250),    ms(60_000), ms(60_750)),
+            (ms(999),    ms(60_000), ms(60_001)),
+            (ms(1000),   ms(60_000), ms(60_000)),
+            (ms(12_345), ms(61_234), ms(61_655)),
+        ];
+        for (now, after, expected) in cases {
+            assert_eq!(
+                to_tick(after, now, tick),
+                expected,
+                "now {now:?}, after {after:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn steady_polls_of_a_fleet_fall_due_together() {
+        // Hosts finishing their reads at different moments of a tick, each requeued after its
+        // own spread: all fall due on a boundary, never earlier than asked, at most a tick later.
+        let tick = Duration::from_secs(1);
+        for i in 0..1_000u64 {
+            let now = Duration::from_micros(i * 7_919);
+            let after = Duration::from_millis(60_000 + (i * 37) % 6_000);
+            let given = to_tick(after, now, tick);
+            assert!(
+                given >= after && given < after + tick,
+                "{now:?} {after:?} {given:?}"
+            );
+            assert_eq!(
+                (now + given).as_nanos() % tick.as_nanos(),
+                0,
+                "{now:?} {after:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_requeues_are_neither_spread_nor_aligned() {
+        for after in [
+            Duration::ZERO,
+            Duration::from_millis(200),
+            Duration::from_secs(9),
+        ] {
+            assert_eq!(spread(after), after);
+        }
+        let long = spread(Duration::from_secs(60));
+        assert!(
+            long >= Duration::from_secs(60) && long < Duration::from_secs(67),
+            "{long:?}"
+        );
+    }
 
     #[test]
     fn only_an_api_server_that_does_not_answer_is_unreachable() {

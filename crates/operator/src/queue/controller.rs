@@ -531,7 +531,7 @@ impl Controller {
             .iter()
             .flat_map(|(resource, s)| {
                 s.state().into_iter().map(|m| MachineObject {
-                    object: (*m).clone(),
+                    object: m,
                     resource: resource.clone(),
                 })
             })

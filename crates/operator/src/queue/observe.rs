@@ -191,7 +191,7 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         if let Ok(list) = api.list(&ListParams::default()).await {
             machine_objects.extend(list.items.into_iter().map(|object| {
                 crate::remediation::observe::MachineObject {
-                    object,
+                    object: std::sync::Arc::new(object),
                     resource: resource.clone(),
                 }
             }));

@@ -307,23 +307,38 @@ impl Controller {
             .iter()
             .flat_map(|(resource, store)| {
                 store.state().into_iter().map(|m| MachineObject {
-                    object: (*m).clone(),
+                    object: m,
                     resource: resource.clone(),
                 })
             })
             .collect();
+        let subjects: Vec<Subject> = machines
+            .iter()
+            .filter(|m| m.has_flow())
+            .cloned()
+            .map(Subject::Machine)
+            .chain(
+                self.stores
+                    .requests
+                    .state()
+                    .iter()
+                    .map(|r| Subject::Request(r.clone())),
+            )
+            .collect();
+        if subjects.is_empty() {
+            // Nothing to remediate (the usual case): the pass reads no host and no Node.
+            if let Ok(mut t) = self.targets.lock() {
+                t.clear();
+            }
+            self.host_interest.set(HashSet::new(), false, &self.wake);
+            return Vec::new();
+        }
         let machine_summaries: Vec<_> = machines
             .iter()
             .map(|m| machine_summary(&m.object))
             .collect();
-        let hosts: Vec<BareMetalHost> = self
-            .stores
-            .hosts
-            .state()
-            .iter()
-            .map(|h| (**h).clone())
-            .collect();
-        let host_summaries: Vec<_> = hosts.iter().map(host_summary).collect();
+        let hosts = self.stores.hosts.state();
+        let host_summaries: Vec<_> = hosts.iter().map(|h| host_summary(h)).collect();
         let nodes: BTreeMap<String, Node> = self
             .stores
             .nodes
@@ -347,20 +362,6 @@ impl Controller {
             .map(|e| EntryView::from_entry(e))
             .filter(|e| e.phase == hostcycle_api::queue::EntryPhase::Rebooting && !e.cancel)
             .filter_map(|e| Some((e.node.clone(), add(e.last_transition?, queue_boot_timeout))))
-            .collect();
-
-        let subjects: Vec<Subject> = machines
-            .iter()
-            .filter(|m| m.has_flow())
-            .cloned()
-            .map(Subject::Machine)
-            .chain(
-                self.stores
-                    .requests
-                    .state()
-                    .iter()
-                    .map(|r| Subject::Request((**r).clone())),
-            )
             .collect();
 
         let mut items: Vec<Item> = subjects
@@ -456,7 +457,7 @@ impl Controller {
         let key = item.subject.key();
         // A request keeps a finalizer while it is being worked on, so cleanup finishes.
         let mut request = match &item.subject {
-            Subject::Request(r) => Some(r.clone()),
+            Subject::Request(r) => Some((**r).clone()),
             Subject::Machine(_) => None,
         };
         if let Some(r) = &request
@@ -683,7 +684,7 @@ impl Controller {
             .await
         {
             Ok(object) => Some(MachineObject {
-                object,
+                object: Arc::new(object),
                 resource: m.resource.clone(),
             }),
             Err(e) => {
@@ -1024,7 +1025,7 @@ impl Controller {
                 let resource = resource.clone();
                 s.state().into_iter().filter_map(move |m| {
                     let mo = MachineObject {
-                        object: (*m).clone(),
+                        object: m,
                         resource: resource.clone(),
                     };
                     if mo.has_flow() { mo.host_ref() } else { None }
@@ -1032,17 +1033,23 @@ impl Controller {
             })
             .collect();
         for host in self.stores.hosts.state() {
+            // Most hosts carry no power-off annotation at all: look before allocating.
+            let annotations = host.annotations();
+            if !annotations.keys().any(|k| {
+                k.starts_with(REQUEST_POWER_OFF_PREFIX) || k == MACHINE_POWER_OFF_ANNOTATION
+            }) {
+                continue;
+            }
             let ns = host.namespace().unwrap_or_default();
             let name = host.name_any();
-            let orphaned: Vec<String> = host
-                .annotations()
+            let claimed_by_machine = machines_with_flow.contains(&(ns.clone(), name.clone()));
+            let orphaned: Vec<String> = annotations
                 .keys()
                 .filter(|k| {
                     if let Some(uid) = k.strip_prefix(REQUEST_POWER_OFF_PREFIX) {
                         !requests.contains(uid)
                     } else {
-                        k.as_str() == MACHINE_POWER_OFF_ANNOTATION
-                            && !machines_with_flow.contains(&(ns.clone(), name.clone()))
+                        k.as_str() == MACHINE_POWER_OFF_ANNOTATION && !claimed_by_machine
                     }
                 })
                 .cloned()
@@ -1094,7 +1101,7 @@ impl Controller {
             };
             let claimed = list.items.into_iter().any(|m| {
                 let mo = MachineObject {
-                    object: m,
+                    object: Arc::new(m),
                     resource: resource.clone(),
                 };
                 mo.has_flow() && mo.host_ref() == Some((ns.to_string(), host.to_string()))

@@ -45,10 +45,11 @@ pub const MACHINE_RECORD_ANNOTATIONS: [&str; 9] = [
     REMEDIATION_FAILED_ANNOTATION,
 ];
 
-/// A Machine with the API resource it was read through.
+/// A Machine with the API resource it was read through. Shared with the watch cache: the
+/// loops look at every Machine on every pass and copy none.
 #[derive(Clone)]
 pub struct MachineObject {
-    pub object: DynamicObject,
+    pub object: std::sync::Arc<DynamicObject>,
     pub resource: ApiResource,
 }
 
@@ -126,7 +127,7 @@ impl MachineObject {
 #[derive(Clone)]
 pub enum Subject {
     Machine(MachineObject),
-    Request(HostRemediation),
+    Request(std::sync::Arc<HostRemediation>),
 }
 
 impl Subject {
@@ -197,15 +198,18 @@ pub fn resolve(
     subject: &Subject,
     machines: &[MachineObject],
     machine_summaries: &[MachineSummary],
-    hosts: &[BareMetalHost],
+    hosts: &[std::sync::Arc<BareMetalHost>],
     host_summaries: &[HostSummary],
     nodes: &BTreeMap<String, Node>,
 ) -> Resolved {
     let find = |ns: &str, name: &str| {
         hosts
             .iter()
-            .find(|h| h.namespace().as_deref() == Some(ns) && h.name_any() == name)
-            .cloned()
+            .find(|h| {
+                h.metadata.namespace.as_deref() == Some(ns)
+                    && h.metadata.name.as_deref() == Some(name)
+            })
+            .map(|h| (**h).clone())
             .ok_or_else(|| Blocker::HostNotFound(format!("{ns}/{name}")))
     };
     let machine = match subject {
