@@ -155,50 +155,53 @@ pub async fn run(
     let bmh_synced = run_bmh.then(|| ready.cache_pending());
     let queue_synced = run_queue.then(|| ready.cache_pending());
     let remediation_synced = run_remediation.then(|| ready.cache_pending());
-    tokio::join!(
-        async {
-            if let Some(synced) = bmh_synced {
-                bmh::run(
-                    client.clone(),
-                    config.bmh.clone(),
-                    metrics.clone(),
-                    &config.identity,
-                    leading.clone(),
-                    work.clone(),
-                    synced,
-                )
-                .await;
-            }
-        },
-        async {
-            if let Some(synced) = queue_synced {
-                queue::run(
-                    client.clone(),
-                    config.queue.clone(),
-                    metrics.clone(),
-                    &config.identity,
-                    leading.clone(),
-                    work.clone(),
-                    synced,
-                )
-                .await;
-            }
-        },
-        async {
-            if let Some(synced) = remediation_synced {
-                remediation::run(
-                    client.clone(),
-                    config.remediation.clone(),
-                    metrics.clone(),
-                    &config.identity,
-                    leading.clone(),
-                    work.clone(),
-                    synced,
-                )
-                .await;
-            }
-        },
-    );
+    // Each controller is a task of its own, so the runtime's workers run it beside the BMC and
+    // API connections it waits on. Polled from `block_on` instead, every reconcile of all three
+    // ran on the main thread, which then had to be woken for each answer the workers received
+    // (a thread switch per BMC read).
+    let mut controllers = tokio::task::JoinSet::new();
+    if let Some(synced) = bmh_synced {
+        controllers.spawn(bmh::run(
+            client.clone(),
+            config.bmh.clone(),
+            metrics.clone(),
+            config.identity.clone(),
+            leading.clone(),
+            work.clone(),
+            synced,
+        ));
+    }
+    if let Some(synced) = queue_synced {
+        controllers.spawn(queue::run(
+            client.clone(),
+            config.queue.clone(),
+            metrics.clone(),
+            config.identity.clone(),
+            leading.clone(),
+            work.clone(),
+            synced,
+        ));
+    }
+    if let Some(synced) = remediation_synced {
+        controllers.spawn(remediation::run(
+            client.clone(),
+            config.remediation.clone(),
+            metrics.clone(),
+            config.identity.clone(),
+            leading.clone(),
+            work.clone(),
+            synced,
+        ));
+    }
+    while let Some(ended) = controllers.join_next().await {
+        if let Err(e) = ended
+            && e.is_panic()
+        {
+            // Crash-only: a controller that panicked takes the process down, as it did when
+            // the controllers were polled in this task.
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
     ready.set_healthy(false);
     metrics.leader.set(0);
     http_task.abort();

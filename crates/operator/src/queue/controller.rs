@@ -92,7 +92,7 @@ pub async fn run(
     client: Client,
     config: QueueControllerConfig,
     metrics: Arc<Metrics>,
-    identity: &str,
+    identity: String,
     leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,

@@ -64,7 +64,7 @@ pub async fn run(
     client: Client,
     config: RemediationControllerConfig,
     metrics: Arc<Metrics>,
-    identity: &str,
+    identity: String,
     leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
