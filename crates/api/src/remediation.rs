@@ -50,6 +50,12 @@ pub fn request_power_off_annotation(uid: &str) -> String {
     format!("{REQUEST_POWER_OFF_PREFIX}{uid}")
 }
 
+/// Whether `key` is one of the power-off annotations remediation puts on a host: the
+/// annotation flow's (`MACHINE_POWER_OFF_ANNOTATION`) or a HostRemediation's.
+pub fn is_remediation_power_off(key: &str) -> bool {
+    key == MACHINE_POWER_OFF_ANNOTATION || key.starts_with(REQUEST_POWER_OFF_PREFIX)
+}
+
 /// Default `spec.strategy.retryLimit`.
 pub const DEFAULT_RETRY_LIMIT: u32 = 1;
 /// Default `spec.strategy.timeoutSeconds`: how long the Node may take to come back.

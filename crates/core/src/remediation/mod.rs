@@ -5,6 +5,7 @@
 
 pub mod decide;
 pub mod escalation;
+pub mod orphans;
 pub mod record;
 
 pub use decide::{

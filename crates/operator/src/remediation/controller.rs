@@ -10,12 +10,13 @@ use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HOST_REMEDIATION_FINALIZER, HostRemediation,
-    HostRemediationStatus, MACHINE_POWER_OFF_ANNOTATION, REQUEST_POWER_OFF_PREFIX,
-    RemediationPhase, RemediationStep,
+    HostRemediationStatus, REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep,
+    is_remediation_power_off,
 };
 use hostcycle_core::queue::drain::add;
 use hostcycle_core::queue::{EntryView, QueueConfig};
 use hostcycle_core::remediation::escalation::{allocate_slots, owner_remediated_patch};
+use hostcycle_core::remediation::orphans::orphaned_power_off_keys;
 use hostcycle_core::remediation::{
     Action, Decision, Escalation, Observation, Record, Trigger, decide,
 };
@@ -189,9 +190,10 @@ async fn start_watches(
         // Also a host carrying one of remediation's power-off annotations: it may be orphaned.
         move |host: &BareMetalHost| {
             host_interest.wants(host)
-                || host.annotations().keys().any(|k| {
-                    k == MACHINE_POWER_OFF_ANNOTATION || k.starts_with(REQUEST_POWER_OFF_PREFIX)
-                })
+                || host
+                    .annotations()
+                    .keys()
+                    .any(|k| is_remediation_power_off(k))
         },
     ));
 
@@ -1033,27 +1035,20 @@ impl Controller {
             })
             .collect();
         for host in self.stores.hosts.state() {
-            // Most hosts carry no power-off annotation at all: look before allocating.
-            let annotations = host.annotations();
-            if !annotations.keys().any(|k| {
-                k.starts_with(REQUEST_POWER_OFF_PREFIX) || k == MACHINE_POWER_OFF_ANNOTATION
-            }) {
+            // Most hosts carry no power-off annotation: nothing is allocated for them.
+            let orphaned = orphaned_power_off_keys(
+                host.annotations().keys(),
+                |uid| requests.contains(uid),
+                || {
+                    machines_with_flow
+                        .contains(&(host.namespace().unwrap_or_default(), host.name_any()))
+                },
+            );
+            if orphaned.is_empty() {
                 continue;
             }
             let ns = host.namespace().unwrap_or_default();
             let name = host.name_any();
-            let claimed_by_machine = machines_with_flow.contains(&(ns.clone(), name.clone()));
-            let orphaned: Vec<String> = annotations
-                .keys()
-                .filter(|k| {
-                    if let Some(uid) = k.strip_prefix(REQUEST_POWER_OFF_PREFIX) {
-                        !requests.contains(uid)
-                    } else {
-                        k.as_str() == MACHINE_POWER_OFF_ANNOTATION && !claimed_by_machine
-                    }
-                })
-                .cloned()
-                .collect();
             for key in orphaned {
                 // Confirm with the API server: the caches may lag a write of our own.
                 if !self.orphan_confirmed(&key, &ns, &name).await {
