@@ -1,6 +1,7 @@
 //! hostcycle-core: pure decision logic. No I/O: the controllers observe, call into this
 //! crate with a snapshot, and carry out the returned actions.
 
+pub mod binding;
 pub mod bmh;
 pub mod queue;
 pub mod remediation;

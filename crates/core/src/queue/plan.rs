@@ -449,6 +449,7 @@ pub fn resolve_method(
         (_, RebootTarget::UnusableHost { host, why }) => {
             Err(format!("its BareMetalHost {host} {why}"))
         }
+        (_, RebootTarget::Refused { why }) => Err(why.clone()),
         (Some(RebootMethod::Bmc), RebootTarget::NoHost) => Err(
             "no BareMetalHost found for the node (see docs/reboot-queue.md: provider ID, \
              Machine, the hostcycle.io/baremetalhost annotation, or a host of the same name)"

@@ -176,6 +176,9 @@ pub enum RebootTarget {
     UnusableHost { host: HostReference, why: String },
     /// No BareMetalHost was found for the node.
     NoHost,
+    /// Links name a host, but the binding is in doubt (sources disagree, another node claims
+    /// the host, it was replaced): nothing is powered until it is resolved.
+    Refused { why: String },
 }
 
 impl QueueSnapshot {

@@ -1,0 +1,890 @@
+//! Which BareMetalHost belongs to a Node, a Machine or a remediation request: one resolver for
+//! the reboot queue, both remediation triggers, the orphan sweep and `hostcycle rq plan`.
+//!
+//! **Authoritative links** are written by the machinery that provisioned the host:
+//! - a Machine's `metal3.io/BareMetalHost` annotation (`<namespace>/<name>`, or a bare name in
+//!   the Machine's namespace);
+//! - a host whose `spec.consumerRef` is the Machine or its `spec.infrastructureRef` (CAPM3's
+//!   Metal3Machine);
+//! - the Node's `spec.providerID`: `metal3://<namespace>/<host>/<metal3machine>` (CAPM3),
+//!   `metal3://<host-uid>` (older CAPM3), `baremetalhost:///<namespace>/<host>/<uid>`
+//!   (OpenShift; the uid must be the host's).
+//!
+//! A Machine belongs to the Node its `status.nodeRef` names.
+//!
+//! **Hints** may be written by less trusted hands (a kubelet may edit its own Node's
+//! annotations; a host may be named like anything): the Node's `hostcycle.io/baremetalhost`
+//! annotation and the only host with the Node's name. A hint is used only when the node has
+//! no authoritative link at all, and only for a host that is linked to no other node or
+//! Machine and that no other node's hint names.
+//!
+//! Anything else is refused, with a reason that names both candidates: sources that disagree,
+//! a link to a host that does not exist (or exists under another uid), or two nodes on one
+//! host. A refusal means no power action.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use hostcycle_api::queue::{HostReference, NODE_HOST_ANNOTATION};
+
+/// Annotation on a Machine (OpenShift, CAPM3's Metal3Machine) naming its host.
+pub const MACHINE_HOST_ANNOTATION: &str = "metal3.io/BareMetalHost";
+
+/// An object reference as found in `consumerRef` / `infrastructureRef`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// A BareMetalHost, reduced to what binds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFacts {
+    pub reference: HostReference,
+    pub uid: String,
+    /// `spec.consumerRef` (its namespace defaults to the host's).
+    pub consumer: Option<ObjectKey>,
+}
+
+/// A Machine (either kind), reduced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineFacts {
+    pub key: ObjectKey,
+    /// `status.nodeRef.name`.
+    pub node_name: Option<String>,
+    /// Its `metal3.io/BareMetalHost` annotation, as written.
+    pub host_annotation: Option<String>,
+    /// `spec.infrastructureRef` (its namespace defaults to the Machine's).
+    pub infrastructure: Option<ObjectKey>,
+}
+
+/// A Node, reduced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeFacts {
+    pub name: String,
+    pub provider_id: Option<String>,
+    /// Its `hostcycle.io/baremetalhost` annotation, as written.
+    pub host_annotation: Option<String>,
+}
+
+impl NodeFacts {
+    /// From a Node's name, provider ID and annotations.
+    pub fn new(
+        name: &str,
+        provider_id: Option<&str>,
+        annotations: &BTreeMap<String, String>,
+    ) -> NodeFacts {
+        NodeFacts {
+            name: name.to_string(),
+            provider_id: provider_id.map(str::to_string),
+            host_annotation: annotations.get(NODE_HOST_ANNOTATION).cloned(),
+        }
+    }
+}
+
+/// What links a host to a node or Machine.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Link {
+    /// The Machine's `metal3.io/BareMetalHost` annotation.
+    MachineAnnotation { machine: ObjectKey },
+    /// The host's `spec.consumerRef` is the Machine, or its infrastructure object.
+    ConsumerRef {
+        machine: ObjectKey,
+        consumer: ObjectKey,
+    },
+    /// The Node's `spec.providerID`.
+    ProviderId { node: String, provider_id: String },
+    /// Hint: the Node's `hostcycle.io/baremetalhost` annotation.
+    NodeAnnotation { node: String },
+    /// Hint: the only host named like the Node.
+    SameName { node: String },
+}
+
+impl Link {
+    /// Written by the provisioning machinery, not by the node itself.
+    pub fn authoritative(&self) -> bool {
+        !matches!(self, Link::NodeAnnotation { .. } | Link::SameName { .. })
+    }
+
+    /// Short machine-friendly form, for logs and status.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Link::MachineAnnotation { .. } => "MachineAnnotation",
+            Link::ConsumerRef { .. } => "ConsumerRef",
+            Link::ProviderId { .. } => "ProviderID",
+            Link::NodeAnnotation { .. } => "NodeAnnotation",
+            Link::SameName { .. } => "SameName",
+        }
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Link::MachineAnnotation { machine } => {
+                write!(f, "the {MACHINE_HOST_ANNOTATION} annotation of {machine}")
+            }
+            Link::ConsumerRef { machine, consumer } if machine == consumer => {
+                write!(f, "the host's consumerRef ({machine})")
+            }
+            Link::ConsumerRef { machine, consumer } => write!(
+                f,
+                "the host's consumerRef ({consumer}, the infrastructure of {machine})"
+            ),
+            Link::ProviderId { node, provider_id } => {
+                write!(f, "the providerID of node {node} ({provider_id})")
+            }
+            Link::NodeAnnotation { node } => {
+                write!(
+                    f,
+                    "the {NODE_HOST_ANNOTATION} annotation of node {node} (a hint)"
+                )
+            }
+            Link::SameName { node } => write!(f, "its name, the same as node {node}'s (a hint)"),
+        }
+    }
+}
+
+/// Who a host is linked to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Claimant {
+    Node(String),
+    Machine(ObjectKey),
+    /// A consumer that is no Machine this operator sees (e.g. a Metal3Machine of a Machine
+    /// it cannot read).
+    Object(ObjectKey),
+}
+
+impl fmt::Display for Claimant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Claimant::Node(n) => write!(f, "node {n}"),
+            Claimant::Machine(m) => write!(f, "{m}"),
+            Claimant::Object(o) => write!(f, "{o}"),
+        }
+    }
+}
+
+/// A host found for a node, Machine or request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub host: HostReference,
+    pub uid: String,
+    /// The link it was found by (the strongest, when several agree).
+    pub link: Link,
+    /// A Node annotation naming another host, ignored because an authoritative link exists:
+    /// worth a Warning (a kubelet may write its own Node's annotations).
+    pub ignored_hint: Option<(HostReference, Link)>,
+}
+
+/// Why no host is bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No link and no hint names a host.
+    NoHost { subject: String },
+    /// The only link names a host that does not exist.
+    Missing {
+        subject: String,
+        host: HostReference,
+        link: Link,
+    },
+    /// The link names a host by a uid (provider ID) that is not the host's: the host was
+    /// replaced under the same name, or the uid names none.
+    UidMismatch {
+        subject: String,
+        host: Option<HostReference>,
+        uid: String,
+        link: Link,
+    },
+    /// Two sources name different hosts.
+    Conflict {
+        subject: String,
+        first: (HostReference, Link),
+        second: (HostReference, Link),
+    },
+    /// The host also belongs to someone else: another node or Machine resolves to it.
+    Shared {
+        subject: String,
+        host: HostReference,
+        link: Link,
+        other: Claimant,
+        other_link: Link,
+    },
+    /// More than one host is named like the node (in different namespaces), and nothing
+    /// else names one.
+    Ambiguous {
+        subject: String,
+        hosts: Vec<HostReference>,
+    },
+}
+
+impl Refusal {
+    /// The condition / Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::NoHost { .. } | Refusal::Ambiguous { .. } => "HostNotReferenced",
+            Refusal::Missing { .. } => "HostNotFound",
+            Refusal::UidMismatch { .. } => "HostReplaced",
+            Refusal::Conflict { .. } | Refusal::Shared { .. } => "HostBindingConflict",
+        }
+    }
+
+    /// A conflict between sources (a Warning), as opposed to nothing found yet.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            Refusal::Conflict { .. } | Refusal::Shared { .. } | Refusal::UidMismatch { .. }
+        )
+    }
+
+    /// The hosts it is about, for wake-ups.
+    pub fn hosts(&self) -> Vec<&HostReference> {
+        match self {
+            Refusal::NoHost { .. } => Vec::new(),
+            Refusal::Missing { host, .. } | Refusal::Shared { host, .. } => vec![host],
+            Refusal::UidMismatch { host, .. } => host.iter().collect(),
+            Refusal::Conflict { first, second, .. } => vec![&first.0, &second.0],
+            Refusal::Ambiguous { hosts, .. } => hosts.iter().collect(),
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NoHost { subject } => write!(
+                f,
+                "no BareMetalHost found for {subject}: name it with the Machine's \
+                 {MACHINE_HOST_ANNOTATION} annotation, the host's consumerRef or the Node's \
+                 providerID (or, where nothing else links it, the Node's {NODE_HOST_ANNOTATION} \
+                 annotation)"
+            ),
+            Refusal::Missing {
+                subject,
+                host,
+                link,
+            } => write!(
+                f,
+                "BareMetalHost {host}, named for {subject} by {link}, does not exist"
+            ),
+            Refusal::UidMismatch {
+                subject,
+                host: Some(host),
+                uid,
+                link,
+            } => write!(
+                f,
+                "{link} names BareMetalHost {host} with uid {uid} for {subject}, but {host} \
+                 has another uid (replaced under the same name): not the same host"
+            ),
+            Refusal::UidMismatch {
+                subject, uid, link, ..
+            } => write!(
+                f,
+                "{link} names the BareMetalHost with uid {uid} for {subject}; no host has it"
+            ),
+            Refusal::Conflict {
+                subject,
+                first,
+                second,
+            } => write!(
+                f,
+                "sources disagree on the BareMetalHost of {subject}: {} by {}, {} by {}; \
+                 nothing is powered until they agree",
+                first.0, first.1, second.0, second.1
+            ),
+            Refusal::Shared {
+                subject,
+                host,
+                link,
+                other,
+                other_link,
+            } => write!(
+                f,
+                "BareMetalHost {host} is named for {subject} by {link} and for {other} by \
+                 {other_link}; nothing is powered until only one of them claims it"
+            ),
+            Refusal::Ambiguous { subject, hosts } => write!(
+                f,
+                "{} BareMetalHosts are named like {subject} ({}); link the right one",
+                hosts.len(),
+                hosts
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+/// The outcome of a lookup.
+pub type Resolution = Result<Binding, Refusal>;
+
+/// Parses `<namespace>/<name>`; with `default_namespace`, a bare `<name>` too.
+pub fn parse_host_ref(text: &str, default_namespace: Option<&str>) -> Option<HostReference> {
+    let text = text.trim();
+    let reference = match text.split_once('/') {
+        Some((namespace, name)) => HostReference {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        },
+        None => HostReference {
+            namespace: default_namespace?.to_string(),
+            name: text.to_string(),
+        },
+    };
+    (!reference.namespace.is_empty() && !reference.name.is_empty() && !reference.name.contains('/'))
+        .then_some(reference)
+}
+
+/// What a provider ID names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ProviderTarget {
+    Path {
+        host: HostReference,
+        uid: Option<String>,
+    },
+    Uid(String),
+}
+
+fn parse_provider_id(id: &str) -> Option<ProviderTarget> {
+    let id = id.trim();
+    let path = |rest: &str, with_uid: bool| {
+        let mut parts = rest.split('/').filter(|p| !p.is_empty());
+        let namespace = parts.next()?;
+        let name = parts.next()?;
+        let third = parts.next();
+        Some(ProviderTarget::Path {
+            host: HostReference {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            },
+            uid: if with_uid {
+                third.map(str::to_string)
+            } else {
+                None
+            },
+        })
+    };
+    if let Some(rest) = id.strip_prefix("metal3://") {
+        if rest.contains('/') {
+            path(rest, false)
+        } else if rest.is_empty() {
+            None
+        } else {
+            Some(ProviderTarget::Uid(rest.to_string()))
+        }
+    } else if let Some(rest) = id.strip_prefix("baremetalhost://") {
+        path(rest, true)
+    } else {
+        None
+    }
+}
+
+/// One link as found, before it is checked.
+#[derive(Debug, Clone)]
+struct Candidate {
+    /// `None`: a uid that names no host.
+    host: Option<HostReference>,
+    /// The uid the link requires, if it carries one.
+    uid: Option<String>,
+    link: Link,
+}
+
+/// The hosts, Machines and Nodes of one moment, indexed for lookups. Build it once per pass.
+#[derive(Debug, Clone, Default)]
+pub struct BindingIndex {
+    hosts: BTreeMap<HostReference, HostFacts>,
+    by_uid: BTreeMap<String, HostReference>,
+    by_name: BTreeMap<String, Vec<HostReference>>,
+    /// `spec.consumerRef` → the hosts naming it.
+    by_consumer: BTreeMap<ObjectKey, Vec<HostReference>>,
+    machines: BTreeMap<ObjectKey, MachineFacts>,
+    machines_of_node: BTreeMap<String, Vec<ObjectKey>>,
+    /// Machine (or infrastructure object) key → the Machine.
+    machine_of_consumer: BTreeMap<ObjectKey, ObjectKey>,
+    nodes: BTreeMap<String, NodeFacts>,
+    /// Every authoritative link to each host, with who holds it.
+    claims: BTreeMap<HostReference, Vec<(Claimant, Link)>>,
+    /// The hint each node without an authoritative link would use.
+    hint_claims: BTreeMap<HostReference, Vec<(String, Link)>>,
+}
+
+impl BindingIndex {
+    pub fn new(
+        hosts: impl IntoIterator<Item = HostFacts>,
+        machines: impl IntoIterator<Item = MachineFacts>,
+        nodes: impl IntoIterator<Item = NodeFacts>,
+    ) -> BindingIndex {
+        let mut index = BindingIndex::default();
+        for host in hosts {
+            if !host.uid.is_empty() {
+                index
+                    .by_uid
+                    .insert(host.uid.clone(), host.reference.clone());
+            }
+            index
+                .by_name
+                .entry(host.reference.name.clone())
+                .or_default()
+                .push(host.reference.clone());
+            if let Some(consumer) = &host.consumer {
+                index
+                    .by_consumer
+                    .entry(consumer.clone())
+                    .or_default()
+                    .push(host.reference.clone());
+            }
+            index.hosts.insert(host.reference.clone(), host);
+        }
+        for machine in machines {
+            if let Some(node) = &machine.node_name {
+                index
+                    .machines_of_node
+                    .entry(node.clone())
+                    .or_default()
+                    .push(machine.key.clone());
+            }
+            index
+                .machine_of_consumer
+                .insert(machine.key.clone(), machine.key.clone());
+            if let Some(infra) = &machine.infrastructure {
+                index
+                    .machine_of_consumer
+                    .insert(infra.clone(), machine.key.clone());
+            }
+            index.machines.insert(machine.key.clone(), machine);
+        }
+        for node in nodes {
+            index.nodes.insert(node.name.clone(), node);
+        }
+        index.claims = index.collect_claims();
+        index.hint_claims = index.collect_hint_claims();
+        index
+    }
+
+    /// A host by namespace and name.
+    pub fn host(&self, reference: &HostReference) -> Option<&HostFacts> {
+        self.hosts.get(reference)
+    }
+
+    /// The host of a node (its Node object may be gone: Machines still name it).
+    pub fn node(&self, node: &str) -> Resolution {
+        let subject = format!("node {node}");
+        let candidates = self.node_links(node);
+        if candidates.is_empty() {
+            return self.by_hint(node, &subject);
+        }
+        let mut binding = self.check(&subject, candidates, |claimant| match claimant {
+            Claimant::Node(n) => n == node,
+            Claimant::Machine(m) => self.machine_node(m) == Some(node),
+            // A consumer this operator cannot see does not outvote the node's own links.
+            Claimant::Object(_) => true,
+        })?;
+        binding.ignored_hint = self.node_hint(node).and_then(|(host, link)| {
+            (host != binding.host && matches!(link, Link::NodeAnnotation { .. }))
+                .then_some((host, link))
+        });
+        Ok(binding)
+    }
+
+    /// The host of a Machine: its own links, its Node's provider ID, and, when neither names
+    /// one, its Node's hints.
+    pub fn machine(&self, key: &ObjectKey) -> Resolution {
+        let subject = key.to_string();
+        let node = self.machine_node(key).map(str::to_string);
+        let mut candidates = self.machine_links(key);
+        if let Some(node) = &node {
+            candidates.extend(self.provider_id_link(node));
+        }
+        if candidates.is_empty() {
+            return match &node {
+                Some(node) => self.node(node),
+                None => Err(Refusal::NoHost { subject }),
+            };
+        }
+        self.check(&subject, candidates, |claimant| match claimant {
+            Claimant::Machine(m) => m == key,
+            Claimant::Node(n) => node.as_deref() == Some(n.as_str()),
+            Claimant::Object(_) => true,
+        })
+    }
+
+    /// The node a Machine's `status.nodeRef` names.
+    pub fn machine_node(&self, key: &ObjectKey) -> Option<&str> {
+        self.machines.get(key)?.node_name.as_deref()
+    }
+
+    /// Everyone an authoritative link ties `host` to.
+    pub fn claims(&self, host: &HostReference) -> &[(Claimant, Link)] {
+        self.claims.get(host).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Checks a non-empty set of authoritative candidates: one host, existing, with the uid
+    /// the links require, claimed by nobody outside `ours`.
+    fn check(
+        &self,
+        subject: &str,
+        candidates: Vec<Candidate>,
+        ours: impl Fn(&Claimant) -> bool,
+    ) -> Resolution {
+        // Disagreement first: two different hosts named is a conflict whatever else is wrong.
+        let mut distinct: Vec<(&Option<HostReference>, &Candidate)> = Vec::new();
+        for c in &candidates {
+            if !distinct.iter().any(|(h, _)| **h == c.host) {
+                distinct.push((&c.host, c));
+            }
+        }
+        if let [(_, a), (_, b), ..] = distinct.as_slice() {
+            let named = |c: &Candidate| {
+                c.host.clone().unwrap_or_else(|| HostReference {
+                    namespace: "?".into(),
+                    name: format!("uid {}", c.uid.as_deref().unwrap_or("?")),
+                })
+            };
+            return Err(Refusal::Conflict {
+                subject: subject.to_string(),
+                first: (named(a), a.link.clone()),
+                second: (named(b), b.link.clone()),
+            });
+        }
+        let strongest = candidates
+            .iter()
+            .min_by_key(|c| strength(&c.link))
+            .cloned()
+            .ok_or_else(|| Refusal::NoHost {
+                subject: subject.to_string(),
+            })?;
+        let Some(reference) = strongest.host.clone() else {
+            return Err(Refusal::UidMismatch {
+                subject: subject.to_string(),
+                host: None,
+                uid: strongest.uid.clone().unwrap_or_default(),
+                link: strongest.link.clone(),
+            });
+        };
+        let Some(host) = self.hosts.get(&reference) else {
+            return Err(Refusal::Missing {
+                subject: subject.to_string(),
+                host: reference,
+                link: strongest.link,
+            });
+        };
+        if let Some(c) = candidates
+            .iter()
+            .find(|c| c.uid.as_ref().is_some_and(|uid| *uid != host.uid))
+        {
+            return Err(Refusal::UidMismatch {
+                subject: subject.to_string(),
+                host: Some(reference),
+                uid: c.uid.clone().unwrap_or_default(),
+                link: c.link.clone(),
+            });
+        }
+        if let Some((other, other_link)) = self.claims(&reference).iter().find(|(c, _)| !ours(c)) {
+            return Err(Refusal::Shared {
+                subject: subject.to_string(),
+                host: reference,
+                link: strongest.link,
+                other: other.clone(),
+                other_link: other_link.clone(),
+            });
+        }
+        Ok(Binding {
+            host: reference,
+            uid: host.uid.clone(),
+            link: strongest.link,
+            ignored_hint: None,
+        })
+    }
+
+    /// A node without authoritative links: its hint, if the host is nobody else's.
+    fn by_hint(&self, node: &str, subject: &str) -> Resolution {
+        let annotation = self.annotation_hint(node);
+        let same_name = self.same_name_hint(node);
+        let (reference, link) = match (annotation, same_name) {
+            (Some(Err(())), _) => {
+                // An annotation that does not parse is no hint at all.
+                match self.same_name_hint(node) {
+                    Some(Ok(h)) => h,
+                    Some(Err(hosts)) => {
+                        return Err(Refusal::Ambiguous {
+                            subject: subject.to_string(),
+                            hosts,
+                        });
+                    }
+                    None => {
+                        return Err(Refusal::NoHost {
+                            subject: subject.to_string(),
+                        });
+                    }
+                }
+            }
+            (Some(Ok(a)), Some(Ok(s))) if a.0 != s.0 => {
+                return Err(Refusal::Conflict {
+                    subject: subject.to_string(),
+                    first: a,
+                    second: s,
+                });
+            }
+            (Some(Ok(a)), _) => a,
+            (None, Some(Ok(s))) => s,
+            (None, Some(Err(hosts))) => {
+                return Err(Refusal::Ambiguous {
+                    subject: subject.to_string(),
+                    hosts,
+                });
+            }
+            (None, None) => {
+                return Err(Refusal::NoHost {
+                    subject: subject.to_string(),
+                });
+            }
+        };
+        let Some(host) = self.hosts.get(&reference) else {
+            return Err(Refusal::Missing {
+                subject: subject.to_string(),
+                host: reference,
+                link,
+            });
+        };
+        if let Some((other, other_link)) = self.claims(&reference).first() {
+            return Err(Refusal::Shared {
+                subject: subject.to_string(),
+                host: reference,
+                link,
+                other: other.clone(),
+                other_link: other_link.clone(),
+            });
+        }
+        if let Some((other, other_link)) = self
+            .hint_claims
+            .get(&reference)
+            .into_iter()
+            .flatten()
+            .find(|(n, _)| n != node)
+        {
+            return Err(Refusal::Shared {
+                subject: subject.to_string(),
+                host: reference,
+                link,
+                other: Claimant::Node(other.clone()),
+                other_link: other_link.clone(),
+            });
+        }
+        Ok(Binding {
+            host: reference,
+            uid: host.uid.clone(),
+            link,
+            ignored_hint: None,
+        })
+    }
+
+    /// The node's annotation as a hint: `None` when absent, `Err` when it does not parse.
+    fn annotation_hint(&self, node: &str) -> Option<Result<(HostReference, Link), ()>> {
+        let value = self.nodes.get(node)?.host_annotation.as_deref()?;
+        Some(
+            parse_host_ref(value, None)
+                .map(|r| {
+                    (
+                        r,
+                        Link::NodeAnnotation {
+                            node: node.to_string(),
+                        },
+                    )
+                })
+                .ok_or(()),
+        )
+    }
+
+    /// The only host named like the node: `Err` with them all when there are several.
+    fn same_name_hint(
+        &self,
+        node: &str,
+    ) -> Option<Result<(HostReference, Link), Vec<HostReference>>> {
+        match self.by_name.get(node).map(Vec::as_slice) {
+            None | Some([]) => None,
+            Some([only]) => Some(Ok((
+                only.clone(),
+                Link::SameName {
+                    node: node.to_string(),
+                },
+            ))),
+            Some(many) => Some(Err(many.to_vec())),
+        }
+    }
+
+    /// The hint a node would use (annotation first), ignoring whether it is valid.
+    fn node_hint(&self, node: &str) -> Option<(HostReference, Link)> {
+        match self.annotation_hint(node) {
+            Some(Ok(hint)) => Some(hint),
+            _ => self.same_name_hint(node).and_then(Result::ok),
+        }
+    }
+
+    /// The authoritative links of a node: its Machines' and its provider ID.
+    fn node_links(&self, node: &str) -> Vec<Candidate> {
+        let mut out: Vec<Candidate> = self
+            .machines_of_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .flat_map(|m| self.machine_links(m))
+            .collect();
+        out.extend(self.provider_id_link(node));
+        out
+    }
+
+    /// A Machine's own links: its annotation, and hosts consuming it or its infrastructure.
+    fn machine_links(&self, key: &ObjectKey) -> Vec<Candidate> {
+        let Some(machine) = self.machines.get(key) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Some(reference) = machine
+            .host_annotation
+            .as_deref()
+            .and_then(|v| parse_host_ref(v, Some(&key.namespace)))
+        {
+            out.push(Candidate {
+                host: Some(reference),
+                uid: None,
+                link: Link::MachineAnnotation {
+                    machine: key.clone(),
+                },
+            });
+        }
+        for consumer in std::iter::once(&machine.key).chain(machine.infrastructure.iter()) {
+            for host in self.by_consumer.get(consumer).into_iter().flatten() {
+                out.push(Candidate {
+                    host: Some(host.clone()),
+                    uid: None,
+                    link: Link::ConsumerRef {
+                        machine: key.clone(),
+                        consumer: consumer.clone(),
+                    },
+                });
+            }
+        }
+        out
+    }
+
+    fn provider_id_link(&self, node: &str) -> Option<Candidate> {
+        let provider_id = self.nodes.get(node)?.provider_id.as_deref()?;
+        let link = Link::ProviderId {
+            node: node.to_string(),
+            provider_id: provider_id.trim().to_string(),
+        };
+        match parse_provider_id(provider_id)? {
+            ProviderTarget::Path { host, uid } => Some(Candidate {
+                host: Some(host),
+                uid,
+                link,
+            }),
+            ProviderTarget::Uid(uid) => Some(Candidate {
+                host: self.by_uid.get(&uid).cloned(),
+                uid: Some(uid),
+                link,
+            }),
+        }
+    }
+
+    fn collect_claims(&self) -> BTreeMap<HostReference, Vec<(Claimant, Link)>> {
+        let mut claims: BTreeMap<HostReference, Vec<(Claimant, Link)>> = BTreeMap::new();
+        for machine in self.machines.values() {
+            if let Some(reference) = machine
+                .host_annotation
+                .as_deref()
+                .and_then(|v| parse_host_ref(v, Some(&machine.key.namespace)))
+            {
+                claims.entry(reference).or_default().push((
+                    Claimant::Machine(machine.key.clone()),
+                    Link::MachineAnnotation {
+                        machine: machine.key.clone(),
+                    },
+                ));
+            }
+        }
+        for host in self.hosts.values() {
+            if let Some(consumer) = &host.consumer {
+                let (claimant, link) = match self.machine_of_consumer.get(consumer) {
+                    Some(machine) => (
+                        Claimant::Machine(machine.clone()),
+                        Link::ConsumerRef {
+                            machine: machine.clone(),
+                            consumer: consumer.clone(),
+                        },
+                    ),
+                    None => (
+                        Claimant::Object(consumer.clone()),
+                        Link::ConsumerRef {
+                            machine: consumer.clone(),
+                            consumer: consumer.clone(),
+                        },
+                    ),
+                };
+                claims
+                    .entry(host.reference.clone())
+                    .or_default()
+                    .push((claimant, link));
+            }
+        }
+        for node in self.nodes.values() {
+            if let Some(Candidate {
+                host: Some(reference),
+                link,
+                ..
+            }) = self.provider_id_link(&node.name)
+            {
+                claims
+                    .entry(reference)
+                    .or_default()
+                    .push((Claimant::Node(node.name.clone()), link));
+            }
+        }
+        claims
+    }
+
+    fn collect_hint_claims(&self) -> BTreeMap<HostReference, Vec<(String, Link)>> {
+        let mut out: BTreeMap<HostReference, Vec<(String, Link)>> = BTreeMap::new();
+        for node in self.nodes.keys() {
+            if !self.node_links(node).is_empty() {
+                continue;
+            }
+            if let Some((host, link)) = self.node_hint(node) {
+                out.entry(host).or_default().push((node.clone(), link));
+            }
+        }
+        out
+    }
+
+    /// Every node (with a Node object) bound to a host, and every refusal, for a sweep that
+    /// needs the whole picture.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, Resolution)> + '_ {
+        self.nodes.keys().map(|n| (n.as_str(), self.node(n)))
+    }
+
+    /// Names of the Nodes the index knows.
+    pub fn node_names(&self) -> BTreeSet<&str> {
+        self.nodes.keys().map(String::as_str).collect()
+    }
+}
+
+/// Which link wins when several agree (lower is stronger).
+fn strength(link: &Link) -> u8 {
+    match link {
+        Link::MachineAnnotation { .. } => 0,
+        Link::ConsumerRef { .. } => 1,
+        Link::ProviderId { .. } => 2,
+        Link::NodeAnnotation { .. } => 3,
+        Link::SameName { .. } => 4,
+    }
+}
