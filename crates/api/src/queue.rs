@@ -410,6 +410,10 @@ pub struct RebootProgress {
     /// The node's BareMetalHost (method `BMC`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostReference>,
+    /// The uid of that host when the reboot began: a host re-created under the same name is
+    /// not the one being rebooted.
+    #[serde(default, rename = "hostUID", skip_serializing_if = "Option::is_none")]
+    pub host_uid: Option<String>,
     /// The node's `status.nodeInfo.bootID` when the reboot began; a different one later
     /// proves a new boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -433,6 +437,7 @@ impl RebootProgress {
         RebootProgress {
             method,
             host: None,
+            host_uid: None,
             boot_id: None,
             requested_at: None,
             host_powered_off_at: None,

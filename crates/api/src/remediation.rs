@@ -35,6 +35,12 @@ pub const REMEDIATION_NODE_RELEASED_AT_ANNOTATION: &str =
     "remediation.hostcycle.io/node-released-at";
 /// On a Machine (annotation flow): the remediation gave up (the reason); the flow stops here.
 pub const REMEDIATION_FAILED_ANNOTATION: &str = "remediation.hostcycle.io/failed";
+/// On a Machine (annotation flow): the host the flow is bound to when it starts,
+/// `<namespace>/<name>/<uid>`; every later step acts on this host, never on a new lookup.
+pub const REMEDIATION_HOST_ANNOTATION: &str = "remediation.hostcycle.io/host";
+/// On a Machine (annotation flow): the deleted Node's cordon and taints, as a JSON
+/// [`NodeSpecBackup`].
+pub const NODE_SPEC_BACKUP_ANNOTATION: &str = "remediation.hostcycle.io/node-spec-backup";
 /// On a HostRemediation: the name of the Node it is about (set by NodeHealthCheck).
 pub const NHC_NODE_NAME_ANNOTATION: &str = "remediation.medik8s.io/node-name";
 /// On a HostRemediation: NodeHealthCheck gave up on it and escalated elsewhere.
@@ -138,6 +144,37 @@ pub struct HostRemediationTemplateSpec {
 pub struct HostRemediationTemplateResource {
     #[serde(default)]
     pub spec: HostRemediationSpec,
+}
+
+/// What an administrator set on a Node's spec, kept while the Node is deleted and put back
+/// when it registers again: the cordon (unless the reboot queue's) and the taints other
+/// than the ones Kubernetes manages itself (`node.kubernetes.io/…`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSpecBackup {
+    /// `spec.unschedulable` was set by someone other than the reboot queue.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unschedulable: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<TaintBackup>,
+}
+
+impl NodeSpecBackup {
+    pub fn is_empty(&self) -> bool {
+        !self.unschedulable && self.taints.is_empty()
+    }
+}
+
+/// A Node taint, as backed up.
+#[derive(
+    Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TaintBackup {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub effect: String,
 }
 
 /// Where a remediation stands. `Running`, `Waiting`, `Deleting machine` and `Failed` are
@@ -244,6 +281,10 @@ pub struct HostRemediationStatus {
     /// The BareMetalHost, `<namespace>/<name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The uid of the host bound when the remediation started: every later step acts on
+    /// this host only (a host re-created under the same name is not it).
+    #[serde(default, rename = "hostUID", skip_serializing_if = "Option::is_none")]
+    pub host_uid: Option<String>,
     /// Power cycles after the first.
     #[serde(default)]
     pub retry_count: u32,
@@ -265,6 +306,9 @@ pub struct HostRemediationStatus {
     /// The deleted Node's annotations, restored likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_annotations_backup: Option<BTreeMap<String, String>>,
+    /// The deleted Node's cordon and taints, restored likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_spec_backup: Option<NodeSpecBackup>,
     /// In words: what the remediation does or waits for.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

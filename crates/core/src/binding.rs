@@ -325,6 +325,48 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// A host as bound when a flow started: every later step acts on this host, never on a new
+/// lookup (a Node the flow deleted resolves no more), and a host re-created under the same
+/// name (another uid) is not it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BoundHost {
+    pub reference: HostReference,
+    pub uid: String,
+}
+
+impl BoundHost {
+    /// Reads `<namespace>/<name>/<uid>`.
+    pub fn parse(text: &str) -> Option<BoundHost> {
+        let mut parts = text.trim().splitn(3, '/');
+        let (namespace, name, uid) = (parts.next()?, parts.next()?, parts.next()?);
+        (!namespace.is_empty() && !name.is_empty() && !uid.is_empty() && !uid.contains('/')).then(
+            || BoundHost {
+                reference: HostReference {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                },
+                uid: uid.to_string(),
+            },
+        )
+    }
+}
+
+impl fmt::Display for BoundHost {
+    /// `<namespace>/<name>/<uid>`, what [`BoundHost::parse`] reads.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.reference, self.uid)
+    }
+}
+
+impl From<&Binding> for BoundHost {
+    fn from(b: &Binding) -> Self {
+        BoundHost {
+            reference: b.host.clone(),
+            uid: b.uid.clone(),
+        }
+    }
+}
+
 /// The outcome of a lookup.
 pub type Resolution = Result<Binding, Refusal>;
 

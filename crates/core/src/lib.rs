@@ -3,5 +3,6 @@
 
 pub mod binding;
 pub mod bmh;
+pub mod evidence;
 pub mod queue;
 pub mod remediation;

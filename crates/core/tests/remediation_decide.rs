@@ -12,17 +12,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use hostcycle_api::queue::HostReference;
 use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
-    NODE_LABELS_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
+    NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
     POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
-    REMEDIATION_STARTED_ANNOTATION, RemediationPhase, RemediationStep,
+    REMEDIATION_HOST_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+    REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationPhase,
+    RemediationStep,
 };
+use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::escalation::allocate_slots;
 use hostcycle_core::remediation::{
     Action, Blocker, Decision, Escalation, HostView, NodeView, Observation, Record, Trigger,
-    decide, event_reason as ev,
+    acting_host, decide, event_reason as ev, off_confirmed,
 };
 use jiff::Timestamp;
 use proptest::prelude::*;
@@ -32,7 +35,13 @@ use proptest::prelude::*;
 
 const NODE: &str = "worker-0";
 const HOST: &str = "machines/host-0";
+const HOST_UID: &str = "0b5e-host-uid";
 const TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a power-off may take to be confirmed (deadline 300 s after the request).
+const OFF_TIMEOUT: Duration = Duration::from_secs(300);
+/// `lastUpdated` of a host status written after every request in the tables (staleness has
+/// tables of its own).
+const FRESH: i64 = 1_000_000;
 
 /// 2025-01-01T00:00:00Z plus `s` seconds.
 fn t(s: i64) -> Timestamp {
@@ -63,6 +72,8 @@ fn node() -> NodeView {
             ("example.com/owner", "ops"),
         ]),
         ready: true,
+        unschedulable: false,
+        taints: Vec::new(),
     }
 }
 
@@ -77,6 +88,8 @@ fn fresh_node() -> NodeView {
         ]),
         annotations: map(&[("node.alpha.kubernetes.io/ttl", "0")]),
         ready: false,
+        unschedulable: false,
+        taints: Vec::new(),
     }
 }
 
@@ -101,11 +114,25 @@ fn merged(
 fn host_on() -> HostView {
     HostView {
         name: HOST.to_owned(),
+        uid: HOST_UID.to_owned(),
         powered_on: Some(true),
+        last_updated: Some(t(FRESH)),
         power_off_requested: false,
         online: true,
         externally_provisioned: false,
         error: None,
+        cannot_power_off: None,
+    }
+}
+
+/// The binding `start` records.
+fn bound() -> BoundHost {
+    BoundHost {
+        reference: HostReference {
+            namespace: "machines".into(),
+            name: "host-0".into(),
+        },
+        uid: HOST_UID.into(),
     }
 }
 
@@ -135,6 +162,8 @@ fn obs(trigger: Trigger) -> Observation {
         trigger,
         requested: true,
         target: Ok(host_on()),
+        bound: None,
+        power_off_timeout: OFF_TIMEOUT,
         node_name: Some(NODE.to_owned()),
         node: Some(node()),
         record: Record::default(),
@@ -170,6 +199,9 @@ impl ObsBuild for Observation {
         self
     }
     fn host(mut self, host: HostView) -> Self {
+        if self.record.host.is_some() {
+            self.bound = Some(host.clone());
+        }
         self.target = Ok(host);
         self
     }
@@ -183,6 +215,11 @@ impl ObsBuild for Observation {
     }
     fn record(mut self, record: Record) -> Self {
         self.record = record;
+        // The host under the binding is the one the lookup finds, unless a case says else.
+        self.bound = match (&self.record.host, &self.target) {
+            (Some(_), Ok(h)) => Some(h.clone()),
+            _ => None,
+        };
         self
     }
     fn retry_limit(mut self, n: u32) -> Self {
@@ -259,6 +296,8 @@ fn restore(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Action {
     Action::RestoreNode {
         labels: map(labels),
         annotations: map(annotations),
+        cordon: false,
+        taints: Vec::new(),
     }
 }
 
@@ -297,14 +336,35 @@ fn terminal(step: RemediationStep) -> bool {
 }
 
 fn assert_safe(obs: &Observation, d: &Decision, ctx: &str) {
-    let host = obs.target.as_ref().ok();
-    let off_and_fenced = host.is_some_and(|h| h.powered_on == Some(false) && h.power_off_requested);
+    let host = acting_host(obs).host();
+    // Off in a status written after the power-off request, without error, with the
+    // power-off on the very host bound at the start.
+    let off_and_fenced = host.is_some_and(|h| {
+        h.powered_on == Some(false)
+            && h.power_off_requested
+            && h.error.is_none()
+            && obs
+                .record
+                .cycle_started_at
+                .is_some_and(|since| h.last_updated.is_some_and(|at| at > since))
+    });
     if d.actions.contains(&Action::DeleteNode) {
         assert!(
             off_and_fenced,
             "{ctx}: DeleteNode while the host is not confirmed off with the power-off on it: {:?}\n{d:#?}",
-            obs.target
+            host
         );
+        assert!(
+            off_confirmed(host.unwrap(), &obs.record),
+            "{ctx}: off_confirmed disagrees"
+        );
+        if let Some(bound) = &obs.record.host {
+            assert_eq!(
+                host.map(|h| h.uid.as_str()),
+                Some(bound.uid.as_str()),
+                "{ctx}: DeleteNode on a host other than the bound one"
+            );
+        }
         let written = d.record.as_ref().unwrap_or(&obs.record);
         assert!(
             written.labels_backup.is_some() && written.annotations_backup.is_some(),
@@ -433,6 +493,7 @@ fn check(cases: Vec<Case>) {
 fn started(base: Record) -> Record {
     Record {
         step: RemediationStep::PowerOffRequested,
+        host: Some(bound()),
         started_at: base.started_at.or(Some(t(0))),
         cycle_started_at: Some(t(0)),
         ..base
@@ -452,6 +513,7 @@ const RETRYING: (&str, bool) = (ev::RETRYING, true);
 const FAILED: (&str, bool) = (ev::FAILED, true);
 const ESCALATED: (&str, bool) = (ev::ESCALATED, true);
 const CANCELLED: (&str, bool) = (ev::CANCELLED, false);
+const HOST_LOST: (&str, bool) = (ev::HOST_LOST, true);
 
 // ---------------------------------------------------------------------------------------
 // NotStarted.
@@ -782,14 +844,16 @@ fn power_off_requested_releases_the_node_only_once_the_host_is_off() {
                 ..Default::default()
             },
             Case {
-                name: "host missing mid-flow → waits, nothing done",
+                name: "host missing mid-flow → waits with a Warning, nothing done",
                 obs: o().blocked_by(Blocker::HostNotFound(HOST.into())),
+                events: vec![HOST_LOST],
                 phase: RemediationPhase::Running,
                 ..Default::default()
             },
             Case {
-                name: "host missing after the backup → waits, no DeleteNode",
+                name: "host missing after the backup → waits with a Warning, no DeleteNode",
                 obs: o().record(backed_up()).blocked_by(Blocker::HostNotFound(HOST.into())),
+                events: vec![HOST_LOST],
                 phase: RemediationPhase::Running,
                 ..Default::default()
             },
@@ -1592,6 +1656,8 @@ struct World {
     host_exists: bool,
     host_annotated: bool,
     powered_on: Option<bool>,
+    /// When the host controller last wrote the host's status.
+    host_written: Option<i64>,
     /// The BMC does not act while set.
     bmc_stuck: bool,
     node: Option<NodeView>,
@@ -1625,6 +1691,7 @@ impl World {
             host_exists: true,
             host_annotated: false,
             powered_on: Some(true),
+            host_written: Some(-1_000),
             bmc_stuck: false,
             node: Some(node()),
             node_returns: true,
@@ -1666,18 +1733,24 @@ impl World {
     }
 
     fn observe(&self) -> Observation {
+        let host = HostView {
+            name: HOST.into(),
+            uid: HOST_UID.into(),
+            powered_on: self.powered_on,
+            last_updated: self.host_written.map(t),
+            power_off_requested: self.host_annotated,
+            online: true,
+            externally_provisioned: false,
+            error: None,
+            cannot_power_off: None,
+        };
         Observation {
             trigger: self.trigger,
             requested: self.requested(),
+            bound: self.host_exists.then(|| host.clone()),
+            power_off_timeout: OFF_TIMEOUT,
             target: if self.host_exists {
-                Ok(HostView {
-                    name: HOST.into(),
-                    powered_on: self.powered_on,
-                    power_off_requested: self.host_annotated,
-                    online: true,
-                    externally_provisioned: false,
-                    error: None,
-                })
+                Ok(host)
             } else {
                 Err(Blocker::HostNotFound(HOST.into()))
             },
@@ -1714,6 +1787,7 @@ impl World {
             Action::RestoreNode {
                 labels,
                 annotations,
+                ..
             } => {
                 if let Some(n) = self.node.take() {
                     self.node = Some(merged(n, labels, annotations));
@@ -1726,6 +1800,8 @@ impl World {
                     POWER_ON_TIMEOUT_ANNOTATION,
                     NODE_LABELS_BACKUP_ANNOTATION,
                     NODE_ANNOTATIONS_BACKUP_ANNOTATION,
+                    NODE_SPEC_BACKUP_ANNOTATION,
+                    REMEDIATION_HOST_ANNOTATION,
                     REMEDIATION_STARTED_ANNOTATION,
                     REMEDIATION_POWERED_OFF_AT_ANNOTATION,
                     REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
@@ -1744,6 +1820,9 @@ impl World {
         if self.host_exists && !self.bmc_stuck {
             let was_on = self.powered_on == Some(true);
             self.powered_on = Some(!self.host_annotated);
+            // The host controller read the BMC and wrote the status (after any request of
+            // the round that just passed).
+            self.host_written = Some(self.now);
             match (&mut self.node, self.powered_on) {
                 (Some(n), Some(false)) => {
                     n.ready = false;
@@ -1983,6 +2062,7 @@ fn the_annotation_flow_keeps_metal3s_markers_on_the_machine_while_it_runs() {
     };
     let mut expected = [
         EXTERNAL_REMEDIATION_ANNOTATION,
+        REMEDIATION_HOST_ANNOTATION,
         NODE_ANNOTATIONS_BACKUP_ANNOTATION,
         NODE_LABELS_BACKUP_ANNOTATION,
         POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
@@ -2557,6 +2637,8 @@ fn record() -> impl Strategy<Value = Record> {
             |(step, retry_count, times, labels, annotations, failure)| Record {
                 step,
                 retry_count,
+                host: (retry_count % 2 == 0).then(bound),
+                node_spec_backup: None,
                 started_at: times.0,
                 cycle_started_at: times.1,
                 powered_off_at: times.2,
@@ -2577,15 +2659,19 @@ fn target() -> impl Strategy<Value = Result<HostView, Blocker>> {
             any::<bool>(),
             any::<bool>(),
             prop::option::of(Just("BMC error".to_owned())),
+            (opt_t(), prop_oneof![Just(HOST_UID.to_owned()), Just("other-uid".to_owned())]),
         )
-            .prop_map(|(powered_on, power_off_requested, online, externally_provisioned, error)| {
+            .prop_map(|(powered_on, power_off_requested, online, externally_provisioned, error, (last_updated, uid))| {
                 Ok(HostView {
                     name: HOST.into(),
+                    uid,
                     powered_on,
+                    last_updated,
                     power_off_requested,
                     online,
                     externally_provisioned,
                     error,
+                    cannot_power_off: None,
                 })
             }),
         1 => prop_oneof![
@@ -2604,6 +2690,8 @@ fn node_view() -> impl Strategy<Value = Option<NodeView>> {
             labels,
             annotations,
             ready,
+            unschedulable: false,
+            taints: Vec::new(),
         },
     ))
 }
@@ -2646,6 +2734,8 @@ fn observation() -> impl Strategy<Value = Observation> {
             )| Observation {
                 trigger,
                 requested,
+                bound: target.as_ref().ok().cloned(),
+                power_off_timeout: OFF_TIMEOUT,
                 target,
                 node_name,
                 node,
@@ -2675,9 +2765,11 @@ proptest! {
     fn delete_node_only_when_the_host_is_off(o in observation(), now in -2_000_i64..2_000) {
         let d = decide(&o, t(now));
         if d.actions.contains(&Action::DeleteNode) {
-            let h = o.target.as_ref().unwrap();
+            let h = acting_host(&o).host().unwrap();
             prop_assert_eq!(h.powered_on, Some(false));
             prop_assert!(h.power_off_requested);
+            prop_assert!(h.error.is_none());
+            prop_assert!(h.last_updated > o.record.cycle_started_at, "{:#?}", o);
         }
     }
 
@@ -2774,7 +2866,7 @@ proptest! {
             );
         }
         if d.actions.contains(&Action::ReleasePowerOff) {
-            prop_assert!(o.target.as_ref().is_ok_and(|h| h.power_off_requested));
+            prop_assert!(acting_host(&o).host().is_some_and(|h| h.power_off_requested));
         }
     }
 

@@ -7,13 +7,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use hostcycle_api::queue::HostReference;
 use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
-    NODE_LABELS_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
-    POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
+    NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup,
+    POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
+    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_HOST_ANNOTATION,
     REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
-    REMEDIATION_STARTED_ANNOTATION, RemediationPhase, RemediationStep,
+    REMEDIATION_STARTED_ANNOTATION, RemediationPhase, RemediationStep, TaintBackup,
 };
+use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::{
     Action, Escalation, HostView, NodeView, Observation, Record, Trigger, decide,
 };
@@ -51,6 +54,31 @@ const LABELS_JSON: &str =
     r#"{"kubernetes.io/hostname":"worker-0","node-role.kubernetes.io/worker":""}"#;
 const ANNOTATIONS_JSON: &str = r#"{"example.com/owner":"ops \"on call\""}"#;
 
+/// The host bound at the start.
+fn bound() -> BoundHost {
+    BoundHost {
+        reference: HostReference {
+            namespace: "machines".into(),
+            name: "host-0".into(),
+        },
+        uid: "0b5e-host-uid".into(),
+    }
+}
+const HOST_VALUE: &str = "machines/host-0/0b5e-host-uid";
+
+/// An administrator's cordon and taint, backed up with the labels.
+fn spec_backup() -> NodeSpecBackup {
+    NodeSpecBackup {
+        unschedulable: true,
+        taints: vec![TaintBackup {
+            key: "example.com/dedicated".into(),
+            value: Some("storage".into()),
+            effect: "NoSchedule".into(),
+        }],
+    }
+}
+const SPEC_JSON: &str = r#"{"unschedulable":true,"taints":[{"key":"example.com/dedicated","value":"storage","effect":"NoSchedule"}]}"#;
+
 /// Records as `decide` writes them, one per step, in the annotation flow (no retries).
 fn not_started() -> Record {
     Record::default()
@@ -59,6 +87,7 @@ fn not_started() -> Record {
 fn powering_off() -> Record {
     Record {
         step: RemediationStep::PowerOffRequested,
+        host: Some(bound()),
         started_at: Some(t(0)),
         cycle_started_at: Some(t(0)),
         ..Record::default()
@@ -70,6 +99,7 @@ fn backed_up() -> Record {
         powered_off_at: Some(t(20)),
         labels_backup: Some(labels()),
         annotations_backup: Some(annotations()),
+        node_spec_backup: Some(spec_backup()),
         ..powering_off()
     }
 }
@@ -94,6 +124,7 @@ fn restored() -> Record {
     Record {
         labels_backup: None,
         annotations_backup: None,
+        node_spec_backup: None,
         ..powering_on()
     }
 }
@@ -157,6 +188,8 @@ type Patch = Vec<(&'static str, Option<String>)>;
 /// The markers' values, `None`: removed.
 #[derive(Default)]
 struct Markers {
+    host: Option<&'static str>,
+    spec: Option<&'static str>,
     started: Option<&'static str>,
     powered_off_at: Option<&'static str>,
     node_released_at: Option<&'static str>,
@@ -170,6 +203,8 @@ struct Markers {
 /// The patch of every marker: (key, value) in key order.
 fn patch(m: Markers) -> Patch {
     let Markers {
+        host,
+        spec,
         started,
         powered_off_at,
         node_released_at,
@@ -180,6 +215,8 @@ fn patch(m: Markers) -> Patch {
         failed,
     } = m;
     let mut p: Patch = [
+        (REMEDIATION_HOST_ANNOTATION, host),
+        (NODE_SPEC_BACKUP_ANNOTATION, spec),
         (REMEDIATION_STARTED_ANNOTATION, started),
         (REMEDIATION_POWERED_OFF_AT_ANNOTATION, powered_off_at),
         (REMEDIATION_NODE_RELEASED_AT_ANNOTATION, node_released_at),
@@ -213,6 +250,8 @@ fn each_step_writes_exactly_its_markers_on_the_machine() {
         patch: Patch,
     }
     let backed = || Markers {
+        host: Some(HOST_VALUE),
+        spec: Some(SPEC_JSON),
         started: Some(T0),
         powered_off_at: Some(T20),
         labels: Some(LABELS_JSON),
@@ -231,15 +270,16 @@ fn each_step_writes_exactly_its_markers_on_the_machine() {
             patch: patch(Markers::default()),
         },
         Case {
-            name: "PowerOffRequested → started-at only",
+            name: "PowerOffRequested → the bound host (namespace/name/uid) and started-at",
             record: powering_off(),
             patch: patch(Markers {
+                host: Some(HOST_VALUE),
                 started: Some(T0),
                 ..Markers::default()
             }),
         },
         Case {
-            name: "PowerOffRequested, backed up → started-at, powered-off-at and both JSON backups",
+            name: "PowerOffRequested, backed up → started-at, powered-off-at and the JSON backups",
             record: backed_up(),
             patch: patch(backed()),
         },
@@ -263,13 +303,16 @@ fn each_step_writes_exactly_its_markers_on_the_machine() {
                 timeout: Some(T640),
                 labels: None,
                 annotations: None,
+                spec: None,
                 ..released_markers()
             }),
         },
         Case {
-            name: "GaveUp → the failure; the backups kept for a late Node; the rest removed",
+            name: "GaveUp → the failure; the binding and the backups kept for a late Node; the rest removed",
             record: gave_up(),
             patch: patch(Markers {
+                host: Some(HOST_VALUE),
+                spec: Some(SPEC_JSON),
                 labels: Some(LABELS_JSON),
                 annotations: Some(ANNOTATIONS_JSON),
                 failed: Some(FAILURE),
@@ -281,9 +324,11 @@ fn each_step_writes_exactly_its_markers_on_the_machine() {
             record: Record {
                 labels_backup: None,
                 annotations_backup: None,
+                node_spec_backup: None,
                 ..gave_up()
             },
             patch: patch(Markers {
+                host: Some(HOST_VALUE),
                 failed: Some(FAILURE),
                 ..Markers::default()
             }),
@@ -624,7 +669,9 @@ fn decide_on(
     let obs = Observation {
         trigger: Trigger::MachineAnnotation,
         requested: true,
+        bound: record.host.as_ref().map(|_| host.clone()),
         target: Ok(host),
+        power_off_timeout: Duration::from_secs(300),
         node_name: Some("worker-0".into()),
         node,
         record,
@@ -640,11 +687,15 @@ fn decide_on(
 fn host(powered_on: bool, power_off_requested: bool) -> HostView {
     HostView {
         name: "machines/host-0".into(),
+        uid: "0b5e-host-uid".into(),
         powered_on: Some(powered_on),
+        // Written after every request in these tables.
+        last_updated: Some(t(1_000_000)),
         power_off_requested,
         online: true,
         externally_provisioned: false,
         error: None,
+        cannot_power_off: None,
     }
 }
 
@@ -865,6 +916,7 @@ fn status() -> HostRemediationStatus {
         step: RemediationStep::PowerOffRequested,
         node: Some("worker-0".into()),
         host: Some("machines/host-0".into()),
+        host_uid: Some("stale-uid".into()),
         retry_count: 7,
         last_remediated: Some(t(-1_000)),
         powered_off_at: Some(t(-900)),
@@ -872,6 +924,10 @@ fn status() -> HostRemediationStatus {
         power_on_timeout_at: Some(t(-700)),
         node_labels_backup: Some(map(&[("stale", "1")])),
         node_annotations_backup: Some(map(&[("stale", "1")])),
+        node_spec_backup: Some(NodeSpecBackup {
+            unschedulable: true,
+            taints: vec![],
+        }),
         message: "powering host machines/host-0 off".into(),
         conditions: vec![condition("Processing"), condition("Succeeded")],
     }
@@ -939,6 +995,12 @@ fn a_request_status_carries_the_record_in_camel_case_with_map_backups() {
         v,
         json!({
             "step": "PowerOnRequested",
+            "host": "machines/host-0",
+            "hostUID": "0b5e-host-uid",
+            "nodeSpecBackup": {
+                "unschedulable": true,
+                "taints": [{ "key": "example.com/dedicated", "value": "storage", "effect": "NoSchedule" }],
+            },
             "retryCount": 1,
             "lastRemediated": "2025-01-01T00:00:00Z",
             "poweredOffAt": "2025-01-01T00:00:20Z",

@@ -2,9 +2,11 @@
 //! observed and returns the record to write (before anything is done) and the actions.
 //!
 //! The seed's flow, whatever the trigger:
-//! 1. request the host's power-off (hard);
-//! 2. once the host's `status.poweredOn` is false — never before — back up the Node's labels
-//!    and annotations and delete the Node;
+//! 1. bind the host (recorded: every later step acts on it alone), request its power-off
+//!    (hard);
+//! 2. once the host is off in a status written after that request, without error — never on
+//!    an older status ([`crate::evidence`]) — back up the Node's labels, annotations, cordon
+//!    and taints and delete the Node; not off by the power-off deadline: give up, escalate;
 //! 3. once the Node is gone, mark the machine released;
 //! 4. record when waiting gives up, and release the power-off so the host powers on;
 //! 5. wait for the Node to register again;
@@ -22,7 +24,11 @@ use hostcycle_api::remediation::{RemediationPhase, RemediationStep};
 use jiff::Timestamp;
 
 use super::record::Record;
+use crate::binding::BoundHost;
+use crate::evidence::{PowerEvidence, PowerReport, power_since};
 use crate::queue::drain::add;
+use hostcycle_api::queue::CORDONED_BY_ANNOTATION;
+use hostcycle_api::remediation::{NodeSpecBackup, TaintBackup};
 
 /// Which machinery asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,8 +54,12 @@ impl Trigger {
 pub struct HostView {
     /// `<namespace>/<name>`.
     pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
     /// `status.poweredOn`.
     pub powered_on: Option<bool>,
+    /// `status.lastUpdated`: when its controller last wrote the status.
+    pub last_updated: Option<Timestamp>,
     /// This remediation's power-off annotation is on the host.
     pub power_off_requested: bool,
     /// `spec.online`.
@@ -58,6 +68,20 @@ pub struct HostView {
     pub externally_provisioned: bool,
     /// The host controller's error, when it has one (a failing BMC).
     pub error: Option<String>,
+    /// Why the host cannot be powered off now (`disablePowerOff`, paused, detached, no BMC
+    /// address), if so.
+    pub cannot_power_off: Option<String>,
+}
+
+impl HostView {
+    /// The power state as its status reports it.
+    pub fn power_report(&self) -> PowerReport {
+        PowerReport {
+            powered_on: self.powered_on,
+            last_updated: self.last_updated,
+            error: self.error.clone(),
+        }
+    }
 }
 
 /// The Node, as the flow reads it.
@@ -66,6 +90,40 @@ pub struct NodeView {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub ready: bool,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `spec.taints`.
+    pub taints: Vec<TaintBackup>,
+}
+
+/// Taints Kubernetes manages itself (not-ready, unreachable, unschedulable, …): never backed
+/// up or restored.
+pub fn system_taint(key: &str) -> bool {
+    key.starts_with("node.kubernetes.io/") || key.starts_with("node.cloudprovider.kubernetes.io/")
+}
+
+impl NodeView {
+    /// What an administrator set on the spec: the cordon unless the reboot queue's own, and
+    /// the taints Kubernetes does not manage.
+    pub fn spec_backup(&self) -> NodeSpecBackup {
+        NodeSpecBackup {
+            unschedulable: self.unschedulable
+                && !self.annotations.contains_key(CORDONED_BY_ANNOTATION),
+            taints: self
+                .taints
+                .iter()
+                .filter(|t| !system_taint(&t.key))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The annotations to back up: all but the reboot queue's cordon marker.
+    pub fn annotations_backup(&self) -> BTreeMap<String, String> {
+        let mut out = self.annotations.clone();
+        out.remove(CORDONED_BY_ANNOTATION);
+        out
+    }
 }
 
 /// Why a remediation cannot start.
@@ -80,6 +138,17 @@ pub enum Blocker {
     NodeRefUnset,
     /// `spec.online: false`: the host is meant to stay off, and would not power back on.
     HostOffline(String),
+    /// The host cannot be powered off now (`disablePowerOff`, paused, detached, no BMC).
+    CannotPowerOff {
+        host: String,
+        why: String,
+    },
+    /// The binding is in doubt: sources disagree, another node claims the host, or it was
+    /// replaced. `reason` is the condition's, `message` names both candidates.
+    Binding {
+        reason: &'static str,
+        message: String,
+    },
 }
 
 impl Blocker {
@@ -89,6 +158,8 @@ impl Blocker {
             Self::HostNotFound(_) => "HostNotFound",
             Self::NodeRefUnset => "NodeRefUnset",
             Self::HostOffline(_) => "HostOffline",
+            Self::CannotPowerOff { .. } => "HostCannotPowerOff",
+            Self::Binding { reason, .. } => reason,
         }
     }
 }
@@ -113,6 +184,12 @@ impl std::fmt::Display for Blocker {
                 f,
                 "BareMetalHost {h} has spec.online: false; it would not power back on"
             ),
+            Self::CannotPowerOff { host, why } => write!(
+                f,
+                "BareMetalHost {host} cannot be powered off: {why}; it takes no remediation \
+                 slot until that changes"
+            ),
+            Self::Binding { message, .. } => f.write_str(message),
         }
     }
 }
@@ -136,8 +213,12 @@ pub struct Observation {
     /// The trigger still asks (annotation present; request not deleted and not given up on
     /// by its checker).
     pub requested: bool,
-    /// The host, or why the remediation cannot start.
+    /// The host the binding resolver finds now, or why none. Used to start; once the record
+    /// holds a binding, only [`Observation::bound`] is acted on.
     pub target: Result<HostView, Blocker>,
+    /// The host under the record's binding (its namespace and name), if the record has one
+    /// and such a host exists; its uid is checked against the record's.
+    pub bound: Option<HostView>,
     /// The Node's name (from `nodeRef`, the request, or the mapping).
     pub node_name: Option<String>,
     /// The Node, if it exists.
@@ -147,6 +228,8 @@ pub struct Observation {
     pub retry_limit: u32,
     /// How long the Node may take to come back after the power-on.
     pub power_on_timeout: Duration,
+    /// How long the host may take to be confirmed off after the power-off request.
+    pub power_off_timeout: Duration,
     /// A slot under `maxConcurrentRemediations` is free for this one (ignored once started).
     pub slot_free: bool,
     /// The reboot queue is rebooting this node: wait until this time (its boot timeout).
@@ -164,10 +247,13 @@ pub enum Action {
     ReleasePowerOff,
     /// Delete the Node (its labels and annotations are in the record already).
     DeleteNode,
-    /// Add the backed-up labels and annotations the new Node does not have.
+    /// Add the backed-up labels, annotations and taints the new Node does not have, and its
+    /// cordon when `cordon`.
     RestoreNode {
         labels: BTreeMap<String, String>,
         annotations: BTreeMap<String, String>,
+        cordon: bool,
+        taints: Vec<TaintBackup>,
     },
     /// The flow is over: remove the trigger and every marker (annotation flow).
     FinishAnnotationFlow,
@@ -219,6 +305,8 @@ pub mod event_reason {
     pub const STARTED: &str = "RemediationStarted";
     pub const BLOCKED: &str = "RemediationBlocked";
     pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+    /// Warning: the host bound at the start is gone or was replaced under the same name.
+    pub const HOST_LOST: &str = "BoundHostLost";
     pub const POWERED_OFF: &str = "PoweredOff";
     pub const NODE_DELETED: &str = "NodeDeleted";
     pub const NODE_RELEASED: &str = "NodeReleased";
@@ -258,6 +346,88 @@ fn event(warning: bool, reason: &'static str, message: String) -> Event {
         reason,
         message,
     }
+}
+
+/// The host a remediation acts on, as [`acting_host`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acting<'a> {
+    Host(&'a HostView),
+    /// The bound host no longer exists (or, before a binding, none is found).
+    Missing,
+    /// A host of the bound name exists with another uid: not the bound host.
+    Replaced(&'a HostView),
+}
+
+impl<'a> Acting<'a> {
+    pub fn host(self) -> Option<&'a HostView> {
+        match self {
+            Acting::Host(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// The host every step after the start acts on: the one recorded at the start (same
+/// namespace, name and uid) — never a new lookup, which a deleted Node or a forged hint could
+/// change. A record without a binding (written before bindings were recorded) uses the
+/// current lookup.
+pub fn acting_host(obs: &Observation) -> Acting<'_> {
+    match &obs.record.host {
+        Some(bound) => match &obs.bound {
+            Some(h) if h.uid == bound.uid => Acting::Host(h),
+            Some(h) => Acting::Replaced(h),
+            None => Acting::Missing,
+        },
+        None => match &obs.target {
+            Ok(h) => Acting::Host(h),
+            Err(_) => Acting::Missing,
+        },
+    }
+}
+
+/// The name of the host the remediation is about, for messages.
+fn acting_name(obs: &Observation) -> String {
+    match (&obs.record.host, &obs.target) {
+        (Some(b), _) => b.reference.to_string(),
+        (None, Ok(h)) => h.name.clone(),
+        (None, Err(_)) => "(missing)".into(),
+    }
+}
+
+/// Why the remediation cannot start now, if it cannot: no usable binding, a host that is
+/// offline or cannot be powered off. A blocked remediation takes no slot.
+pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
+    match &obs.target {
+        Err(b) => Some(b.clone()),
+        Ok(h) if !h.online => Some(Blocker::HostOffline(h.name.clone())),
+        Ok(h) => h
+            .cannot_power_off
+            .as_ref()
+            .map(|why| Blocker::CannotPowerOff {
+                host: h.name.clone(),
+                why: why.clone(),
+            }),
+    }
+}
+
+/// Whether this remediation would start now if it had a slot: requested, not started, not
+/// blocked, not waiting for the reboot queue. Only these compete for
+/// `maxConcurrentRemediations`.
+pub fn wants_slot(obs: &Observation, now: Timestamp) -> bool {
+    obs.requested
+        && obs.record.step == RemediationStep::NotStarted
+        && start_blocker(obs).is_none()
+        && obs.queue_reboot_until.is_none_or(|t| t <= now)
+}
+
+/// Whether the host is confirmed off for this power cycle: off in a status written after its
+/// power-off was recorded, without error. The controller asks again, on a fresh read of the
+/// host, right before it deletes the Node.
+pub fn off_confirmed(host: &HostView, record: &Record) -> bool {
+    host.power_off_requested
+        && record
+            .cycle_started_at
+            .is_some_and(|since| power_since(&host.power_report(), since) == PowerEvidence::Off)
 }
 
 /// Decides the next step of one remediation.
@@ -305,12 +475,11 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
             if let Some(node) = &obs.node {
                 match restore_node(record, node) {
                     Some(restore) => d.actions.push(restore),
-                    None if record.labels_backup.is_some()
-                        || record.annotations_backup.is_some() =>
-                    {
+                    None if has_backup(record) => {
                         d.record = Some(Record {
                             labels_backup: None,
                             annotations_backup: None,
+                            node_spec_backup: None,
                             ..record.clone()
                         });
                     }
@@ -331,16 +500,26 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
     }
 }
 
+fn has_backup(record: &Record) -> bool {
+    record.labels_backup.is_some()
+        || record.annotations_backup.is_some()
+        || record.node_spec_backup.is_some()
+}
+
 /// A finished remediation whose power-off is still on the host (its release was lost, e.g. a
 /// restart right after the record was written) releases it: the host is never left off.
 fn release_left_off(obs: &Observation, d: &mut Decision) {
-    if obs.target.as_ref().is_ok_and(|h| h.power_off_requested) {
+    if acting_host(obs)
+        .host()
+        .is_some_and(|h| h.power_off_requested)
+    {
         d.actions.insert(0, Action::ReleasePowerOff);
     }
 }
 
-/// The backed-up labels and annotations the Node lacks (keys already on it win), as the
-/// action that adds them; `None` when it has them all, or nothing was backed up.
+/// The backed-up labels, annotations and taints the Node lacks (keys already on it win), and
+/// its cordon, as the action that adds them; `None` when it has them all, or nothing was
+/// backed up.
 fn restore_node(record: &Record, node: &NodeView) -> Option<Action> {
     let missing = |backup: &Option<BTreeMap<String, String>>, have: &BTreeMap<String, String>| {
         backup
@@ -352,10 +531,26 @@ fn restore_node(record: &Record, node: &NodeView) -> Option<Action> {
     };
     let labels = missing(&record.labels_backup, &node.labels);
     let annotations = missing(&record.annotations_backup, &node.annotations);
-    (!labels.is_empty() || !annotations.is_empty()).then_some(Action::RestoreNode {
-        labels,
-        annotations,
-    })
+    let spec = record.node_spec_backup.clone().unwrap_or_default();
+    let cordon = spec.unschedulable && !node.unschedulable;
+    let taints: Vec<TaintBackup> = spec
+        .taints
+        .into_iter()
+        .filter(|t| {
+            !node
+                .taints
+                .iter()
+                .any(|have| have.key == t.key && have.effect == t.effect)
+        })
+        .collect();
+    (!labels.is_empty() || !annotations.is_empty() || cordon || !taints.is_empty()).then_some(
+        Action::RestoreNode {
+            labels,
+            annotations,
+            cordon,
+            taints,
+        },
+    )
 }
 
 fn finished_message(step: RemediationStep) -> String {
@@ -370,26 +565,22 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
     if !obs.requested {
         return Decision::wait(RemediationPhase::Pending, "not requested".into());
     }
-    let host = match &obs.target {
-        Ok(h) if !h.online => Err(Blocker::HostOffline(h.name.clone())),
-        Ok(h) => Ok(h),
-        Err(b) => Err(b.clone()),
-    };
-    let host = match host {
-        Ok(h) => h,
-        Err(blocker) => {
-            let mut d = Decision::wait(
-                RemediationPhase::Pending,
-                format!("cannot start: {blocker}"),
-            );
-            d.blocked = Some(blocker.reason());
-            d.events.push(event(
-                true,
-                event_reason::BLOCKED,
-                format!("cannot remediate: {blocker}"),
-            ));
-            return d;
-        }
+    if let Some(blocker) = start_blocker(obs) {
+        let mut d = Decision::wait(
+            RemediationPhase::Pending,
+            format!("cannot start: {blocker}"),
+        );
+        d.blocked = Some(blocker.reason());
+        d.events.push(event(
+            true,
+            event_reason::BLOCKED,
+            format!("cannot remediate: {blocker}"),
+        ));
+        return d;
+    }
+    let Ok(host) = &obs.target else {
+        // start_blocker covers every Err.
+        return Decision::wait(RemediationPhase::Pending, "no host".into());
     };
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
     if let Some(until) = obs.queue_reboot_until.filter(|t| *t > now) {
@@ -411,6 +602,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
     }
     let next = Record {
         step: RemediationStep::PowerOffRequested,
+        host: bind(host),
         started_at: obs.record.started_at.or(Some(now)),
         cycle_started_at: Some(now),
         ..obs.record.clone()
@@ -444,12 +636,19 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
     }
 }
 
+/// The binding recorded at the start.
+fn bind(host: &HostView) -> Option<BoundHost> {
+    crate::binding::parse_host_ref(&host.name, None).map(|reference| BoundHost {
+        reference,
+        uid: host.uid.clone(),
+    })
+}
+
 fn power_off(obs: &Observation, now: Timestamp) -> Decision {
     let record = &obs.record;
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
-    let host = obs.target.as_ref().ok();
-    let host_name = host.map(|h| h.name.as_str()).unwrap_or("(missing)");
-    let off = host.and_then(|h| h.powered_on) == Some(false);
+    let acting = acting_host(obs);
+    let host_name = acting_name(obs);
 
     if !obs.requested {
         // Withdrawn before the Node was released: release the host; nothing else was done.
@@ -483,36 +682,102 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
         }
     }
 
-    let Some(host) = host else {
+    // Without the time of the request nothing can be fresher than it: the wait starts now.
+    let Some(requested_at) = record.cycle_started_at else {
         let mut d = Decision::wait(
             RemediationPhase::Running,
-            format!("waiting: BareMetalHost {host_name} is missing"),
+            format!("waiting for host {host_name} to power off"),
         );
+        d.record = Some(Record {
+            cycle_started_at: Some(now),
+            ..record.clone()
+        });
         d.requeue = Some(POLL);
         return d;
     };
-    if !host.power_off_requested {
-        // Recorded, not (yet) on the host: request it (idempotent).
-        return Decision {
-            record: None,
-            actions: vec![Action::RequestPowerOff],
-            events: Vec::new(),
-            phase: RemediationPhase::Running,
-            message: format!("powering host {} off", host.name),
-            blocked: None,
-            requeue: Some(POLL),
-        };
-    }
-    if !off {
-        let mut message = format!("waiting for host {} to power off", host.name);
-        if let Some(error) = &host.error {
-            message.push_str(&format!(" (the host controller reports: {error})"));
+    let deadline = add(requested_at, obs.power_off_timeout);
+
+    let host = match acting {
+        Acting::Host(h) => h,
+        Acting::Missing | Acting::Replaced(_) => {
+            let why = match acting {
+                Acting::Replaced(h) => format!(
+                    "BareMetalHost {host_name} was replaced (uid {} instead of the bound {}); \
+                     the remediation never acts on the new host",
+                    h.uid,
+                    record.host.as_ref().map(|b| b.uid.as_str()).unwrap_or("?")
+                ),
+                _ => match (&record.host, &obs.target) {
+                    (Some(_), _) => format!(
+                        "BareMetalHost {host_name}, bound when the remediation started, no longer \
+                         exists"
+                    ),
+                    (None, Err(blocker)) => blocker.to_string(),
+                    (None, Ok(_)) => format!("BareMetalHost {host_name} is missing"),
+                },
+            };
+            if now >= deadline {
+                return give_up(
+                    obs,
+                    record.clone(),
+                    format!(
+                        "host {host_name} was not confirmed off within {}s of the power-off \
+                         request: {why}",
+                        obs.power_off_timeout.as_secs()
+                    ),
+                    false,
+                );
+            }
+            let mut d = Decision::wait(RemediationPhase::Running, format!("waiting: {why}"));
+            d.events.push(event(true, event_reason::HOST_LOST, why));
+            d.requeue = Some(until_or_poll(now, deadline));
+            return d;
         }
+    };
+    let evidence = power_since(&host.power_report(), requested_at);
+    if !host.power_off_requested || evidence != PowerEvidence::Off {
+        if now >= deadline {
+            let why = if host.power_off_requested {
+                evidence.describe(requested_at)
+            } else {
+                "the power-off request never reached the host".into()
+            };
+            return give_up(
+                obs,
+                record.clone(),
+                format!(
+                    "host {} was not confirmed off within {}s of the power-off request ({why})",
+                    host.name,
+                    obs.power_off_timeout.as_secs()
+                ),
+                true,
+            );
+        }
+        if !host.power_off_requested {
+            // Recorded, not (yet) on the host: request it (idempotent).
+            return Decision {
+                record: None,
+                actions: vec![Action::RequestPowerOff],
+                events: Vec::new(),
+                phase: RemediationPhase::Running,
+                message: format!("powering host {} off", host.name),
+                blocked: None,
+                requeue: Some(POLL),
+            };
+        }
+        let message = match &evidence {
+            PowerEvidence::On => format!("waiting for host {} to power off", host.name),
+            other => format!(
+                "waiting for host {} to be confirmed off ({}); the node is kept until then",
+                host.name,
+                other.describe(requested_at)
+            ),
+        };
         let mut d = Decision::wait(RemediationPhase::Running, message);
-        d.requeue = Some(POLL);
+        d.requeue = Some(until_or_poll(now, deadline));
         return d;
     }
-    // Off, confirmed by the host's status: only now is the Node released.
+    // Off, confirmed by a status written after the request: only now is the Node released.
     let mut next = record.clone();
     let mut events = Vec::new();
     if next.powered_off_at.is_none() {
@@ -529,14 +794,17 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
                 next.labels_backup = Some(node.labels.clone());
             }
             if next.annotations_backup.is_none() {
-                next.annotations_backup = Some(node.annotations.clone());
+                next.annotations_backup = Some(node.annotations_backup());
+            }
+            if next.node_spec_backup.is_none() {
+                next.node_spec_backup = Some(node.spec_backup()).filter(|b| !b.is_empty());
             }
             events.push(event(
                 false,
                 event_reason::NODE_DELETED,
                 format!(
                     "host {} is off: deleting node {node_name} so its workloads can start elsewhere \
-                     (labels and annotations backed up)",
+                     (labels, annotations, cordon and taints backed up)",
                     host.name
                 ),
             ));
@@ -571,11 +839,18 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
     }
 }
 
+/// Until `deadline` (a little after), at most [`POLL`].
+fn until_or_poll(now: Timestamp, deadline: Timestamp) -> Duration {
+    crate::queue::drain::elapsed(now, deadline).min(POLL) + Duration::from_millis(5)
+}
+
 fn power_on(obs: &Observation, now: Timestamp) -> Decision {
     let record = &obs.record;
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
-    let host = obs.target.as_ref().ok();
-    if host.is_some_and(|h| h.power_off_requested) {
+    if acting_host(obs)
+        .host()
+        .is_some_and(|h| h.power_off_requested)
+    {
         // Recorded, not yet done: release the power-off (idempotent).
         return Decision {
             record: None,
@@ -600,8 +875,8 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
                     false,
                     event_reason::NODE_RESTORED,
                     format!(
-                        "node {node_name} registered again; its labels and annotations are \
-                         restored (keys on the new node win)"
+                        "node {node_name} registered again; its labels, annotations, cordon and \
+                         taints are restored (keys on the new node win)"
                     ),
                 )],
                 phase: RemediationPhase::Waiting,
@@ -612,6 +887,7 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
         }
         next.labels_backup = None;
         next.annotations_backup = None;
+        next.node_spec_backup = None;
         if node.ready {
             let next = Record {
                 step: RemediationStep::Done,
@@ -657,8 +933,7 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
                 None => format!("waiting for node {node_name} to register (until {deadline})"),
             },
         );
-        d.requeue =
-            Some(crate::queue::drain::elapsed(now, deadline).min(POLL) + Duration::from_millis(5));
+        d.requeue = Some(until_or_poll(now, deadline));
         d.record = (next != *record).then_some(next);
         return d;
     }
@@ -696,13 +971,22 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
         record.retry_count + 1,
         if record.retry_count == 0 { "" } else { "s" }
     );
+    give_up(obs, next, failure, false)
+}
+
+/// Gives up: records why, releases the power-off when `release` (so the host is not left
+/// held off), and escalates to the Machine's owner when still requested.
+fn give_up(obs: &Observation, record: Record, failure: String, release: bool) -> Decision {
     let next = Record {
         step: RemediationStep::GaveUp,
         failure: Some(failure.clone()),
-        ..next
+        ..record
     };
     let mut events = vec![event(true, event_reason::FAILED, failure.clone())];
     let mut actions = Vec::new();
+    if release {
+        actions.push(Action::ReleasePowerOff);
+    }
     let escalation = if obs.requested {
         obs.escalation.clone()
     } else {

@@ -7,11 +7,14 @@ use std::collections::BTreeMap;
 
 use hostcycle_api::remediation::{
     HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION,
-    POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
-    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+    NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup, POWER_ON_TIMEOUT_ANNOTATION,
+    POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
+    REMEDIATION_HOST_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
     REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationStep,
 };
 use jiff::Timestamp;
+
+use crate::binding::BoundHost;
 
 /// Where a remediation is, and what it remembers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -21,7 +24,10 @@ pub struct Record {
     pub retry_count: u32,
     /// When the remediation began (the trigger was first acted on).
     pub started_at: Option<Timestamp>,
-    /// When the current power cycle began.
+    /// The host bound when the remediation started: every later step acts on it alone.
+    pub host: Option<BoundHost>,
+    /// When the current power cycle began: its power-off was requested (written ahead of the
+    /// request), so a host status counts as "off" only if written after it.
     pub cycle_started_at: Option<Timestamp>,
     /// When the host was first seen off in this cycle.
     pub powered_off_at: Option<Timestamp>,
@@ -32,6 +38,8 @@ pub struct Record {
     /// The deleted Node's labels and annotations, until restored.
     pub labels_backup: Option<BTreeMap<String, String>>,
     pub annotations_backup: Option<BTreeMap<String, String>>,
+    /// The deleted Node's cordon and taints, until restored.
+    pub node_spec_backup: Option<NodeSpecBackup>,
     /// Why it gave up.
     pub failure: Option<String>,
 }
@@ -61,6 +69,11 @@ impl Record {
         Record {
             step: status.step,
             retry_count: status.retry_count,
+            host: status
+                .host
+                .as_deref()
+                .zip(status.host_uid.as_deref())
+                .and_then(|(host, uid)| BoundHost::parse(&format!("{host}/{uid}"))),
             // The request's creation is its trigger time: the caller sets it.
             started_at: None,
             cycle_started_at: status.last_remediated,
@@ -69,6 +82,7 @@ impl Record {
             power_on_timeout_at: status.power_on_timeout_at,
             labels_backup: status.node_labels_backup.clone(),
             annotations_backup: status.node_annotations_backup.clone(),
+            node_spec_backup: status.node_spec_backup.clone(),
             failure: None,
         }
     }
@@ -78,12 +92,17 @@ impl Record {
     pub fn apply_to_status(&self, status: &mut HostRemediationStatus) {
         status.step = self.step;
         status.retry_count = self.retry_count;
+        if let Some(host) = &self.host {
+            status.host = Some(host.reference.to_string());
+        }
+        status.host_uid = self.host.as_ref().map(|h| h.uid.clone());
         status.last_remediated = self.cycle_started_at;
         status.powered_off_at = self.powered_off_at;
         status.node_released_at = self.node_released_at;
         status.power_on_timeout_at = self.power_on_timeout_at;
         status.node_labels_backup = self.labels_backup.clone();
         status.node_annotations_backup = self.annotations_backup.clone();
+        status.node_spec_backup = self.node_spec_backup.clone();
     }
 
     /// Read from a Machine's annotations (the annotation flow). `host_powered_off_annotation`
@@ -107,6 +126,7 @@ impl Record {
             RemediationStep::NodeReleased
         } else if host_power_off_annotation
             || annotations.contains_key(REMEDIATION_STARTED_ANNOTATION)
+            || annotations.contains_key(REMEDIATION_HOST_ANNOTATION)
             || annotations.contains_key(NODE_LABELS_BACKUP_ANNOTATION)
         {
             RemediationStep::PowerOffRequested
@@ -116,6 +136,9 @@ impl Record {
         Record {
             step,
             retry_count: 0,
+            host: annotations
+                .get(REMEDIATION_HOST_ANNOTATION)
+                .and_then(|v| BoundHost::parse(v)),
             started_at: time(REMEDIATION_STARTED_ANNOTATION),
             cycle_started_at: time(REMEDIATION_STARTED_ANNOTATION),
             powered_off_at: time(REMEDIATION_POWERED_OFF_AT_ANNOTATION),
@@ -123,6 +146,9 @@ impl Record {
             power_on_timeout_at: time(POWER_ON_TIMEOUT_ANNOTATION),
             labels_backup: map(NODE_LABELS_BACKUP_ANNOTATION),
             annotations_backup: map(NODE_ANNOTATIONS_BACKUP_ANNOTATION),
+            node_spec_backup: annotations
+                .get(NODE_SPEC_BACKUP_ANNOTATION)
+                .and_then(|v| serde_json::from_str(v).ok()),
             failure,
         }
     }
@@ -149,6 +175,20 @@ impl Record {
             RemediationStep::NotStarted | RemediationStep::Done | RemediationStep::Cancelled
         );
         BTreeMap::from([
+            (
+                REMEDIATION_HOST_ANNOTATION,
+                self.host
+                    .as_ref()
+                    .filter(|_| active)
+                    .map(BoundHost::to_string),
+            ),
+            (
+                NODE_SPEC_BACKUP_ANNOTATION,
+                self.node_spec_backup
+                    .as_ref()
+                    .and_then(|b| serde_json::to_string(b).ok())
+                    .filter(|_| active),
+            ),
             (
                 REMEDIATION_STARTED_ANNOTATION,
                 self.started_at

@@ -1,0 +1,482 @@
+//! Remediation at the seams, as tables: the host bound at the start is the only one acted on;
+//! "off" counts only in a status written after the power-off request and without error
+//! (hostcycle's sub-second `lastUpdated`, metal3's whole seconds); a power-off not confirmed
+//! by its deadline gives up and escalates; a host that cannot be powered off takes no slot;
+//! an administrator's cordon and taints survive the Node's deletion.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hostcycle_api::queue::{CORDONED_BY_ANNOTATION, HostReference};
+use hostcycle_api::remediation::{NodeSpecBackup, RemediationPhase, RemediationStep, TaintBackup};
+use hostcycle_core::binding::BoundHost;
+use hostcycle_core::evidence::{PowerEvidence, PowerReport, off_since, power_since};
+use hostcycle_core::remediation::{
+    Acting, Action, Blocker, Escalation, HostView, NodeView, Observation, Record, Trigger,
+    acting_host, decide, event_reason as ev, off_confirmed, start_blocker, wants_slot,
+};
+use jiff::Timestamp;
+
+/// 2025-01-01T00:00:00Z plus `s` seconds.
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(1_735_689_600 + s).unwrap()
+}
+
+/// `t(s)` plus `ms` milliseconds.
+fn tm(s: i64, ms: i64) -> Timestamp {
+    t(s) + jiff::SignedDuration::from_millis(ms)
+}
+
+const UID: &str = "uid-h1";
+
+fn host(powered_on: bool, last_updated: Timestamp) -> HostView {
+    HostView {
+        name: "metal/h1".into(),
+        uid: UID.into(),
+        powered_on: Some(powered_on),
+        last_updated: Some(last_updated),
+        power_off_requested: true,
+        online: true,
+        externally_provisioned: false,
+        error: None,
+        cannot_power_off: None,
+    }
+}
+
+fn bound() -> BoundHost {
+    BoundHost {
+        reference: HostReference {
+            namespace: "metal".into(),
+            name: "h1".into(),
+        },
+        uid: UID.into(),
+    }
+}
+
+fn taint(key: &str, effect: &str) -> TaintBackup {
+    TaintBackup {
+        key: key.into(),
+        value: None,
+        effect: effect.into(),
+    }
+}
+
+fn node() -> NodeView {
+    NodeView {
+        labels: BTreeMap::from([("a".to_string(), "1".to_string())]),
+        annotations: BTreeMap::new(),
+        ready: false,
+        unschedulable: false,
+        taints: Vec::new(),
+    }
+}
+
+/// Power-off requested at 0 s (sub-second: 0.5 s), bound to h1.
+fn powering_off() -> Record {
+    Record {
+        step: RemediationStep::PowerOffRequested,
+        host: Some(bound()),
+        started_at: Some(tm(0, 500)),
+        cycle_started_at: Some(tm(0, 500)),
+        ..Record::default()
+    }
+}
+
+fn obs(record: Record, h: Option<HostView>) -> Observation {
+    Observation {
+        trigger: Trigger::Request,
+        requested: true,
+        target: h.clone().ok_or(Blocker::HostNotReferenced),
+        bound: h,
+        node_name: Some("w1".into()),
+        node: Some(node()),
+        record,
+        retry_limit: 1,
+        power_on_timeout: Duration::from_secs(600),
+        power_off_timeout: Duration::from_secs(120),
+        slot_free: true,
+        queue_reboot_until: None,
+        escalation: Escalation::MarkOwnerRemediated,
+    }
+}
+
+#[test]
+fn off_counts_only_in_a_status_written_after_the_request_without_error() {
+    let since = tm(100, 500);
+    let report = |on: Option<bool>, at: Option<Timestamp>, error: Option<&str>| PowerReport {
+        powered_on: on,
+        last_updated: at,
+        error: error.map(str::to_string),
+    };
+    #[rustfmt::skip]
+    let cases: Vec<(&str, PowerReport, PowerEvidence)> = vec![
+        ("off, written after (sub-second)", report(Some(false), Some(tm(100, 501)), None), PowerEvidence::Off),
+        ("on, written after", report(Some(true), Some(tm(101, 0)), None), PowerEvidence::On),
+        ("off, written before the request: stale", report(Some(false), Some(tm(100, 499)), None),
+            PowerEvidence::Stale { written_at: Some(tm(100, 499)) }),
+        ("off, written at the request's very instant: stale", report(Some(false), Some(since), None),
+            PowerEvidence::Stale { written_at: Some(since) }),
+        ("off, never stamped: stale", report(Some(false), None, None), PowerEvidence::Stale { written_at: None }),
+        ("off and fresh but the controller reports an error", report(Some(false), Some(t(200)), Some("BMC unreachable")),
+            PowerEvidence::InError("BMC unreachable".into())),
+        ("written after, no power state", report(None, Some(t(200)), None), PowerEvidence::Unknown),
+        // metal3 stamps whole seconds: 100 s stands for any moment of that second.
+        ("metal3: the request's own second is not after it", report(Some(false), Some(t(100)), None),
+            PowerEvidence::Stale { written_at: Some(t(100)) }),
+        ("metal3: the next whole second is", report(Some(false), Some(t(101)), None), PowerEvidence::Off),
+        ("metal3: an earlier second is not", report(Some(false), Some(t(99)), None),
+            PowerEvidence::Stale { written_at: Some(t(99)) }),
+    ];
+    for (name, r, want) in cases {
+        assert_eq!(power_since(&r, since), want, "{name}");
+        assert_eq!(off_since(&r, since), want == PowerEvidence::Off, "{name}");
+    }
+    // A request on a whole second: a whole-second stamp of that second is not after it.
+    let whole = t(100);
+    assert!(!off_since(&report(Some(false), Some(t(100)), None), whole));
+    assert!(off_since(&report(Some(false), Some(t(101)), None), whole));
+    assert!(off_since(
+        &report(Some(false), Some(tm(100, 1)), None),
+        whole
+    ));
+}
+
+#[test]
+fn the_node_is_released_only_on_fresh_evidence() {
+    struct Case {
+        name: &'static str,
+        host: HostView,
+        delete: bool,
+        message: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "off in a status written after the request → DeleteNode",
+            host: host(false, t(5)),
+            delete: true,
+            message: "deleting node w1",
+        },
+        Case {
+            name: "stale poweredOn: false (written before the request) → kept",
+            host: host(false, t(-30)),
+            delete: false,
+            message: "before the power-off request",
+        },
+        Case {
+            name: "poweredOn: false with the BMC unreachable (an error) → kept",
+            host: HostView {
+                error: Some("BMC unreachable".into()),
+                ..host(false, t(5))
+            },
+            delete: false,
+            message: "BMC unreachable",
+        },
+        Case {
+            name: "metal3's whole-second stamp of the request's own second → kept",
+            host: host(false, t(0)),
+            delete: false,
+            message: "before the power-off request",
+        },
+        Case {
+            name: "metal3's stamp of the next second → DeleteNode",
+            host: host(false, t(1)),
+            delete: true,
+            message: "deleting node w1",
+        },
+        Case {
+            name: "fresh but on → kept, waiting for the power-off",
+            host: host(true, t(5)),
+            delete: false,
+            message: "waiting for host metal/h1 to power off",
+        },
+    ];
+    for c in cases {
+        let o = obs(powering_off(), Some(c.host.clone()));
+        let d = decide(&o, t(10));
+        assert_eq!(
+            d.actions.contains(&Action::DeleteNode),
+            c.delete,
+            "{}: {d:#?}",
+            c.name
+        );
+        assert_eq!(off_confirmed(&c.host, &o.record), c.delete, "{}", c.name);
+        assert!(d.message.contains(c.message), "{}: {}", c.name, d.message);
+        if !c.delete {
+            assert_eq!(d.record, None, "{}: nothing recorded while waiting", c.name);
+            assert!(d.requeue.is_some(), "{}", c.name);
+        }
+    }
+}
+
+#[test]
+fn a_power_off_not_confirmed_by_its_deadline_gives_up_releases_and_escalates() {
+    // Deadline: 0.5 s + 120 s.
+    for (name, h, why) in [
+        (
+            "stale status",
+            host(false, t(-30)),
+            "before the power-off request",
+        ),
+        (
+            "controller in error",
+            HostView {
+                error: Some("BMC unreachable".into()),
+                ..host(false, t(60))
+            },
+            "BMC unreachable",
+        ),
+        ("still on", host(true, t(60)), "still on"),
+    ] {
+        let before = decide(&obs(powering_off(), Some(h.clone())), t(120));
+        assert!(before.record.is_none(), "{name}: waits until the deadline");
+        let d = decide(&obs(powering_off(), Some(h)), t(121));
+        let r = d.record.clone().expect("gave up");
+        assert_eq!(r.step, RemediationStep::GaveUp, "{name}");
+        assert!(
+            r.failure.as_deref().unwrap().contains(why),
+            "{name}: {:?}",
+            r.failure
+        );
+        assert_eq!(
+            d.actions,
+            vec![
+                Action::ReleasePowerOff,
+                Action::Escalate(Escalation::MarkOwnerRemediated)
+            ],
+            "{name}"
+        );
+        assert_eq!(d.phase, RemediationPhase::Failed, "{name}");
+        assert!(
+            d.events.iter().any(|e| e.reason == ev::FAILED && e.warning),
+            "{name}"
+        );
+    }
+    // Withdrawn after the backup (deletion decided), not off by the deadline: no escalation.
+    let mut o = obs(
+        Record {
+            labels_backup: Some(BTreeMap::new()),
+            annotations_backup: Some(BTreeMap::new()),
+            ..powering_off()
+        },
+        Some(host(false, t(-30))),
+    );
+    o.requested = false;
+    let d = decide(&o, t(200));
+    assert_eq!(d.actions, vec![Action::ReleasePowerOff]);
+}
+
+#[test]
+fn every_step_after_the_start_acts_on_the_bound_host_only() {
+    // The lookup now names another host (a forged hint, the Node deleted): ignored.
+    let mut o = obs(powering_off(), Some(host(false, t(5))));
+    o.target = Err(Blocker::NodeHostUnknown("w1".into()));
+    assert!(matches!(acting_host(&o), Acting::Host(h) if h.uid == UID));
+    assert!(decide(&o, t(10)).actions.contains(&Action::DeleteNode));
+    o.target = Ok(HostView {
+        name: "metal/h0".into(),
+        uid: "uid-h0".into(),
+        ..host(true, t(5))
+    });
+    assert!(decide(&o, t(10)).actions.contains(&Action::DeleteNode));
+    assert!(start_blocker(&o).is_none());
+
+    // The bound host deleted: wait with a Warning, no action; give up at the deadline
+    // without a release (there is nothing to release).
+    let mut gone = obs(powering_off(), None);
+    gone.target = Ok(host(false, t(5)));
+    assert_eq!(acting_host(&gone), Acting::Missing);
+    let d = decide(&gone, t(10));
+    assert!(d.actions.is_empty(), "{d:#?}");
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == ev::HOST_LOST && e.warning)
+    );
+    assert!(d.message.contains("no longer exists"), "{}", d.message);
+    let d = decide(&gone, t(200));
+    assert_eq!(d.record.unwrap().step, RemediationStep::GaveUp);
+    assert_eq!(
+        d.actions,
+        vec![Action::Escalate(Escalation::MarkOwnerRemediated)]
+    );
+
+    // Re-created under the same name (another uid): never acted on.
+    let replaced = HostView {
+        uid: "uid-new".into(),
+        power_off_requested: false,
+        ..host(true, t(5))
+    };
+    let o = obs(powering_off(), Some(replaced.clone()));
+    assert!(matches!(acting_host(&o), Acting::Replaced(_)));
+    let d = decide(&o, t(10));
+    assert!(
+        d.actions.is_empty(),
+        "no power-off requested on the new host: {d:#?}"
+    );
+    assert!(d.message.contains("uid-new"), "{}", d.message);
+    // Later steps never release a power-off on it either.
+    for step in [
+        RemediationStep::NodeReleased,
+        RemediationStep::PowerOnRequested,
+        RemediationStep::Done,
+        RemediationStep::GaveUp,
+    ] {
+        let o = obs(
+            Record {
+                step,
+                power_on_timeout_at: Some(t(600)),
+                ..powering_off()
+            },
+            Some(HostView {
+                power_off_requested: true,
+                ..replaced.clone()
+            }),
+        );
+        let d = decide(&o, t(10));
+        let released = d.actions.contains(&Action::ReleasePowerOff);
+        // NodeReleased always asks for the release: the controller carries it out on the
+        // acting host only, and there is none.
+        assert!(
+            acting_host(&o).host().is_none()
+                && (!released || step == RemediationStep::NodeReleased),
+            "{step:?}: {d:#?}"
+        );
+    }
+}
+
+#[test]
+fn the_start_binds_the_host_and_a_host_that_cannot_move_takes_no_slot() {
+    let fresh = || obs(Record::default(), Some(host(true, t(-5))));
+    let d = decide(&fresh(), t(0));
+    let r = d.record.unwrap();
+    assert_eq!(r.host, Some(bound()), "namespace, name and uid recorded");
+    assert_eq!(r.cycle_started_at, Some(t(0)));
+    assert!(wants_slot(&fresh(), t(0)));
+
+    #[rustfmt::skip]
+    let blocked: Vec<(&str, Observation, &str)> = vec![
+        ("disablePowerOff", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("spec.disablePowerOff is set".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
+        ("paused", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("it is paused".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
+        ("offline", { let mut o = fresh(); o.target = Ok(HostView { online: false, ..host(true, t(-5)) }); o }, "HostOffline"),
+        ("binding in doubt", { let mut o = fresh(); o.target = Err(Blocker::Binding { reason: "HostBindingConflict", message: "sources disagree on the BareMetalHost of node w1: metal/h0 by a, metal/h1 by b".into() }); o }, "HostBindingConflict"),
+    ];
+    for (name, o, reason) in blocked {
+        let d = decide(&o, t(0));
+        assert_eq!(d.blocked, Some(reason), "{name}");
+        assert!(d.actions.is_empty() && d.record.is_none(), "{name}");
+        assert!(
+            d.events
+                .iter()
+                .any(|e| e.reason == ev::BLOCKED && e.warning),
+            "{name}"
+        );
+        assert!(!wants_slot(&o, t(0)), "{name}: takes no slot");
+    }
+    let mut waiting = fresh();
+    waiting.queue_reboot_until = Some(t(50));
+    assert!(
+        !wants_slot(&waiting, t(0)),
+        "waiting for the queue's reboot: no slot"
+    );
+    assert!(wants_slot(&waiting, t(50)), "its boot deadline passed");
+    let mut started = fresh();
+    started.record = powering_off();
+    assert!(
+        !wants_slot(&started, t(0)),
+        "started: holds its slot already"
+    );
+}
+
+#[test]
+fn an_administrators_cordon_and_taints_are_backed_up_and_restored() {
+    let admin = NodeView {
+        unschedulable: true,
+        taints: vec![
+            taint("example.com/dedicated", "NoSchedule"),
+            taint("node.kubernetes.io/unreachable", "NoExecute"),
+            taint("node.kubernetes.io/unschedulable", "NoSchedule"),
+        ],
+        annotations: BTreeMap::from([("example.com/owner".to_string(), "ops".to_string())]),
+        ..node()
+    };
+    let mut o = obs(powering_off(), Some(host(false, t(5))));
+    o.node = Some(admin.clone());
+    let r = decide(&o, t(10)).record.unwrap();
+    assert_eq!(
+        r.node_spec_backup,
+        Some(NodeSpecBackup {
+            unschedulable: true,
+            taints: vec![taint("example.com/dedicated", "NoSchedule")],
+        }),
+        "the cordon and the admin's taint; never Kubernetes' own taints"
+    );
+
+    // The reboot queue's cordon is the queue's, not the admin's: neither it nor its marker
+    // is backed up.
+    let mut queue_cordoned = admin.clone();
+    queue_cordoned.taints.clear();
+    queue_cordoned
+        .annotations
+        .insert(CORDONED_BY_ANNOTATION.into(), "rqe-1".into());
+    o.node = Some(queue_cordoned);
+    let r = decide(&o, t(10)).record.unwrap();
+    assert_eq!(r.node_spec_backup, None);
+    assert!(
+        !r.annotations_backup
+            .unwrap()
+            .contains_key(CORDONED_BY_ANNOTATION)
+    );
+
+    // The new Node: the cordon and the missing taint come back; a taint it has is kept.
+    let backup = Record {
+        step: RemediationStep::PowerOnRequested,
+        labels_backup: Some(BTreeMap::new()),
+        annotations_backup: Some(BTreeMap::new()),
+        node_spec_backup: Some(NodeSpecBackup {
+            unschedulable: true,
+            taints: vec![
+                taint("example.com/dedicated", "NoSchedule"),
+                taint("example.com/gpu", "NoExecute"),
+            ],
+        }),
+        power_on_timeout_at: Some(t(600)),
+        ..powering_off()
+    };
+    let mut o = obs(
+        backup.clone(),
+        Some(HostView {
+            power_off_requested: false,
+            ..host(true, t(50))
+        }),
+    );
+    o.node = Some(NodeView {
+        ready: true,
+        taints: vec![taint("example.com/gpu", "NoExecute")],
+        ..node()
+    });
+    let d = decide(&o, t(60));
+    assert_eq!(
+        d.actions,
+        vec![Action::RestoreNode {
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            cordon: true,
+            taints: vec![taint("example.com/dedicated", "NoSchedule")],
+        }]
+    );
+    assert_eq!(d.record, None, "the backup is kept until the Node has it");
+    // Once it has them: the backup is forgotten and the remediation is done.
+    o.node = Some(NodeView {
+        ready: true,
+        unschedulable: true,
+        taints: vec![
+            taint("example.com/gpu", "NoExecute"),
+            taint("example.com/dedicated", "NoSchedule"),
+        ],
+        ..node()
+    });
+    let r = decide(&o, t(61)).record.unwrap();
+    assert_eq!(r.step, RemediationStep::Done);
+    assert_eq!(r.node_spec_backup, None);
+}
