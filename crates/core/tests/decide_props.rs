@@ -126,6 +126,7 @@ prop_compose! {
             image: None,
             paused: hostcycle_api::is_paused(&annotations),
             detached: hostcycle_api::is_detached(&annotations),
+            command_reboot: false,
             reboot_requests: RebootRequests::from_annotations(&annotations),
             status: BareMetalHostStatus {
                 powered_on,

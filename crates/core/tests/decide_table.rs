@@ -177,6 +177,29 @@ fn cases() -> Vec<Case> {
             ..Default::default()
         },
         Case {
+            name: "off while the reboot queue's command reboots it → left to the command: no power-on, no correction",
+            host: host_on().bmc(ObservedPower::Off).annotate(
+                hostcycle_core::queue::reboot::COMMAND_MARKER_ANNOTATION,
+                "rqe-uid",
+            ),
+            no_events: &[ev::POWER_STATE_CORRECTED, ev::POWER_ON],
+            requeue: FAST,
+            ..Default::default()
+        },
+        Case {
+            name: "the command's marker does not stop a reboot annotation's power-off",
+            host: host_on()
+                .annotate(
+                    hostcycle_core::queue::reboot::COMMAND_MARKER_ANNOTATION,
+                    "rqe-uid",
+                )
+                .annotate(SUFFIXLESS, HARD),
+            power: off(PowerOffMode::Hard),
+            events: &[ev::REBOOT_REQUESTED, ev::POWER_OFF],
+            requeue: FAST,
+            ..Default::default()
+        },
+        Case {
             name: "powered on behind our back while offline → corrected and reported",
             host: host_off_offline().bmc(ObservedPower::On),
             power: off(PowerOffMode::Soft),

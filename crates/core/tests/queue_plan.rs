@@ -216,6 +216,8 @@ struct Want {
     waiting: Vec<(u64, WaitReason)>,
     in_progress: Vec<(u64, EntryPhase)>,
     stop_draining: Vec<u64>,
+    /// Rebooting entries cancelled meanwhile (also in `in_progress`).
+    cancel_rebooting: Vec<u64>,
     uncordon: Vec<&'static str>,
 }
 
@@ -281,6 +283,7 @@ fn project(p: &Plan, entries: &[EntryView]) -> Want {
             .map(|(r, ph)| (check(r), *ph))
             .collect(),
         stop_draining: p.stop_draining.iter().map(check).collect(),
+        cancel_rebooting: p.cancel_rebooting.iter().map(check).collect(),
         uncordon: Vec::new(),
     }
 }
@@ -320,7 +323,9 @@ fn run(cases: Vec<Case>) {
 fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
     run(vec![
         Case {
-            name: "cancelled entries leave whatever their phase; in-progress ones are uncordoned",
+            name: "cancelled entries leave, a draining one uncordoned; a rebooting one stays in \
+                   progress, cordoned (its power cycle may be under way: the controller \
+                   withdraws the request or waits for the boot)",
             config: config(3, 0),
             nodes: vec![
                 node("w1"),
@@ -334,12 +339,10 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             ],
             remediating: vec![],
             want: Want {
-                dequeue: vec![
-                    (1, DequeueReason::Cancelled),
-                    (2, DequeueReason::Cancelled),
-                    (3, DequeueReason::Cancelled),
-                ],
-                uncordon: vec!["w2", "w3"],
+                dequeue: vec![(1, DequeueReason::Cancelled), (3, DequeueReason::Cancelled)],
+                in_progress: vec![(2, EntryPhase::Rebooting)],
+                cancel_rebooting: vec![2],
+                uncordon: vec!["w3"],
                 ..Default::default()
             },
             ..Default::default()
@@ -425,6 +428,21 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
             ..Default::default()
         },
         Case {
+            name: "a cancelled entry still rebooting stays the first for its node: a new one is \
+                   a duplicate, never a second drain of a node mid-cycle",
+            config: config(3, 0),
+            nodes: vec![node("w1").queue_cordoned()],
+            entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "w1")],
+            remediating: vec![],
+            want: Want {
+                dequeue: vec![(2, DequeueReason::Duplicate { first_index: 1 })],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                cancel_rebooting: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
             name: "an in-progress duplicate leaves and frees its slot for the first",
             nodes: vec![node("w1").queue_cordoned()],
             entries: vec![entry(1, "w1"), entry(2, "w1").draining()],
@@ -444,22 +462,31 @@ fn cancelled_missing_node_and_duplicate_entries_leave_the_queue() {
 #[test]
 fn dequeue_records_the_phase_the_entry_had() {
     let case = Case {
-        nodes: vec![node("w1"), node("w2")],
+        nodes: vec![node("w1"), node("w2"), node("w3")],
         entries: vec![
-            entry(1, "w1").rebooting().cancelled(),
+            entry(1, "w1").cancelled(),
             entry(2, "w2").draining().cancelled(),
+            entry(3, "w3").rebooting().cancelled(),
         ],
         ..Default::default()
     };
     let p = plan(&snapshot_of(&case), now());
     let phases: Vec<EntryPhase> = p.dequeue.iter().map(|d| d.phase).collect();
-    assert_eq!(phases, vec![EntryPhase::Rebooting, EntryPhase::Draining]);
+    assert_eq!(phases, vec![EntryPhase::Queued, EntryPhase::Draining]);
     assert_eq!(
         p.dequeue
             .iter()
             .map(|d| d.reason.code())
             .collect::<Vec<_>>(),
         vec!["Cancelled", "Cancelled"]
+    );
+    assert_eq!(
+        p.cancel_rebooting
+            .iter()
+            .map(|e| e.index)
+            .collect::<Vec<_>>(),
+        vec![3],
+        "the rebooting one is the controller's to withdraw or wait for"
     );
 }
 
@@ -854,12 +881,25 @@ fn api_servers_go_last_alone_and_one_at_a_time() {
         Case {
             name: "the API server goes once the last worker has left the queue",
             nodes: vec![node("w1").queue_cordoned(), api("cp1")],
-            entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "cp1")],
+            entries: vec![entry(1, "w1").draining().cancelled(), entry(2, "cp1")],
             remediating: vec![],
             want: Want {
                 start: vec![2],
                 dequeue: vec![(1, DequeueReason::Cancelled)],
                 uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a cancelled worker still rebooting holds the API server back",
+            nodes: vec![node("w1").queue_cordoned(), api("cp1")],
+            entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "cp1")],
+            remediating: vec![],
+            want: Want {
+                waiting: vec![(2, after_workers(&["w1"]))],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                cancel_rebooting: vec![1],
                 ..Default::default()
             },
             ..Default::default()
@@ -1011,15 +1051,30 @@ fn too_many_unreachable_nodes_block_every_start() {
             ..Default::default()
         },
         Case {
-            name: "powered-off node whose reboot was cancelled counts again and blocks",
+            name: "unreachable node whose drain was cancelled counts again and blocks",
             config: config(2, 0),
             nodes: vec![node("w1").not_ready().queue_cordoned(), node("w2")],
-            entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "w2")],
+            entries: vec![entry(1, "w1").draining().cancelled(), entry(2, "w2")],
             remediating: vec![],
             want: Want {
                 dequeue: vec![(1, DequeueReason::Cancelled)],
                 waiting: vec![(2, unreachable(&["w1"], 0))],
                 uncordon: vec!["w1"],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "powered-off node whose reboot was cancelled mid-cycle is still in progress, \
+                   not counted",
+            config: config(2, 0),
+            nodes: vec![node("w1").not_ready().queue_cordoned(), node("w2")],
+            entries: vec![entry(1, "w1").rebooting().cancelled(), entry(2, "w2")],
+            remediating: vec![],
+            want: Want {
+                start: vec![2],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                cancel_rebooting: vec![1],
                 ..Default::default()
             },
             ..Default::default()
@@ -1131,7 +1186,8 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
             ..Default::default()
         },
         Case {
-            name: "nodes of dequeued in-progress entries are uncordoned",
+            name: "nodes of dequeued in-progress entries are uncordoned; a cancelled reboot \
+                   keeps its cordon",
             config: config(3, 0),
             nodes: vec![
                 node("w1").queue_cordoned(),
@@ -1145,9 +1201,10 @@ fn the_queue_uncordons_only_its_own_stray_cordons() {
             ],
             remediating: vec![],
             want: Want {
-                dequeue: vec![(1, DequeueReason::Cancelled), (2, DequeueReason::Cancelled)],
-                in_progress: vec![(3, EntryPhase::Rebooting)],
-                uncordon: vec!["w1", "w2"],
+                dequeue: vec![(1, DequeueReason::Cancelled)],
+                in_progress: vec![(2, EntryPhase::Rebooting), (3, EntryPhase::Rebooting)],
+                cancel_rebooting: vec![2],
+                uncordon: vec!["w1"],
                 ..Default::default()
             },
             ..Default::default()
@@ -1707,13 +1764,52 @@ proptest! {
 fn a_node_being_remediated_is_neither_drained_nor_started() {
     run(vec![
         Case {
-            name: "queued: waits with BeingRemediated; the next entry takes the slot",
+            name: "queued: waits with BeingRemediated; the node counts as unreachable, so with \
+                   maxUnreachableNodes 0 nothing else starts",
+            nodes: vec![node("w1"), node("w2")],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            remediating: vec!["w1"],
+            want: Want {
+                waiting: vec![
+                    (1, WaitReason::BeingRemediated),
+                    (2, unreachable(&["w1"], 0)),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "queued, maxUnreachableNodes 1: the next entry takes the slot",
+            config: config(1, 1),
             nodes: vec![node("w1"), node("w2")],
             entries: vec![entry(1, "w1"), entry(2, "w2")],
             remediating: vec!["w1"],
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, WaitReason::BeingRemediated)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a fenced node whose Node object is deleted still counts as unreachable",
+            nodes: vec![node("cp2").api_server(), node("cp3").api_server()],
+            entries: vec![entry(1, "cp2")],
+            remediating: vec!["cp1"],
+            want: Want {
+                waiting: vec![(1, unreachable(&["cp1"], 0))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a fenced node that is also NotReady counts once",
+            config: config(1, 1),
+            nodes: vec![node("w1").not_ready(), node("w2")],
+            entries: vec![entry(2, "w2")],
+            remediating: vec!["w1"],
+            want: Want {
+                start: vec![2],
                 ..Default::default()
             },
             ..Default::default()
@@ -1732,13 +1828,16 @@ fn a_node_being_remediated_is_neither_drained_nor_started() {
             ..Default::default()
         },
         Case {
-            name: "queued, Node released by the remediation: kept, waits with BeingRemediated",
+            name: "queued, Node released by the remediation: kept, waits with BeingRemediated \
+                   (and counts as unreachable)",
             nodes: vec![node("w2")],
             entries: vec![entry(1, "w1"), entry(2, "w2")],
             remediating: vec!["w1"],
             want: Want {
-                start: vec![2],
-                waiting: vec![(1, WaitReason::BeingRemediated)],
+                waiting: vec![
+                    (1, WaitReason::BeingRemediated),
+                    (2, unreachable(&["w1"], 0)),
+                ],
                 ..Default::default()
             },
             ..Default::default()

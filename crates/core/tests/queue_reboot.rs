@@ -55,10 +55,15 @@ fn fresh() -> RebootProgress {
 fn host() -> HostView {
     HostView {
         reference: host_ref(),
+        uid: "host-uid-1".into(),
         reboot_annotation: true,
         request_marker: Some(UID.into()),
         powered_on: Some(true),
         last_powered_on: Some(ts(-3_600)),
+        // Statuses in these tables are written after the request unless a case says else.
+        last_updated: Some(ts(1_000_000)),
+        error: None,
+        power_off_requested_at: None,
     }
 }
 

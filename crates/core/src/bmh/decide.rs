@@ -308,6 +308,12 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
         // show "off" for a while): no power-on, and no "corrected" warning, unless it stays
         // off past the power-action timeout.
         requeue = cfg.transition_requeue;
+    } else if want_on && !on && s.command_reboot && !reboot_driven {
+        // The reboot queue's reboot command is power-cycling this host: it is off on purpose.
+        // Powering it on would race the command (a waiting command then times out, and a
+        // retried one reboots the node twice): the power is the command's until the queue
+        // removes its marker.
+        requeue = cfg.transition_requeue;
     } else if want_on && removed_annotations {
         // Power on only from a snapshot that shows no reboot annotation at all.
         requeue = cfg.transition_requeue;

@@ -84,6 +84,9 @@ pub struct HostSnapshot {
     pub paused: bool,
     /// `baremetalhost.metal3.io/detached` present.
     pub detached: bool,
+    /// The reboot queue is rebooting the host with its reboot command
+    /// (`hostcycle.io/reboot-queue-command`): a host found off is left to the command.
+    pub command_reboot: bool,
     /// Every `reboot.metal3.io` annotation, parsed.
     pub reboot_requests: RebootRequests,
     /// Status as recorded on the object (timestamps, last power action, errors...).
@@ -120,6 +123,8 @@ impl HostSnapshot {
                 .and_then(|_| host.spec.extra.get("image").cloned()),
             paused: is_paused(annotations),
             detached: is_detached(annotations),
+            command_reboot: annotations
+                .contains_key(crate::queue::reboot::COMMAND_MARKER_ANNOTATION),
             reboot_requests: RebootRequests::from_annotations(annotations),
             status: host.status.clone().unwrap_or_default(),
             bmc,

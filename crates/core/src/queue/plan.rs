@@ -205,6 +205,10 @@ pub struct Plan {
     pub waiting: Vec<Waiting>,
     /// Entries draining or rebooting that carry on.
     pub in_progress: Vec<(EntryRef, EntryPhase)>,
+    /// Rebooting entries cancelled meanwhile (also in `in_progress`): the controller
+    /// withdraws the reboot request if the power cycle has not begun, else the node stays
+    /// cordoned until the cycle is done ([`super::reboot::cancel_step`]).
+    pub cancel_rebooting: Vec<EntryRef>,
     /// The queue is disabled: these draining entries stop and go back to `Queued`.
     pub stop_draining: Vec<EntryRef>,
     /// Nodes the queue cordoned that no entry is draining or rebooting (nor starting to):
@@ -216,13 +220,17 @@ pub struct Plan {
 ///
 /// Rules (CKE's, made event-driven):
 /// 1. Cancelled entries, entries whose Node does not exist and duplicates (a later entry
-///    for a node already queued) leave the queue, whatever their phase.
+///    for a node already queued) leave the queue, whatever their phase — except a cancelled
+///    entry that is rebooting: its power cycle may be under way, so it stays in progress
+///    (and the first for its node) until the controller withdrew the request or the node
+///    booted.
 /// 2. Disabled: nothing starts; draining entries stop (back to `Queued`); rebooting entries
 ///    finish. A node being remediated is treated the same way, for its own entry.
 /// 3. In progress = `Draining` + `Rebooting`, at most `maxConcurrentReboots`. A queued
 ///    entry still backed off neither counts nor blocks others.
 /// 4. No drain starts while more than `maxUnreachableNodes` nodes that are not in progress
-///    have a Ready condition that is not True.
+///    are unreachable: their Ready condition is not True, or a remediation is working on
+///    them (fenced or about to be, with or without a Node object).
 /// 5. API-server nodes go one at a time, after every eligible worker, and never while a
 ///    worker is in progress.
 /// 6. When slots are free every eligible entry up to the free slots starts at once.
@@ -237,7 +245,8 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
     let mut first_for_node: BTreeMap<&str, u64> = BTreeMap::new();
     let mut live: Vec<&EntryView> = Vec::new();
     for entry in entries {
-        let reason = if entry.cancel {
+        let cancelled_mid_reboot = entry.cancel && entry.phase == EntryPhase::Rebooting;
+        let reason = if entry.cancel && !cancelled_mid_reboot {
             Some(DequeueReason::Cancelled)
         } else if !snapshot.nodes.contains_key(&entry.node)
             // A remediation deletes the Node for a while and brings it back: the entry waits.
@@ -281,6 +290,9 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
             phase if phase.in_progress() => {
                 busy_nodes.insert(&entry.node);
                 out.in_progress.push((entry.reference(), phase));
+                if entry.cancel {
+                    out.cancel_rebooting.push(entry.reference());
+                }
                 if api_server {
                     api_in_progress.get_or_insert(&entry.node);
                 } else {
@@ -322,8 +334,13 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
     let unreachable: Vec<String> = snapshot
         .nodes
         .values()
-        .filter(|n| !n.ready && !busy_nodes.contains(n.name.as_str()))
-        .map(|n| n.name.clone())
+        .filter(|n| !n.ready)
+        .map(|n| n.name.as_str())
+        .chain(snapshot.being_remediated.iter().map(String::as_str))
+        .filter(|n| !busy_nodes.contains(n))
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .map(str::to_string)
         .collect();
     let too_many_unreachable = unreachable.len() > config.max_unreachable_nodes as usize;
 

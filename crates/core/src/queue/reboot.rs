@@ -7,9 +7,19 @@
 //! "never reached the host" and never asks twice. A boot counts once
 //! - there is evidence of a power-on after the `Rebooting` transition `T`: the host's
 //!   `lastPoweredOn` is later than `T` (hostcycle's host controller), or the queue itself saw
-//!   the host off after `T` and sees it on again (metal3's baremetal-operator, which never
-//!   writes `lastPoweredOn`), or the Node's `bootID` differs from the one recorded at `T`;
+//!   the host off — in a status written after the request, without error — and sees it on
+//!   again (metal3's baremetal-operator, which never writes `lastPoweredOn`), or the Node's
+//!   `bootID` differs from the one recorded at `T` once the reboot annotation is gone or the
+//!   power-off was seen (a new boot ID while the request still waits on the host is some
+//!   other reboot: counting it would leave the requested one to come after the uncordon);
 //! - and the Node is Ready with a heartbeat newer than that power-on.
+//!
+//! The host is the one bound when the entry entered `Rebooting` (namespace, name and uid):
+//! a host re-created under that name is not it.
+//!
+//! **Cancel.** A cancelled `Rebooting` entry withdraws the request while the power cycle has
+//! not begun ([`cancel_step`]); once it has (or may have), the node stays cordoned until it
+//! has booted.
 //!
 //! **Command.** `rebootCommand… <address>` runs once (with its retries); every attempt is
 //! recorded before it starts, so a restart never runs it again. Then
@@ -18,19 +28,27 @@
 
 use std::time::Duration;
 
-use hostcycle_api::queue::{HostReference, RebootProgress};
+use hostcycle_api::queue::{HostReference, RebootMethod, RebootProgress};
 use jiff::Timestamp;
 
 use super::drain::{add, elapsed};
 use super::snapshot::NodeView;
+use crate::evidence::{PowerEvidence, PowerReport, power_since};
 
 /// On a BareMetalHost: the UID of the queue entry whose reboot request it carries.
 pub const REQUEST_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-request";
+/// On a BareMetalHost: the UID of the queue entry rebooting it with the reboot command. The
+/// host controller then leaves the host's power to the command: it does not "correct" a
+/// host it finds off mid-cycle (which would make a waiting command time out and, retried,
+/// reboot the node twice).
+pub const COMMAND_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-command";
 
 /// A BareMetalHost as the queue's boot check sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostView {
     pub reference: HostReference,
+    /// `metadata.uid`.
+    pub uid: String,
     /// The suffixless `reboot.metal3.io` annotation is present.
     pub reboot_annotation: bool,
     /// Value of [`REQUEST_MARKER_ANNOTATION`].
@@ -39,6 +57,35 @@ pub struct HostView {
     pub powered_on: Option<bool>,
     /// `status.provisioning.lastPoweredOn` (hostcycle's host controller only).
     pub last_powered_on: Option<Timestamp>,
+    /// `status.lastUpdated`.
+    pub last_updated: Option<Timestamp>,
+    /// The host controller's error, if it reports one.
+    pub error: Option<String>,
+    /// When hostcycle's host controller first requested the power-off it is on now
+    /// (`status.lastPowerAction` for `off`), written before it calls the BMC.
+    pub power_off_requested_at: Option<Timestamp>,
+}
+
+impl HostView {
+    fn power_report(&self) -> PowerReport {
+        PowerReport {
+            powered_on: self.powered_on,
+            last_updated: self.last_updated,
+            error: self.error.clone(),
+        }
+    }
+
+    /// Not the host bound at the start: `Some(why)` when the recorded uid differs.
+    fn replaced(&self, progress: &RebootProgress) -> Option<String> {
+        let bound = progress.host_uid.as_deref()?;
+        (bound != self.uid).then(|| {
+            format!(
+                "BareMetalHost {} was replaced (uid {} instead of {bound}); the reboot is never \
+                 requested from the new host: cancel the entry",
+                self.reference, self.uid
+            )
+        })
+    }
 }
 
 /// The next step of a reboot through the BMC.
@@ -74,14 +121,19 @@ pub fn bmc_reboot_step(
             "BareMetalHost {host_name} not found; waiting for it to reappear"
         ));
     };
+    if let Some(why) = host.replaced(progress) {
+        return BmcRebootStep::Wait(why);
+    }
     let Some(requested_at) = progress.requested_at else {
         return BmcRebootStep::Request { record: true };
     };
     if host.request_marker.as_deref() != Some(entry_uid) {
-        // The write-ahead record exists but the patch never reached the host.
+        // The write-ahead record exists but the patch never reached the host (the
+        // controller reads the host fresh before it asks again).
         return BmcRebootStep::Request { record: false };
     }
 
+    let cycle_seen = progress.host_powered_off_at.is_some();
     let boot_started = match (
         host.last_powered_on.filter(|on| *on > rebooting_since),
         progress.host_powered_off_at,
@@ -89,7 +141,11 @@ pub fn bmc_reboot_step(
         (Some(on), _) => Some(on),
         (None, Some(off)) if host.powered_on == Some(true) => Some(off),
         _ => match (&progress.boot_id, &node.boot_id) {
-            (Some(before), Some(now_id)) if before != now_id => Some(requested_at),
+            (Some(before), Some(now_id))
+                if before != now_id && (!host.reboot_annotation || cycle_seen) =>
+            {
+                Some(requested_at)
+            }
             _ => None,
         },
     };
@@ -105,14 +161,23 @@ pub fn bmc_reboot_step(
             ))
         };
     }
-    if host.powered_on == Some(false) {
-        if progress.host_powered_off_at.is_none() {
+    match power_since(&host.power_report(), requested_at) {
+        PowerEvidence::Off if progress.host_powered_off_at.is_none() => {
             return BmcRebootStep::RecordPowerOff { at: now };
         }
-        return BmcRebootStep::Wait(format!(
-            "host {} is powered off; waiting for it to power on",
-            host.reference
-        ));
+        PowerEvidence::Off => {
+            return BmcRebootStep::Wait(format!(
+                "host {} is powered off; waiting for it to power on",
+                host.reference
+            ));
+        }
+        PowerEvidence::InError(e) => {
+            return BmcRebootStep::Wait(format!(
+                "reboot requested at {requested_at}; host {}'s controller reports: {e}",
+                host.reference
+            ));
+        }
+        _ => {}
     }
     if host.reboot_annotation {
         BmcRebootStep::Wait(format!(
@@ -169,4 +234,135 @@ pub fn boot_overdue(rebooting_since: Timestamp, now: Timestamp, timeout: Duratio
 /// When a reboot that began at `rebooting_since` becomes overdue.
 pub fn boot_deadline(rebooting_since: Timestamp, timeout: Duration) -> Timestamp {
     add(rebooting_since, timeout)
+}
+
+/// What a cancel does to an entry that is `Rebooting`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelStep {
+    /// The power cycle has not begun: withdraw the request (the reboot annotation and the
+    /// marker, with the host's resourceVersion as a precondition, so a power-off the host
+    /// controller records meanwhile makes it fail), then uncordon and remove the entry.
+    Withdraw,
+    /// Nothing reached a host (no request on it, no command run): uncordon and remove.
+    Remove,
+    /// The power cycle has begun, or may have: the node stays cordoned until it has booted;
+    /// the text says why.
+    WaitForCycle(String),
+}
+
+/// Decides what cancelling a `Rebooting` entry does.
+pub fn cancel_step(
+    entry_uid: &str,
+    progress: &RebootProgress,
+    host: Option<&HostView>,
+) -> CancelStep {
+    const KEEP: &str = "the node stays cordoned until it has booted (delete the entry to give \
+                        up without that)";
+    match progress.method {
+        RebootMethod::Command if progress.command_attempts == 0 => CancelStep::Remove,
+        RebootMethod::Command => CancelStep::WaitForCycle(format!(
+            "cancel requested, but the reboot command has run and may have rebooted the node: \
+             {KEEP}"
+        )),
+        RebootMethod::Bmc => {
+            let Some(requested_at) = progress.requested_at else {
+                return CancelStep::Remove;
+            };
+            let Some(host) = host.filter(|h| h.replaced(progress).is_none()) else {
+                return CancelStep::Remove;
+            };
+            if host.request_marker.as_deref() != Some(entry_uid) {
+                return CancelStep::Remove;
+            }
+            let begun = progress.host_powered_off_at.is_some()
+                || host.powered_on == Some(false)
+                || !host.reboot_annotation
+                || host
+                    .power_off_requested_at
+                    .is_some_and(|at| at >= requested_at);
+            if begun {
+                CancelStep::WaitForCycle(format!(
+                    "cancel requested, but host {} has begun its power cycle: {KEEP}",
+                    host.reference
+                ))
+            } else {
+                CancelStep::Withdraw
+            }
+        }
+    }
+}
+
+/// What follows a completed drain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterDrain {
+    /// Record `Rebooting` and request the reboot with this method.
+    Reboot(RebootMethod),
+    /// Do not reboot now: back to `Queued` (the node is uncordoned by the next plan); the
+    /// text says why.
+    Stop(String),
+    /// The node cannot be rebooted: back off, saying why.
+    Blocked(String),
+}
+
+/// Decides, when a drain reports completion, whether the reboot starts: the queue must still
+/// be enabled and no remediation may have started on the node meanwhile — the same checks
+/// the plan makes, made again at the moment of the irreversible step.
+pub fn after_drain(
+    enabled: bool,
+    being_remediated: bool,
+    method: Result<RebootMethod, String>,
+) -> AfterDrain {
+    if !enabled {
+        return AfterDrain::Stop(
+            "drain finished after the reboot queue was disabled; the node is drained again \
+             when it is enabled"
+                .into(),
+        );
+    }
+    if being_remediated {
+        return AfterDrain::Stop(
+            "drain finished while a remediation started on the node; it is drained again once \
+             the remediation is over"
+                .into(),
+        );
+    }
+    match method {
+        Ok(m) => AfterDrain::Reboot(m),
+        Err(why) => AfterDrain::Blocked(why),
+    }
+}
+
+/// What to do after a run of the reboot command failed (or timed out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterFailedCommand {
+    /// The boot check says the node has not booted since `Rebooting`: run attempt `attempt`.
+    Retry { attempt: u32 },
+    /// The boot check says it booted: the failed run rebooted it after all; no retry.
+    Booted,
+    /// No retry: the text says why (retries used up, or the boot check could not tell, and
+    /// a second reboot is worse than a boot timeout).
+    GiveUp(String),
+}
+
+/// Decides whether a failed reboot command is run again: only once the boot check says the
+/// node has not booted since the reboot began — a command that timed out may have rebooted
+/// it, and running it again would reboot it twice.
+pub fn after_failed_command(
+    attempt: u32,
+    retries: u32,
+    boot_check: Result<bool, String>,
+) -> AfterFailedCommand {
+    match boot_check {
+        Ok(true) => AfterFailedCommand::Booted,
+        Ok(false) => match next_command_attempt(attempt, retries) {
+            Some(attempt) => AfterFailedCommand::Retry { attempt },
+            None => AfterFailedCommand::GiveUp(format!(
+                "commandRetries used up after {attempt} attempt{}",
+                if attempt == 1 { "" } else { "s" }
+            )),
+        },
+        Err(why) => AfterFailedCommand::GiveUp(format!(
+            "not run again: the boot check could not tell whether the node rebooted ({why})"
+        )),
+    }
 }

@@ -38,6 +38,7 @@ pub fn host_on() -> Host {
             image: None,
             paused: false,
             detached: false,
+            command_reboot: false,
             reboot_requests: RebootRequests::default(),
             status: BareMetalHostStatus {
                 powered_on: Some(true),
@@ -107,6 +108,9 @@ impl Host {
         self.snapshot.reboot_requests = RebootRequests::from_annotations(&self.annotations);
         self.snapshot.paused = hostcycle_api::is_paused(&self.annotations);
         self.snapshot.detached = hostcycle_api::is_detached(&self.annotations);
+        self.snapshot.command_reboot = self
+            .annotations
+            .contains_key(hostcycle_core::queue::reboot::COMMAND_MARKER_ANNOTATION);
     }
 
     /// Carries out a decision as the operator would, minus the BMC: status written,
