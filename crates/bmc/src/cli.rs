@@ -35,6 +35,11 @@ pub enum BmcCommand {
     Off(OffArgs),
     /// Power off (as `off`), wait until off, power on, wait until on.
     Cycle(CycleArgs),
+    /// Ask the BMC to restart the host (Redfish ForceRestart or GracefulRestart, IPMI power
+    /// reset or soft) and return once it accepted: what a reboot command such as
+    /// `ipmitool chassis power cycle` does, so a reboot queue's commandTimeoutSeconds never
+    /// races a power cycle's own duration.
+    Restart(RestartArgs),
 }
 
 /// How to reach the BMC.
@@ -117,6 +122,15 @@ pub struct OffArgs {
 pub struct CycleArgs {
     #[command(flatten)]
     pub off: OffArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RestartArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// Cut power at once (ForceRestart) instead of asking the OS to restart.
+    #[arg(long)]
+    pub hard: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -203,6 +217,7 @@ impl BmcCommand {
             BmcCommand::On(a) => &a.connection,
             BmcCommand::Off(a) => &a.connection,
             BmcCommand::Cycle(a) => &a.off.connection,
+            BmcCommand::Restart(a) => &a.connection,
         }
     }
 }
@@ -307,6 +322,16 @@ async fn execute_with(args: &BmcArgs, driver: &dyn PowerDriver) -> anyhow::Resul
             power_off(driver, &cycle.off, &mut report).await?;
             report.actions.push(driver.power_on().await?);
             report.power_state = wait_on(driver, &cycle.off.wait).await?;
+        }
+        BmcCommand::Restart(restart) => {
+            report.command = "restart";
+            let mode = if restart.hard {
+                PowerOffMode::Hard
+            } else {
+                PowerOffMode::Soft
+            };
+            report.actions.push(driver.reboot(mode).await?);
+            report.power_state = driver.power_state().await?;
         }
     }
     report.elapsed_seconds = (start.elapsed().as_secs_f64() * 10.0).round() / 10.0;

@@ -169,22 +169,32 @@ impl LeaderElection {
         (self.grace() / 4).clamp(Duration::from_millis(200), Duration::from_secs(5))
     }
 
+    /// How long before its Lease could expire a leader stops acting when it cannot confirm a
+    /// renewal: half the grace period. A standby takes the Lease only after the expiry, so
+    /// the two never act at once even with a call in flight or clocks a little apart; the
+    /// renewal, written when the grace period starts, is read twice before this point.
+    pub fn stop_margin(&self) -> Duration {
+        self.grace() / 2
+    }
+
     /// While this replica leads: reads the Lease every [`Self::confirm_period`] and returns as
-    /// soon as it is no longer ours, or at the moment it expires without a renewal seen.
+    /// soon as it is no longer ours, or [`Self::stop_margin`] before it expires without a
+    /// renewal seen.
     ///
     /// The lease manager learns of a lost Lease only at its next successful read, and after
     /// errors (an API server outage) it backs off for up to 30 s: a leader cut off from the
     /// API server would go on acting while a standby, seeing the Lease expired, takes it over.
-    /// This stops the leader first — when its Lease expires — as client-go's renew deadline
-    /// does. (Clocks of the replicas are assumed to agree within the lease's grace period.)
+    /// This stops the leader first — a margin before its Lease expires — as client-go's renew
+    /// deadline does. (Clocks of the replicas are assumed to agree within that margin.)
     pub async fn confirm_held(&self, client: Client) -> LeaseLapse {
         let leases: Api<Lease> = Api::namespaced(client, &self.namespace);
         let duration = self.duration();
         let period = self.confirm_period();
+        let margin = self.stop_margin();
         // Just won: the Lease was renewed a moment ago. Confirmed by the first read below.
         let mut valid_until = Timestamp::now() + duration;
         loop {
-            let Some(left) = until(valid_until) else {
+            let Some(left) = until(valid_until - margin) else {
                 return LeaseLapse::Expired { at: valid_until };
             };
             // A read that hangs past the expiry counts as no renewal seen.
@@ -209,7 +219,7 @@ impl LeaderElection {
                     Err(e) => tracing::debug!(error = %e, "cannot read the leader Lease"),
                 }
             }
-            let Some(left) = until(valid_until) else {
+            let Some(left) = until(valid_until - margin) else {
                 return LeaseLapse::Expired { at: valid_until };
             };
             tokio::time::sleep(left.min(period)).await;
@@ -362,7 +372,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_leader_cut_off_from_the_api_server_stops_when_its_lease_expires() {
+    async fn a_leader_cut_off_from_the_api_server_stops_a_margin_before_its_lease_expires() {
         for answer in ["refused", "hangs"] {
             let renewed = Timestamp::now();
             let first = Arc::new(Mutex::new(true));
@@ -385,10 +395,22 @@ mod tests {
                     .unwrap();
             let expiry = renewed + Duration::from_secs(2);
             assert_eq!(lapse, LeaseLapse::Expired { at: expiry }, "{answer}");
-            let late = Timestamp::now().duration_since(expiry);
+            // 2 s Lease: grace 1 s, margin 0.5 s.
+            let margin = election().stop_margin();
+            assert_eq!(margin, Duration::from_millis(500));
+            let stopped = Timestamp::now();
+            let early = expiry.duration_since(stopped);
             assert!(
-                !late.is_negative() && late < jiff::SignedDuration::from_millis(500),
-                "{answer}: stopped {late:?} after the expiry, not at it"
+                stopped < expiry,
+                "{answer}: still acting at the expiry ({stopped} ≥ {expiry})"
+            );
+            assert!(
+                early <= jiff::SignedDuration::try_from(margin).unwrap(),
+                "{answer}: stopped {early:?} before the expiry, more than the margin"
+            );
+            assert!(
+                early >= jiff::SignedDuration::from_millis(300),
+                "{answer}: stopped only {early:?} before the expiry; the margin is {margin:?}"
             );
         }
     }

@@ -693,8 +693,9 @@ async fn reconcile_in_lane(
             }
             Action::Restart { mode } => {
                 let Some(driver) = &driver else { continue };
-                let result =
-                    power_call(driver.as_ref(), PowerCall::Restart(*mode), &ctx.metrics).await;
+                // Like every BMC call, not started (or abandoned) once leadership ends.
+                let call = power_call(driver.as_ref(), PowerCall::Restart(*mode), &ctx.metrics);
+                let result = unless_stopped(ctx, &current, call).await?;
                 if let Err(e @ BmcError::OutcomeUnknown { .. }) = &result {
                     // Accepting a restart completes the reboot, so an unknown outcome must not
                     // count as accepted: the request stays in flight and is sent again after

@@ -4,7 +4,9 @@
 //!
 //! - `rebootCommand… <address>`, with `commandTimeoutSeconds`, `commandRetries`,
 //!   `commandIntervalSeconds`; only when no attempt was ever recorded (after a restart the
-//!   command may have run, and a second reboot is worse than a boot timeout).
+//!   command may have run, and a second reboot is worse than a boot timeout). A failed or
+//!   timed-out run is retried only after the boot check says the node has not booted since
+//!   the reboot began: a command that timed out may have rebooted it already.
 //! - `bootCheckCommand… <address> <unix-time-of-Rebooting>` every
 //!   `bootCheckIntervalSeconds` (a failed run is retried like the reboot command) until it
 //!   exits 0 and prints `true`.
@@ -13,7 +15,7 @@
 
 use hostcycle_bmc::{BmcError, CommandDriver, CommandDriverConfig};
 use hostcycle_core::queue::RebootConfig;
-use hostcycle_core::queue::reboot::next_command_attempt;
+use hostcycle_core::queue::reboot::{AfterFailedCommand, after_failed_command, next_command_attempt};
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -86,12 +88,40 @@ async fn work(job: &CommandJob, reports: &mpsc::UnboundedSender<Report>) {
                 Err(e) => {
                     let message = command_error(&e);
                     tracing::warn!(node = %job.node, attempt, error = %message, "reboot command failed");
-                    let Some(next) = next_command_attempt(attempt, job.config.command_retries)
-                    else {
-                        send(job, reports, ReportKind::RebootCommandGaveUp { message });
-                        break;
+                    // Did the failed run reboot the node after all? Only "not booted" runs it
+                    // again.
+                    let check = if attempt <= job.config.command_retries {
+                        tokio::time::sleep(job.config.command_interval).await;
+                        boot_check(&driver, job).await
+                    } else {
+                        Ok(false)
                     };
-                    tokio::time::sleep(job.config.command_interval).await;
+                    let next = match after_failed_command(
+                        attempt,
+                        job.config.command_retries,
+                        check,
+                    ) {
+                        AfterFailedCommand::Retry { attempt } => attempt,
+                        AfterFailedCommand::Booted => {
+                            tracing::info!(node = %job.node, attempt, "the failed reboot command rebooted the node: the boot check printed true");
+                            send(
+                                job,
+                                reports,
+                                ReportKind::BootCheck {
+                                    booted: true,
+                                    detail: "the boot check printed true (after a failed run of \
+                                             the reboot command)"
+                                        .into(),
+                                },
+                            );
+                            return;
+                        }
+                        AfterFailedCommand::GiveUp(why) => {
+                            let message = format!("{message}; {why}");
+                            send(job, reports, ReportKind::RebootCommandGaveUp { message });
+                            break;
+                        }
+                    };
                     // Write-ahead: the loop records the attempt before it runs.
                     let (ack, recorded) = oneshot::channel();
                     send(
