@@ -63,7 +63,7 @@ fn host() -> HostView {
         // Statuses in these tables are written after the request unless a case says else.
         last_updated: Some(ts(1_000_000)),
         error: None,
-        power_off_requested_at: None,
+        request_taken_at: None,
     }
 }
 

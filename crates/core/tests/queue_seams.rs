@@ -49,7 +49,7 @@ fn host() -> HostView {
         last_powered_on: Some(ts(-3_600)),
         last_updated: Some(ts(6)),
         error: None,
-        power_off_requested_at: None,
+        request_taken_at: None,
     }
 }
 
@@ -97,7 +97,7 @@ fn a_host_replaced_under_the_same_name_is_never_asked_to_reboot() {
             other => panic!("want Wait, got {other:?}"),
         }
         assert_eq!(
-            cancel_step(UID, &progress, Some(&replaced)),
+            cancel_step(UID, &progress, Some(&replaced), false),
             CancelStep::Remove,
             "nothing to withdraw from a host that is not the bound one"
         );
@@ -199,10 +199,10 @@ fn cancelling_a_rebooting_entry_withdraws_only_a_cycle_that_has_not_begun() {
         ("the host reports off → keep cordoned", requested(), Some(HostView { powered_on: Some(false), ..host() }), wait),
         ("the request was consumed (annotation gone, marker ours) → keep cordoned",
             requested(), Some(HostView { reboot_annotation: false, ..host() }), wait),
-        ("hostcycle's controller recorded its power-off (write-ahead) → keep cordoned",
-            requested(), Some(HostView { power_off_requested_at: Some(ts(6)), ..host() }), wait),
-        ("a power-off recorded before this request is someone else's → withdraw",
-            requested(), Some(HostView { power_off_requested_at: Some(ts(1)), ..host() }), |s| s == CancelStep::Withdraw),
+        ("hostcycle's controller took the request (pending reboot or power-off recorded, write-ahead) → keep cordoned",
+            requested(), Some(HostView { request_taken_at: Some(ts(6)), ..host() }), wait),
+        ("a request taken before this one is someone else's → withdraw",
+            requested(), Some(HostView { request_taken_at: Some(ts(1)), ..host() }), |s| s == CancelStep::Withdraw),
         ("command method, never run → remove",
             RebootProgress::new(RebootMethod::Command), None, |s| s == CancelStep::Remove),
         ("command method, run (even failed) → keep cordoned until the boot check passes",

@@ -39,7 +39,8 @@ fn by_address(hosts: &[HostSpec], value: impl Fn(usize, &HostSpec) -> String) ->
         .collect()
 }
 
-/// A reboot command (power cycle through the BMC with `hostcycle bmc cycle`, after an
+/// A reboot command (a restart through the BMC with `hostcycle bmc restart --hard`, which
+/// returns once the BMC accepted it, as `ipmitool chassis power cycle` does, after an
 /// optional delay) and a boot check (the Node is Ready, and Ready since a boot after the given
 /// Unix time: the simulated kubelet stamps its conditions with its boot time), both keyed by
 /// the node's address as CKE passes it.
@@ -57,7 +58,7 @@ fn command_scripts(
         dir,
         "reboot.sh",
         &format!(
-            "echo \"$(date +%s.%N) $1\" >> {log}\ncase \"$1\" in\n{arms}  *) echo \"unknown node $1\" >&2; exit 2 ;;\nesac\nsleep \"$delay\"\nexec {hostcycle} bmc cycle --hard --address \"$addr\" --username {USER} --password-file {pw} --wait-timeout 60s\n",
+            "echo \"$(date +%s.%N) $1\" >> {log}\ncase \"$1\" in\n{arms}  *) echo \"unknown node $1\" >&2; exit 2 ;;\nesac\nsleep \"$delay\"\nexec {hostcycle} bmc restart --hard --address \"$addr\" --username {USER} --password-file {pw}\n",
             log = dir.join("reboots.log").display(),
             arms = by_address(hosts, |i, h| format!(
                 "addr='{}'; delay={}",
@@ -231,9 +232,13 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
 }
 
 /// A reboot command that hangs is killed after `commandTimeoutSeconds`, retried
-/// `commandRetries` times, then reported (`RebootCommandFailed`); meanwhile another node's
-/// reboot goes through untouched — a hanging command stalls neither other entries nor the
-/// controller. The stuck entry keeps waiting for a boot until it is cancelled.
+/// `commandRetries` times — each retry only after the boot check said the node had not
+/// booted — then reported (`RebootCommandFailed`); meanwhile another node's reboot goes
+/// through untouched, rebooted exactly once (its host is left to its command: the host
+/// controller does not power a host back on mid-command). A hanging command stalls neither
+/// other entries nor the controller. The stuck entry keeps waiting for a boot; cancelled, it
+/// keeps its node cordoned (the command ran and may have rebooted it) until the entry is
+/// deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hanging_reboot_command_stalls_nothing_else() {
     let hosts = [worker("h-0"), worker("h-1")];
@@ -294,11 +299,33 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
         "the hung command never got to the BMC"
     );
     lab.cancel("h-0").await;
-    lab.wait_entry_gone("h-0", REBOOT_TIMEOUT).await;
+    let waiting = lab
+        .wait_entry("h-0", "cancel acknowledged", REBOOT_TIMEOUT, |e| {
+            e.status
+                .as_ref()
+                .is_some_and(|s| s.message.contains("cancel requested"))
+        })
+        .await;
     assert!(
-        !cordoned(&lab.node("h-0").await),
-        "h-0 uncordoned after the cancel"
+        waiting.status.as_ref().unwrap().message.contains("delete the entry"),
+        "the message says how to give up: {:?}",
+        waiting.status
     );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        lab.entry("h-0").await.is_some() && cordoned(&lab.node("h-0").await),
+        "the command ran: h-0 stays cordoned while its cancelled entry waits"
+    );
+    lab.entries
+        .delete(&waiting.name_any(), &Default::default())
+        .await
+        .unwrap();
+    lab.wait_entry_gone("h-0", REBOOT_TIMEOUT).await;
+    lab.wait_node("h-0", "uncordoned once its entry is deleted", REBOOT_TIMEOUT, |n| {
+        !cordoned(n)
+    })
+    .await;
+    assert_eq!(lab.power_cycles("h-0").await, 0, "h-0 was never rebooted");
 }
 
 /// SIGKILL at three points — mid-drain, right after the reboot was requested, and while the

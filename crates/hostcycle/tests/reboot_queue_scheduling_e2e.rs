@@ -733,9 +733,10 @@ async fn an_unreachable_node_holds_new_drains_back() {
 /// Cancel and disable.
 ///
 /// Cancel mid-drain: the entry is removed, the node uncordoned, its host never power-cycled,
-/// a Cancelled Event recorded. Cancel mid-reboot: the entry is removed and the node
-/// uncordoned; the reboot already requested completes (the host is never left off) and
-/// power-cycles at most once.
+/// a Cancelled Event recorded. Cancel mid-reboot: if the power cycle has not begun the
+/// request is withdrawn; once it has, the node stays cordoned until it has booted — it is
+/// never uncordoned while its entry exists — then the entry is removed and the node
+/// uncordoned; either way the host power-cycles at most once and is never left off.
 ///
 /// Disable mid-drain (`maxConcurrentReboots: 1`): the draining entry goes back to Queued
 /// (DrainStopped), its node is uncordoned, the next entry does not start and nothing is
@@ -786,7 +787,23 @@ async fn cancel_and_disable() {
 
     lab.wait_entry_gone("w-0", Duration::from_secs(30)).await;
     wait_uncordoned(&lab, "w-0", Duration::from_secs(30)).await;
-    lab.wait_entry_gone("w-1", Duration::from_secs(30)).await;
+    // w-1: cordoned for as long as its cancelled entry waits for the cycle to end.
+    hostcycle_testkit::wait_until(
+        "w-1's cancelled entry to be removed (never uncordoned before)",
+        REBOOT_TIMEOUT,
+        || async {
+            let present = lab.entry("w-1").await.is_some();
+            let node = lab.node("w-1").await;
+            assert!(
+                !present || cordoned(&node),
+                "w-1 uncordoned while its cancelled entry still waits: {:?}",
+                lab.entry("w-1").await.map(|e| e.status)
+            );
+            (!present).then_some(())
+        },
+    )
+    .await
+    .unwrap();
     wait_uncordoned(&lab, "w-1", Duration::from_secs(30)).await;
     for (entry, node) in [(&drain_entry, "w-0"), (&reboot_entry, "w-1")] {
         wait_until(
@@ -815,10 +832,18 @@ async fn cancel_and_disable() {
         "the Event says the drain was cancelled: {cancelled_note:?}"
     );
 
-    // w-1: the reboot requested before the cancel completes; the host is not left off.
-    // The entry was seen Rebooting, so the annotation was added in the same controller pass,
-    // before the cancel could be read: that reboot runs to its end.
-    let host = lab.lab.wait_reboot_done("w-1").await;
+    // w-1: either the request was withdrawn before its cycle began (RebootWithdrawn), or the
+    // reboot ran to its end; the host is not left off.
+    let withdrawn = lab
+        .event_reasons_about(&reboot_entry)
+        .await
+        .iter()
+        .any(|r| r == "RebootWithdrawn");
+    let host = if withdrawn {
+        lab.lab.get("w-1").await
+    } else {
+        lab.lab.wait_reboot_done("w-1").await
+    };
     lab.lab.wait_emulator_power("w-1", FakePower::On).await;
     lab.wait_node("w-1", "Ready again", REBOOT_TIMEOUT, node_ready)
         .await;
@@ -826,6 +851,9 @@ async fn cancel_and_disable() {
         .assert_power_stays("w-1", "On", Duration::from_secs(3))
         .await;
     let cycles = offs_since(&lab, "w-1", started).await;
+    if withdrawn {
+        assert_eq!(cycles, 0, "a withdrawn request never power-cycles w-1");
+    }
     assert!(
         cycles <= 1,
         "w-1 power-cycled at most once after the cancel at {cancelled_rebooting}: history {:?}, host {:?}",

@@ -61,9 +61,11 @@ pub struct HostView {
     pub last_updated: Option<Timestamp>,
     /// The host controller's error, if it reports one.
     pub error: Option<String>,
-    /// When hostcycle's host controller first requested the power-off it is on now
-    /// (`status.lastPowerAction` for `off`), written before it calls the BMC.
-    pub power_off_requested_at: Option<Timestamp>,
+    /// When hostcycle's host controller took a reboot request on: it recorded a pending
+    /// reboot (`status.provisioning.pendingRebootSince`) or a power-off
+    /// (`status.lastPowerAction`), both written before it calls the BMC. From then on it
+    /// completes the power cycle even if the annotation is withdrawn.
+    pub request_taken_at: Option<Timestamp>,
 }
 
 impl HostView {
@@ -250,14 +252,20 @@ pub enum CancelStep {
     WaitForCycle(String),
 }
 
-/// Decides what cancelling a `Rebooting` entry does.
+/// Decides what cancelling a `Rebooting` entry does. Once `bootTimeoutSeconds` has passed
+/// (`boot_timed_out`) the cycle is overdue and a cancel is the administrator's way out: the
+/// entry is removed, as the BootTimedOut Warning says.
 pub fn cancel_step(
     entry_uid: &str,
     progress: &RebootProgress,
     host: Option<&HostView>,
+    boot_timed_out: bool,
 ) -> CancelStep {
-    const KEEP: &str = "the node stays cordoned until it has booted (delete the entry to give \
-                        up without that)";
+    const KEEP: &str = "the node stays cordoned until it has booted or bootTimeoutSeconds has \
+                        passed (delete the entry to give up sooner)";
+    if boot_timed_out {
+        return CancelStep::Remove;
+    }
     match progress.method {
         RebootMethod::Command if progress.command_attempts == 0 => CancelStep::Remove,
         RebootMethod::Command => CancelStep::WaitForCycle(format!(
@@ -277,9 +285,7 @@ pub fn cancel_step(
             let begun = progress.host_powered_off_at.is_some()
                 || host.powered_on == Some(false)
                 || !host.reboot_annotation
-                || host
-                    .power_off_requested_at
-                    .is_some_and(|at| at >= requested_at);
+                || host.request_taken_at.is_some_and(|at| at >= requested_at);
             if begun {
                 CancelStep::WaitForCycle(format!(
                     "cancel requested, but host {} has begun its power cycle: {KEEP}",
