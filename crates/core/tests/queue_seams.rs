@@ -209,7 +209,7 @@ fn cancelling_a_rebooting_entry_withdraws_only_a_cycle_that_has_not_begun() {
             RebootProgress { command_attempts: 2, command_failure: Some("timed out".into()), ..RebootProgress::new(RebootMethod::Command) }, None, wait),
     ];
     for (name, progress, h, ok) in cases {
-        let got = cancel_step(UID, &progress, h.as_ref());
+        let got = cancel_step(UID, &progress, h.as_ref(), false);
         assert!(ok(got.clone()), "{name}: got {got:?}");
         if let CancelStep::WaitForCycle(text) = got {
             assert!(
@@ -217,6 +217,12 @@ fn cancelling_a_rebooting_entry_withdraws_only_a_cycle_that_has_not_begun() {
                 "{name}: {text}"
             );
         }
+        // Past bootTimeoutSeconds a cancel removes the entry whatever the cycle did.
+        assert_eq!(
+            cancel_step(UID, &progress, h.as_ref(), true),
+            CancelStep::Remove,
+            "{name}, boot timed out"
+        );
     }
 }
 
