@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod bmh;
+pub mod cluster;
 pub mod deploy;
 pub mod events;
 pub mod http;
@@ -18,7 +19,6 @@ pub mod remediation;
 #[cfg(test)]
 mod testing;
 pub mod text;
-pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -216,10 +216,10 @@ pub async fn run(
     let (store, writer) = reflector::store();
     let hosts_ns = watched_namespace.clone();
     let (hosts_listed, mut hosts_listed_rx) = tokio::sync::watch::channel(false);
-    let host_events = crate::watch::note_listed(
+    let host_events = crate::cluster::watch::note_listed(
         reflector(
             writer,
-            crate::watch::lean_watcher(hosts, watcher::Config::default()),
+            crate::cluster::watch::lean_watcher(hosts, watcher::Config::default()),
         ),
         hosts_listed,
     )
@@ -232,10 +232,10 @@ pub async fn run(
     .predicate_filter(spec_or_annotations, PredicateConfig::default());
     let secrets_ns = watched_namespace.clone();
     let (secrets_listed, mut secrets_listed_rx) = tokio::sync::watch::channel(false);
-    let secret_events = crate::watch::note_listed(
+    let secret_events = crate::cluster::watch::note_listed(
         reflector(
             secret_writer,
-            crate::watch::lean_watcher(secrets, watcher::Config::default()),
+            crate::cluster::watch::lean_watcher(secrets, watcher::Config::default()),
         ),
         secrets_listed,
     )

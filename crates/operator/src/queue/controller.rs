@@ -31,7 +31,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -45,14 +44,16 @@ use super::command::{self, CommandJob};
 use super::cordon;
 use super::drain::{self, DrainJob};
 use super::eviction::Evictor;
-use super::observe::{host_summary, host_view, machine_resources, machine_summary, reboot_targets};
-use super::{QueueControllerConfig, Report, ReportKind, Shared, node_ref};
-use crate::events::{EventKind, EventPublisher, EventSink};
+use super::observe::{host_view, reboot_targets};
+use super::{QueueControllerConfig, Report, ReportKind, Shared};
+use crate::cluster::objects::{
+    MachineObject, host_summary, machine_resources, machine_summary, nodes_being_remediated,
+};
+use crate::cluster::watch::{Watched, spawn_waker, watch_store};
+use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
-use crate::remediation::controller::nodes_being_remediated;
-use crate::remediation::observe::MachineObject;
 
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
 /// Retry soon after a failed write or a conflict.
@@ -162,7 +163,10 @@ async fn start_watches(
     let (nodes, writer) = reflector::store();
     let stream = reflector(
         writer,
-        crate::watch::lean_watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+        crate::cluster::watch::lean_watcher(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+        ),
     );
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
     tasks.push(spawn_waker(
@@ -182,7 +186,7 @@ async fn start_watches(
     };
     let stream = reflector(
         writer,
-        crate::watch::lean_watcher(host_api, watcher::Config::default()),
+        crate::cluster::watch::lean_watcher(host_api, watcher::Config::default()),
     );
     let host_interest = HostInterest::default();
     let wanted = host_interest.clone();
@@ -200,7 +204,7 @@ async fn start_watches(
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let stream = reflector(
             writer,
-            crate::watch::lean_watcher(api, watcher::Config::default()),
+            crate::cluster::watch::lean_watcher(api, watcher::Config::default()),
         );
         tasks.push(spawn_waker(
             Watched::all(&resource.plural),
@@ -246,89 +250,6 @@ fn node_fingerprint(node: &Node) -> u64 {
         .map(|t| t.as_second() / 60)
         .hash(&mut h);
     h.finish()
-}
-
-/// What a waker's watch covers, for its error messages.
-pub(crate) struct Watched {
-    pub resource: String,
-    /// Empty for every namespace (or a cluster-scoped resource).
-    pub namespace: String,
-}
-
-impl Watched {
-    pub fn all(resource: &str) -> Self {
-        Watched {
-            resource: resource.to_string(),
-            namespace: String::new(),
-        }
-    }
-
-    pub fn in_namespace(resource: &str, namespace: Option<&String>) -> Self {
-        Watched {
-            resource: resource.to_string(),
-            namespace: namespace.cloned().unwrap_or_default(),
-        }
-    }
-}
-
-/// A reflector store of `api`'s objects, kept by a task that wakes the loop at every change.
-pub(crate) fn watch_store<K>(
-    api: Api<K>,
-    watched: Watched,
-    wake: Arc<Notify>,
-) -> (Store<K>, JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        crate::watch::lean_watcher(api, watcher::Config::default()),
-    );
-    (store, spawn_waker(watched, stream, wake, |_| true))
-}
-
-pub(crate) fn spawn_waker<K, S>(
-    watched: Watched,
-    stream: S,
-    wake: Arc<Notify>,
-    mut relevant: impl FnMut(&K) -> bool + Send + 'static,
-) -> JoinHandle<()>
-where
-    K: Send + 'static,
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    tokio::spawn(async move {
-        let stream = stream.backoff(crate::backoff::WatchBackoff::default());
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            let wake_now = match &event {
-                Ok(watcher::Event::Apply(obj)) => relevant(obj),
-                Ok(watcher::Event::Delete(_) | watcher::Event::InitDone) => true,
-                Ok(_) => false,
-                Err(e) => {
-                    // A refusal by RBAC is said in words at warn level: the controller is
-                    // blind until the permission is granted.
-                    let text = crate::text::watch_error(e, &watched.resource, &watched.namespace);
-                    if text.starts_with("forbidden") {
-                        tracing::warn!(error = %text, "watch refused; retrying with backoff");
-                    } else {
-                        tracing::debug!(error = %text, "watch error; the watcher retries");
-                    }
-                    false
-                }
-            };
-            if wake_now {
-                wake.notify_one();
-            }
-        }
-    })
 }
 
 struct Controller {

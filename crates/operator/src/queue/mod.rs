@@ -68,18 +68,6 @@ impl Shared {
     }
 }
 
-/// A reference to a Node for Events.
-pub fn node_ref(name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(name.to_string()),
-        // Cluster-scoped: the publisher writes its Events to kube-system.
-        namespace: None,
-        ..Default::default()
-    }
-}
-
 /// A worker's report to the loop about one entry (by name and UID: a report about an entry
 /// that was deleted and re-created is ignored).
 #[derive(Debug)]

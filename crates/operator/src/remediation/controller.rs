@@ -9,9 +9,8 @@ use std::time::Duration;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::{
-    EXTERNAL_REMEDIATION_ANNOTATION, HOST_REMEDIATION_FINALIZER, HostRemediation,
-    HostRemediationStatus, REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep,
-    is_remediation_power_off,
+    HOST_REMEDIATION_FINALIZER, HostRemediation, HostRemediationStatus, REQUEST_POWER_OFF_PREFIX,
+    RemediationPhase, RemediationStep, is_remediation_power_off,
 };
 use hostcycle_core::queue::drain::add;
 use hostcycle_core::queue::{EntryView, QueueConfig};
@@ -36,15 +35,14 @@ use tracing::Instrument;
 
 use super::RemediationControllerConfig;
 use super::observe::{
-    MachineObject, Subject, escalation, host_view, limits, node_view, record, requested, resolve,
+    Subject, escalation, host_view, limits, node_view, record, requested, resolve,
 };
-use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::cluster::objects::{MachineObject, host_summary, machine_resources, machine_summary};
+use crate::cluster::watch::{Watched, spawn_waker, watch_store};
+use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
-use crate::queue::controller::{Watched, spawn_waker, watch_store};
-use crate::queue::node_ref;
-use crate::queue::observe::{host_summary, machine_resources, machine_summary};
 
 const FIELD_MANAGER: &str = "hostcycle-remediation";
 /// Look again this soon after a failed write or action.
@@ -157,7 +155,7 @@ async fn start_watches(
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let stream = reflector(
             writer,
-            crate::watch::lean_watcher(api, watcher::Config::default()),
+            crate::cluster::watch::lean_watcher(api, watcher::Config::default()),
         );
         tasks.push(spawn_waker(
             Watched::all(&resource.plural),
@@ -181,7 +179,7 @@ async fn start_watches(
     };
     let stream = reflector(
         writer,
-        crate::watch::lean_watcher(host_api, watcher::Config::default()),
+        crate::cluster::watch::lean_watcher(host_api, watcher::Config::default()),
     );
     tasks.push(spawn_waker(
         Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
@@ -201,7 +199,10 @@ async fn start_watches(
     let (nodes, writer) = reflector::store();
     let stream = reflector(
         writer,
-        crate::watch::lean_watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+        crate::cluster::watch::lean_watcher(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+        ),
     );
     let mut prints: HashMap<String, u64> = HashMap::new();
     tasks.push(spawn_waker(
@@ -660,7 +661,7 @@ impl Controller {
     /// The flow is over: the trigger and every marker go.
     async fn finish_machine(&mut self, m: &MachineObject) -> bool {
         let annotations: serde_json::Map<String, Value> =
-            super::observe::MACHINE_RECORD_ANNOTATIONS
+            crate::cluster::objects::MACHINE_RECORD_ANNOTATIONS
                 .iter()
                 .map(|k| (k.to_string(), Value::Null))
                 .collect();
@@ -1186,51 +1187,4 @@ fn set_condition(
             observed_generation: generation,
         }),
     }
-}
-
-/// Nodes some remediation is working on (the trigger is set, or the flow is under way), for
-/// the reboot queue: it never drains or reboots them meanwhile.
-pub fn nodes_being_remediated(
-    machines: &[MachineObject],
-    requests: &[HostRemediation],
-) -> HashSet<String> {
-    let mut out = HashSet::new();
-    for m in machines {
-        let annotations = m.object.annotations();
-        let active = m.has_flow()
-            && (annotations.contains_key(EXTERNAL_REMEDIATION_ANNOTATION)
-                || !annotations
-                    .contains_key(hostcycle_api::remediation::REMEDIATION_FAILED_ANNOTATION));
-        if active && let Some(n) = m.node_ref() {
-            out.insert(n);
-        }
-    }
-    for r in requests {
-        let step = r.status.as_ref().map(|s| s.step).unwrap_or_default();
-        let active = !matches!(
-            step,
-            RemediationStep::Done | RemediationStep::GaveUp | RemediationStep::Cancelled
-        );
-        if active {
-            // A request named after its Machine says its Node only once it wrote its status.
-            let owned_by_machine = r
-                .meta()
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.kind == "Machine");
-            let node = r
-                .status
-                .as_ref()
-                .and_then(|s| s.node.clone())
-                .or_else(|| {
-                    r.annotations()
-                        .get(hostcycle_api::remediation::NHC_NODE_NAME_ANNOTATION)
-                        .cloned()
-                })
-                .or_else(|| (!owned_by_machine).then(|| r.name_any()));
-            out.extend(node);
-        }
-    }
-    out
 }

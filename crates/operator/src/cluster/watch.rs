@@ -9,13 +9,17 @@
 //! subresource (the server ignores metadata there) and everything else is patched.
 
 use std::fmt::Debug;
+use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
 /// kubectl's copy of the last applied object.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -61,6 +65,86 @@ pub fn strip_unread_metadata<K: Resource>(object: &mut K) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED_ANNOTATION);
     }
+}
+
+/// What a waker's watch covers, for its error messages.
+pub struct Watched {
+    pub resource: String,
+    /// Empty for every namespace (or a cluster-scoped resource).
+    pub namespace: String,
+}
+
+impl Watched {
+    pub fn all(resource: &str) -> Self {
+        Watched {
+            resource: resource.to_string(),
+            namespace: String::new(),
+        }
+    }
+
+    pub fn in_namespace(resource: &str, namespace: Option<&String>) -> Self {
+        Watched {
+            resource: resource.to_string(),
+            namespace: namespace.cloned().unwrap_or_default(),
+        }
+    }
+}
+
+/// A reflector store of `api`'s objects, kept by a task that wakes the loop at every change.
+pub fn watch_store<K>(
+    api: Api<K>,
+    watched: Watched,
+    wake: Arc<Notify>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector(writer, lean_watcher(api, watcher::Config::default()));
+    (store, spawn_waker(watched, stream, wake, |_| true))
+}
+
+pub fn spawn_waker<K, S>(
+    watched: Watched,
+    stream: S,
+    wake: Arc<Notify>,
+    mut relevant: impl FnMut(&K) -> bool + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let stream = stream.backoff(crate::backoff::WatchBackoff::default());
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            let wake_now = match &event {
+                Ok(watcher::Event::Apply(obj)) => relevant(obj),
+                Ok(watcher::Event::Delete(_) | watcher::Event::InitDone) => true,
+                Ok(_) => false,
+                Err(e) => {
+                    // A refusal by RBAC is said in words at warn level: the controller is
+                    // blind until the permission is granted.
+                    let text = crate::text::watch_error(e, &watched.resource, &watched.namespace);
+                    if text.starts_with("forbidden") {
+                        tracing::warn!(error = %text, "watch refused; retrying with backoff");
+                    } else {
+                        tracing::debug!(error = %text, "watch error; the watcher retries");
+                    }
+                    false
+                }
+            };
+            if wake_now {
+                wake.notify_one();
+            }
+        }
+    })
 }
 
 #[cfg(test)]
