@@ -1,5 +1,6 @@
-//! The queue's loop: observe (watch caches) → decide (`hostcycle_core::queue`) → record
-//! (entry status, write-ahead) → act (cordon, workers, host annotation, uncordon, removal).
+//! The queue's loop: observe (the cluster view's caches) → decide (`hostcycle_core::queue`) →
+//! record (entry status, write-ahead) → act (cordon, workers, host annotation, uncordon,
+//! removal).
 //!
 //! It wakes on every relevant change — an entry or the queue changed, a Node's readiness,
 //! cordon, boot ID or volumes changed, a host's power changed, a worker reported (drain
@@ -31,9 +32,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
-use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
@@ -47,9 +47,9 @@ use super::eviction::Evictor;
 use super::observe::{host_view, reboot_targets};
 use super::{QueueControllerConfig, Report, ReportKind, Shared};
 use crate::cluster::objects::{
-    MachineObject, host_summary, machine_resources, machine_summary, nodes_being_remediated,
+    MachineObject, host_summary, machine_summary, nodes_being_remediated,
 };
-use crate::cluster::watch::{Watched, spawn_waker, watch_store};
+use crate::cluster::{ClusterView, Kinds};
 use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
@@ -61,7 +61,7 @@ const RETRY_SOON: Duration = Duration::from_secs(1);
 /// Waiting-message writes sent at once.
 const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 
-/// The watch caches the loop decides from.
+/// The caches the loop decides from (the view's).
 struct Stores {
     entries: Store<RebootQueueEntry>,
     queues: Store<RebootQueue>,
@@ -87,151 +87,94 @@ enum WorkerKind {
     Command,
 }
 
-/// Runs the reboot queue controller until `shutdown` fires: its watches at once, the loop
-/// once `leading` opens.
-pub async fn run(
-    client: Client,
+/// The reboot queue controller, subscribed to the view at once (before the view's watches
+/// start); the returned future runs it until `shutdown` fires: it waits for the caches, then
+/// runs the loop once `leading` opens.
+pub fn run(
+    view: &ClusterView,
     config: QueueControllerConfig,
     metrics: Arc<Metrics>,
     identity: String,
     leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
-) {
-    let evictor = loop {
-        match Evictor::discover(client.clone()).await {
-            Ok(e) => break e,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot discover the Eviction API version; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+) -> impl Future<Output = ()> + Send + 'static {
+    let client = view.client().clone();
+    let wake = Arc::new(Notify::new());
+    let stores = subscribe(view, &wake);
+    let listed = view.listed(Kinds::LOOPS);
+    async move {
+        let evictor = loop {
+            match Evictor::discover(client.clone()).await {
+                Ok(e) => break e,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot discover the Eviction API version; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    }
                 }
             }
-        }
-    };
-    tracing::info!(
-        eviction = evictor.api_version(),
-        "reboot queue controller starting"
-    );
-    let (events, event_task) = EventSink::start(
-        EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
-        "RebootQueue",
-    );
-    let shared = Arc::new(Shared {
-        client: client.clone(),
-        metrics,
-        evictor,
-        events,
-    });
-    let wake = Arc::new(Notify::new());
-    let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
-    let mut controller = Controller::new(shared.clone(), stores, config);
-    controller.run(wake, leading, shutdown, synced).await;
-    for task in watch_tasks {
-        task.abort();
+        };
+        tracing::info!(
+            eviction = evictor.api_version(),
+            "reboot queue controller starting"
+        );
+        let (events, event_task) = EventSink::start(
+            EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
+            "RebootQueue",
+        );
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            metrics,
+            evictor,
+            events,
+        });
+        let mut controller = Controller::new(shared.clone(), stores, config);
+        controller
+            .run(wake, leading, shutdown, listed, synced)
+            .await;
+        // Let the last Events go out, briefly.
+        drop(controller);
+        drop(shared);
+        let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
     }
-    // Let the last Events go out, briefly.
-    drop(controller);
-    drop(shared);
-    let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
 }
 
-/// Starts one watch per kind; every relevant event wakes the loop.
-async fn start_watches(
-    client: &Client,
-    config: &QueueControllerConfig,
-    wake: Arc<Notify>,
-) -> (Stores, Vec<JoinHandle<()>>) {
-    let mut tasks = Vec::new();
-
-    let (entries, task) = watch_store(
-        Api::<RebootQueueEntry>::all(client.clone()),
-        Watched::all("rebootqueueentries"),
-        wake.clone(),
-    );
-    tasks.push(task);
-
-    let (queues, task) = watch_store(
-        Api::<RebootQueue>::all(client.clone()),
-        Watched::all("rebootqueues"),
-        wake.clone(),
-    );
-    tasks.push(task);
+/// Subscribes to every kind the loop reads; every relevant change wakes it.
+fn subscribe(view: &ClusterView, wake: &Arc<Notify>) -> Stores {
+    view.entries.wake_on(wake.clone(), |_| true);
+    view.queues.wake_on(wake.clone(), |_| true);
 
     // Nodes change every heartbeat; wake only when something the queue reads changed.
-    let (nodes, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        crate::cluster::watch::lean_watcher(
-            Api::<Node>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    );
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
-    tasks.push(spawn_waker(
-        Watched::all("nodes"),
-        stream,
-        wake.clone(),
-        move |node: &Node| {
-            let print = node_fingerprint(node);
-            fingerprints.insert(node.name_any(), print) != Some(print)
-        },
-    ));
+    view.nodes.wake_on(wake.clone(), move |node: &Node| {
+        let print = node_fingerprint(node);
+        fingerprints.insert(node.name_any(), print) != Some(print)
+    });
 
-    let (hosts, writer) = reflector::store();
-    let host_api: Api<BareMetalHost> = match &config.host_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let stream = reflector(
-        writer,
-        crate::cluster::watch::lean_watcher(host_api, watcher::Config::default()),
-    );
     let host_interest = HostInterest::default();
     let wanted = host_interest.clone();
-    tasks.push(spawn_waker(
-        Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
-        stream,
-        wake.clone(),
-        move |host: &BareMetalHost| wanted.wants(host),
-    ));
+    view.hosts
+        .wake_on(wake.clone(), move |host: &BareMetalHost| wanted.wants(host));
 
-    let mut machines = Vec::new();
-    for resource in machine_resources(client).await {
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
-        let store = writer.as_reader();
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let stream = reflector(
-            writer,
-            crate::cluster::watch::lean_watcher(api, watcher::Config::default()),
-        );
-        tasks.push(spawn_waker(
-            Watched::all(&resource.plural),
-            stream,
-            wake.clone(),
-            |_| true,
-        ));
-        machines.push((resource, store));
+    for (_, machines) in &view.machines {
+        machines.wake_on(wake.clone(), |_| true);
     }
-    let (remediations, task) = watch_store(
-        Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone()),
-        Watched::all("hostremediations"),
-        wake.clone(),
-    );
-    tasks.push(task);
-    (
-        Stores {
-            entries,
-            queues,
-            nodes,
-            hosts,
-            machines,
-            remediations,
-            host_interest,
-        },
-        tasks,
-    )
+    view.remediations.wake_on(wake.clone(), |_| true);
+    Stores {
+        entries: view.entries.store().clone(),
+        queues: view.queues.store().clone(),
+        nodes: view.nodes.store().clone(),
+        hosts: view.hosts.store().clone(),
+        machines: view
+            .machines
+            .iter()
+            .map(|(resource, feed)| (resource.clone(), feed.store().clone()))
+            .collect(),
+        remediations: view.remediations.store().clone(),
+        host_interest,
+    }
 }
 
 /// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes.
@@ -295,25 +238,14 @@ impl Controller {
         wake: Arc<Notify>,
         leading: LeaderGate,
         shutdown: CancellationToken,
+        listed: impl Future<Output = ()>,
         synced: impl FnOnce(),
     ) {
-        let ready = async {
-            let _ = self.stores.entries.wait_until_ready().await;
-            let _ = self.stores.queues.wait_until_ready().await;
-            let _ = self.stores.nodes.wait_until_ready().await;
-            let _ = self.stores.hosts.wait_until_ready().await;
-            for (_, m) in &self.stores.machines {
-                let _ = m.wait_until_ready().await;
-            }
-            let _ = self.stores.remediations.wait_until_ready().await;
-        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = ready => {}
+            _ = listed => {}
         }
         tracing::info!("reboot queue caches synced");
-        // Said from here, not by a second waiter: a store's readiness wakes only the task
-        // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
         synced();
         // A standby replica keeps its caches warm and stops here until it leads.
         if !leading.wait_to_lead(&shutdown).await {
