@@ -169,6 +169,7 @@ async fn run_lab() -> anyhow::Result<()> {
         }),
         identity: "lab-operator".into(),
         controllers: hostcycle_operator::ControllerName::ALL.to_vec(),
+        namespace: None,
         bmh: hostcycle_operator::BmhControllerConfig::default(),
         queue: hostcycle_operator::QueueControllerConfig::default(),
         remediation: hostcycle_operator::RemediationControllerConfig::default(),

@@ -64,6 +64,18 @@ pub struct EventPublisher {
 /// The longest object name (a DNS subdomain).
 const MAX_NAME: usize = 253;
 
+/// A reference to a Node for Events.
+pub fn node_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.to_string()),
+        // Cluster-scoped: the publisher writes its Events to kube-system.
+        namespace: None,
+        ..Default::default()
+    }
+}
+
 /// A unique, valid Event name for an Event about `object` at `now`: the object's name cut so
 /// the whole stays a DNS subdomain of at most 253 characters, then a time suffix.
 pub fn event_name(object: &str, now: Timestamp) -> String {

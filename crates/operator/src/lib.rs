@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod bmh;
+pub mod cluster;
 pub mod deploy;
 pub mod events;
 pub mod http;
@@ -18,7 +19,6 @@ pub mod remediation;
 #[cfg(test)]
 mod testing;
 pub mod text;
-pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -85,6 +85,9 @@ pub struct OperatorConfig {
     pub identity: String,
     /// Which controllers run (all by default).
     pub controllers: Vec<ControllerName>,
+    /// The namespace whose BareMetalHosts (and their credentials Secrets) are watched; all
+    /// namespaces when `None`. One host watch serves every controller.
+    pub namespace: Option<String>,
     pub bmh: BmhControllerConfig,
     pub queue: QueueControllerConfig,
     pub remediation: RemediationControllerConfig,
@@ -92,9 +95,10 @@ pub struct OperatorConfig {
 
 /// Runs the operator until `shutdown` fires (or leadership is lost).
 ///
-/// Every controller starts its watches at once, leader or not: a standby replica keeps its
-/// caches warm (and is ready once they are synced), so when it wins the Lease it acts on the
-/// next scheduler tick instead of listing everything first. Only the Lease holder acts.
+/// The watches start at once, leader or not — one per kind, shared by the controllers that
+/// read it ([`cluster::ClusterView`]): a standby replica keeps its caches warm (and is ready
+/// once they are synced), so when it wins the Lease it acts on the next scheduler tick
+/// instead of listing everything first. Only the Lease holder acts.
 pub async fn run(
     client: Client,
     config: OperatorConfig,
@@ -151,18 +155,28 @@ pub async fn run(
     let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
     let run_remediation = config.controllers.contains(&ControllerName::Remediation);
     tracing::info!(controllers = ?config.controllers, "starting controllers");
-    // `/readyz` waits for the caches of every controller that runs.
+    // One watch and one cache per kind the selected controllers read, shared by them.
+    let mut view = cluster::ClusterView::new(
+        &client,
+        cluster::Kinds::for_controllers(&config.controllers),
+        config.namespace.clone(),
+    )
+    .await;
+    tracing::info!(watches = ?view.watched(), "one shared watch per kind");
+    // `/readyz` waits for the caches of every controller that runs: together, every watch of
+    // the view (and the host controller's Secret watch).
     let bmh_synced = run_bmh.then(|| ready.cache_pending());
     let queue_synced = run_queue.then(|| ready.cache_pending());
     let remediation_synced = run_remediation.then(|| ready.cache_pending());
     // Each controller is a task of its own, so the runtime's workers run it beside the BMC and
     // API connections it waits on. Polled from `block_on` instead, every reconcile of all three
     // ran on the main thread, which then had to be woken for each answer the workers received
-    // (a thread switch per BMC read).
+    // (a thread switch per BMC read). Each subscribes to the view when its future is made,
+    // before the view's watches start: none misses an event.
     let mut controllers = tokio::task::JoinSet::new();
     if let Some(synced) = bmh_synced {
         controllers.spawn(bmh::run(
-            client.clone(),
+            &view,
             config.bmh.clone(),
             metrics.clone(),
             config.identity.clone(),
@@ -173,7 +187,7 @@ pub async fn run(
     }
     if let Some(synced) = queue_synced {
         controllers.spawn(queue::run(
-            client.clone(),
+            &view,
             config.queue.clone(),
             metrics.clone(),
             config.identity.clone(),
@@ -184,7 +198,7 @@ pub async fn run(
     }
     if let Some(synced) = remediation_synced {
         controllers.spawn(remediation::run(
-            client.clone(),
+            &view,
             config.remediation.clone(),
             metrics.clone(),
             config.identity.clone(),
@@ -193,6 +207,7 @@ pub async fn run(
             synced,
         ));
     }
+    let watches = view.start();
     while let Some(ended) = controllers.join_next().await {
         if let Err(e) = ended
             && e.is_panic()
@@ -202,6 +217,7 @@ pub async fn run(
             std::panic::resume_unwind(e.into_panic());
         }
     }
+    drop(watches);
     ready.set_healthy(false);
     metrics.leader.set(0);
     http_task.abort();
@@ -429,21 +445,17 @@ impl OperatorArgs {
             leader_election,
             identity,
             controllers: self.controllers.clone(),
-            queue: QueueControllerConfig {
-                host_namespace: self.namespace.clone(),
-                ..QueueControllerConfig::default()
-            },
+            namespace: self.namespace,
+            queue: QueueControllerConfig::default(),
             remediation: RemediationControllerConfig {
                 max_concurrent: self.max_concurrent_remediations.max(1),
                 power_on_timeout: duration(
                     self.remediation_power_on_timeout,
                     "remediation-power-on-timeout",
                 )?,
-                host_namespace: self.namespace.clone(),
                 ..RemediationControllerConfig::default()
             },
             bmh: BmhControllerConfig {
-                namespace: self.namespace,
                 decide,
                 concurrency: self.concurrency,
                 action_concurrency: self.action_concurrency,
@@ -522,6 +534,125 @@ mod tests {
         "--bmc-call-deadline",
         "--remediation-power-on-timeout",
     ];
+
+    /// Lists `run` sent for each path, with the controllers given, on a fake API server that
+    /// serves one Machine kind (cluster.x-k8s.io) and lists nothing. Returns once each of
+    /// `expected` was listed and a little more time has passed.
+    async fn lists_sent(controllers: &[ControllerName], expected: &[&str]) -> Vec<String> {
+        use crate::testing::{FakeRequest, fake_client};
+        use serde_json::json;
+        let lists = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let log = lists.clone();
+        let client = fake_client(move |req: FakeRequest| {
+            let log = log.clone();
+            async move {
+                if req.query.contains("watch=true") {
+                    // Nothing changes after the list.
+                    std::future::pending::<()>().await;
+                }
+                let group = |name: &str, version: &str| {
+                    let gv =
+                        json!({ "groupVersion": format!("{name}/{version}"), "version": version });
+                    json!({ "name": name, "versions": [gv.clone()], "preferredVersion": gv })
+                };
+                match (req.method.as_str(), req.path.as_str()) {
+                    ("GET", "/apis") => (
+                        200,
+                        json!({ "kind": "APIGroupList", "apiVersion": "v1",
+                                "groups": [group("cluster.x-k8s.io", "v1beta1"),
+                                           group("policy", "v1")] }),
+                    ),
+                    ("GET", "/apis/cluster.x-k8s.io/v1beta1") => (
+                        200,
+                        json!({ "kind": "APIResourceList", "apiVersion": "v1",
+                                "groupVersion": "cluster.x-k8s.io/v1beta1",
+                                "resources": [{ "name": "machines", "singularName": "machine",
+                                                "namespaced": true, "kind": "Machine",
+                                                "verbs": ["get", "list", "watch"] }] }),
+                    ),
+                    ("GET", "/apis/policy/v1") => (
+                        200,
+                        json!({ "kind": "APIResourceList", "apiVersion": "v1",
+                                "groupVersion": "policy/v1", "resources": [] }),
+                    ),
+                    ("GET", path) => {
+                        log.lock().unwrap().push(path.to_string());
+                        (
+                            200,
+                            json!({ "apiVersion": "v1", "kind": "List", "items": [],
+                                    "metadata": { "resourceVersion": "1" } }),
+                        )
+                    }
+                    // Events, the RebootQueue's creation, status writes: accepted.
+                    _ => (201, json!({})),
+                }
+            }
+        });
+        let config = OperatorConfig {
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            leader_election: None,
+            identity: "test".into(),
+            controllers: controllers.to_vec(),
+            namespace: None,
+            bmh: BmhControllerConfig::default(),
+            queue: QueueControllerConfig::default(),
+            remediation: RemediationControllerConfig::default(),
+        };
+        let shutdown = CancellationToken::new();
+        let operator = tokio::spawn(run(client, config, shutdown.clone()));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !expected
+            .iter()
+            .all(|path| lists.lock().unwrap().iter().any(|p| p == path))
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Time for any second watch of a kind to list it too.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        shutdown.cancel();
+        let ended = tokio::time::timeout(Duration::from_secs(10), operator).await;
+        assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
+        let mut lists = lists.lock().unwrap().clone();
+        lists.sort();
+        lists
+    }
+
+    const HOSTS: &str = "/apis/metal3.io/v1alpha1/baremetalhosts";
+    const SECRETS: &str = "/api/v1/secrets";
+    const LOOP_KINDS: [&str; 5] = [
+        "/api/v1/nodes",
+        "/apis/cluster.x-k8s.io/v1beta1/machines",
+        "/apis/hostcycle.io/v1alpha1/hostremediations",
+        "/apis/hostcycle.io/v1alpha1/rebootqueueentries",
+        "/apis/hostcycle.io/v1alpha1/rebootqueues",
+    ];
+
+    #[tokio::test]
+    async fn every_kind_is_watched_once_by_all_three_controllers() {
+        let mut expected = vec![HOSTS, SECRETS];
+        expected.extend(LOOP_KINDS);
+        expected.sort();
+        let lists = lists_sent(&ControllerName::ALL, &expected).await;
+        assert_eq!(lists, expected, "one list per kind, then its one watch");
+    }
+
+    #[tokio::test]
+    async fn the_reboot_queue_alone_watches_no_secret() {
+        let mut expected = vec![HOSTS];
+        expected.extend(LOOP_KINDS);
+        expected.sort();
+        let lists = lists_sent(&[ControllerName::RebootQueue], &expected).await;
+        assert_eq!(lists, expected);
+    }
+
+    #[tokio::test]
+    async fn the_host_controller_alone_watches_hosts_and_secrets_only() {
+        let mut expected = vec![HOSTS, SECRETS];
+        expected.sort();
+        let lists = lists_sent(&[ControllerName::BareMetalHost], &expected).await;
+        assert_eq!(lists, expected);
+    }
 
     #[test]
     fn huge_durations_are_refused_by_every_flag() {

@@ -39,6 +39,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::{ErrorBackoff, FailureCounts};
+use crate::cluster::ClusterView;
+use crate::cluster::watch::{Feed, Watched, log_watch_error};
 use crate::events::{EventKind, EventPublisher, EventSink};
 use crate::leader::LeaderGate;
 use crate::metrics::{
@@ -52,8 +54,6 @@ const FIELD_MANAGER: &str = "hostcycle-operator";
 /// Settings of the BareMetalHost controller.
 #[derive(Debug, Clone)]
 pub struct BmhControllerConfig {
-    /// Namespace to watch; all namespaces when `None`.
-    pub namespace: Option<String>,
     pub decide: DecideConfig,
     pub bmc: ConnectorOptions,
     /// Hosts whose power state is polled at once (steady state).
@@ -76,7 +76,6 @@ pub struct BmhControllerConfig {
 impl Default for BmhControllerConfig {
     fn default() -> Self {
         BmhControllerConfig {
-            namespace: None,
             decide: DecideConfig::default(),
             bmc: ConnectorOptions::default(),
             concurrency: 64,
@@ -186,103 +185,91 @@ fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
-/// Runs the controller until `shutdown` fires. The watches start at once and `synced` is
-/// called once their caches (hosts, Secret metadata) are filled; reconciles start only once
-/// `leading` opens, with one of every cached host.
-pub async fn run(
-    client: Client,
+/// The controller, subscribed to the view's hosts at once (before the view's watches start);
+/// the returned future runs it until `shutdown` fires. Its Secret watch starts with it and
+/// `synced` is called once the hosts and Secret metadata are listed; reconciles start only
+/// once `leading` opens, with one of every cached host.
+pub fn run(
+    view: &ClusterView,
     config: BmhControllerConfig,
     metrics: Arc<Metrics>,
     identity: String,
     leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
-) {
-    let watched_namespace = config.namespace.clone().unwrap_or_default();
-    let hosts: Api<BareMetalHost> = match &config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    // Secrets: metadata only (`Api<PartialObjectMeta<_>>` lists and watches metadata).
-    let secrets: Api<PartialObjectMeta<Secret>> = match &config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    // A host's credentials Secret is fetched by name when it is first
-    // needed and again only when its resourceVersion changes.
-    let (secret_store, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    // React to spec and annotation changes, deletions, Secrets and our own requeues — not to
-    // status-only updates (our own writes): those would bypass the error backoff.
-    let (store, writer) = reflector::store();
-    let hosts_ns = watched_namespace.clone();
-    let (hosts_listed, mut hosts_listed_rx) = tokio::sync::watch::channel(false);
-    let host_events = crate::watch::note_listed(
-        reflector(
-            writer,
-            crate::watch::lean_watcher(hosts, watcher::Config::default()),
-        ),
-        hosts_listed,
-    )
-    .map_err(move |e| {
-        log_watch_error(&e, "baremetalhosts.metal3.io", &hosts_ns);
-        e
-    })
-    .backoff(crate::backoff::WatchBackoff::default())
-    .touched_objects()
-    .predicate_filter(spec_or_annotations, PredicateConfig::default());
-    let secrets_ns = watched_namespace.clone();
-    let (secrets_listed, mut secrets_listed_rx) = tokio::sync::watch::channel(false);
-    let secret_events = crate::watch::note_listed(
-        reflector(
-            secret_writer,
-            crate::watch::lean_watcher(secrets, watcher::Config::default()),
-        ),
-        secrets_listed,
-    )
-    .map_err(move |e| {
-        log_watch_error(&e, "secrets (metadata)", &secrets_ns);
-        e
-    })
-    .backoff(crate::backoff::WatchBackoff::default())
-    .touched_objects();
-    // The watches run from now on, leader or not: a standby replica's caches stay warm.
-    let (host_events, host_watch) = forward_when_leading(host_events, leading.clone());
-    let (secret_events, secret_watch) = forward_when_leading(secret_events, leading.clone());
-    // Both caches filled: said from the watch streams, never by waiting on a store (the
-    // controller's runner waits on the host store; see `watch::note_listed`).
-    let sync_stop = shutdown.clone();
-    // Reconciles start once the hosts are listed; Secrets are read by name when a host needs
-    // one, so a refused Secret watch does not hold every host back.
-    let hosts_synced = hosts_listed_rx.clone();
-    let sync_task = tokio::spawn(async move {
-        // The guards `wait_for` returns are not Send: only whether it happened is kept.
-        let listed = futures::future::join(
-            async { hosts_listed_rx.wait_for(|listed| *listed).await.is_ok() },
-            async { secrets_listed_rx.wait_for(|listed| *listed).await.is_ok() },
-        );
-        tokio::select! {
-            _ = sync_stop.cancelled() => {}
-            (true, true) = listed => {
-                tracing::info!("BareMetalHost and Secret caches synced");
-                synced();
-            }
-        }
-    });
-    if leading.wait_to_lead(&shutdown).await {
-        act(
-            client,
-            config,
-            metrics,
-            &identity,
-            (store, host_events, hosts_synced),
-            (secret_store, secret_events),
-            shutdown,
+) -> impl Future<Output = ()> + Send + 'static {
+    let client = view.client().clone();
+    let hosts = view.hosts.clone();
+    // Every host the shared watch lists, changes or deletes, from its first list on.
+    let touched = hosts.touched();
+    let namespace = view.host_namespace().cloned();
+    async move {
+        let watched_secrets = Watched::in_namespace("secrets (metadata)", namespace.as_ref());
+        // Secrets: metadata only (`Api<PartialObjectMeta<_>>` lists and watches metadata).
+        let secrets: Api<PartialObjectMeta<Secret>> = match &namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        // A host's credentials Secret is fetched by name when it is first
+        // needed and again only when its resourceVersion changes.
+        let (secret_store, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+        // React to spec and annotation changes, deletions, Secrets and our own requeues — not
+        // to status-only updates (our own writes): those would bypass the error backoff.
+        let host_events = touched
+            .map(Ok::<BareMetalHost, watcher::Error>)
+            .predicate_filter(spec_or_annotations, PredicateConfig::default());
+        let (secrets_listed, mut secrets_listed_rx) = tokio::sync::watch::channel(false);
+        let secret_events = crate::cluster::watch::note_listed(
+            reflector(
+                secret_writer,
+                crate::cluster::watch::lean_watcher(secrets, watcher::Config::default()),
+            ),
+            secrets_listed,
         )
-        .await;
+        .map_err(move |e| {
+            log_watch_error(&e, &watched_secrets);
+            e
+        })
+        .backoff(crate::backoff::WatchBackoff::default())
+        .touched_objects();
+        // The watches run from now on, leader or not: a standby replica's caches stay warm.
+        let (host_events, host_watch) = forward_when_leading(host_events, leading.clone());
+        let (secret_events, secret_watch) = forward_when_leading(secret_events, leading.clone());
+        // Both caches filled: said from the watch streams, never by waiting on a store (the
+        // controller's runner waits on the host store; see `cluster::watch`).
+        let sync_stop = shutdown.clone();
+        // Reconciles start once the hosts are listed; Secrets are read by name when a host
+        // needs one, so a refused Secret watch does not hold every host back.
+        let hosts_listed = hosts.clone();
+        let sync_task = tokio::spawn(async move {
+            // The guards `wait_for` returns are not Send: only whether it happened is kept.
+            let listed = futures::future::join(hosts_listed.wait_listed(), async {
+                secrets_listed_rx.wait_for(|listed| *listed).await.is_ok()
+            });
+            tokio::select! {
+                _ = sync_stop.cancelled() => {}
+                ((), true) = listed => {
+                    tracing::info!("BareMetalHost and Secret caches synced");
+                    synced();
+                }
+            }
+        });
+        if leading.wait_to_lead(&shutdown).await {
+            act(
+                client,
+                config,
+                metrics,
+                &identity,
+                (hosts, host_events),
+                (secret_store, secret_events),
+                shutdown,
+            )
+            .await;
+        }
+        sync_task.abort();
+        host_watch.abort();
+        secret_watch.abort();
     }
-    sync_task.abort();
-    host_watch.abort();
-    secret_watch.abort();
 }
 
 /// Objects of a watch stream, passed on only while this replica leads.
@@ -319,17 +306,14 @@ async fn act(
     config: BmhControllerConfig,
     metrics: Arc<Metrics>,
     identity: &str,
-    (store, host_events, mut hosts_listed): (
-        Store<BareMetalHost>,
-        Forwarded<BareMetalHost>,
-        tokio::sync::watch::Receiver<bool>,
-    ),
+    (hosts, host_events): (Feed<BareMetalHost>, Forwarded<BareMetalHost>),
     (secret_store, secret_events): (
         Store<PartialObjectMeta<Secret>>,
         Forwarded<PartialObjectMeta<Secret>>,
     ),
     shutdown: CancellationToken,
 ) {
+    let store = hosts.store().clone();
     let (events, _event_task) = EventSink::start(
         EventPublisher::new(client.clone(), "hostcycle.io/operator", identity),
         "PowerManagement",
@@ -362,7 +346,7 @@ async fn act(
         // while this replica stood by. Objects the watch passed on before this replica led
         // were dropped, and a Lease can be won before the first list is through.
         .reconcile_all_on(futures::stream::once(async move {
-            let _listed = hosts_listed.wait_for(|listed| *listed).await.is_ok();
+            hosts.wait_listed().await;
         }));
     // A fixed credentials Secret must bring its hosts back at once, not after the backoff.
     let host_store = store.clone();
@@ -411,16 +395,6 @@ fn log_reconcile_error(error: &controller::Error<ReconcileError, watcher::Error>
             tracing::debug!(%host, error = %e, "reconcile failed");
         }
         other => tracing::debug!(error = %other, "controller error"),
-    }
-}
-
-/// Watch errors are retried with backoff; a refusal by RBAC is said in words at warn level.
-fn log_watch_error(error: &watcher::Error, resource: &str, namespace: &str) {
-    let text = crate::text::watch_error(error, resource, namespace);
-    if text.starts_with("forbidden") {
-        tracing::warn!(error = %text, "watch refused; retrying with backoff");
-    } else {
-        tracing::debug!(error = %text, "watch error; retrying with backoff");
     }
 }
 
@@ -1134,15 +1108,23 @@ mod tests {
             }
         });
         let shutdown = CancellationToken::new();
-        let controller = tokio::spawn(run(
-            client,
+        let mut view = ClusterView::new(
+            &client,
+            crate::cluster::Kinds::for_controllers(&[crate::ControllerName::BareMetalHost]),
+            None,
+        )
+        .await;
+        let controller = run(
+            &view,
             BmhControllerConfig::default(),
             Metrics::register(&mut crate::metrics::new_registry()),
             "test".into(),
             leading.clone(),
             shutdown.clone(),
             || {},
-        ));
+        );
+        let watches = view.start();
+        let controller = tokio::spawn(controller);
         let asked = tokio::time::timeout(
             Duration::from_secs(10),
             page_two_asked_rx.wait_for(|asked| *asked),
@@ -1165,6 +1147,7 @@ mod tests {
         }
         shutdown.cancel();
         let _ = controller.await;
+        drop(watches);
         assert_eq!(
             reconciled.into_iter().collect::<Vec<_>>(),
             ["a", "b"],

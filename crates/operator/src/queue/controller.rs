@@ -1,5 +1,6 @@
-//! The queue's loop: observe (watch caches) → decide (`hostcycle_core::queue`) → record
-//! (entry status, write-ahead) → act (cordon, workers, host annotation, uncordon, removal).
+//! The queue's loop: observe (the cluster view's caches) → decide (`hostcycle_core::queue`) →
+//! record (entry status, write-ahead) → act (cordon, workers, host annotation, uncordon,
+//! removal).
 //!
 //! It wakes on every relevant change — an entry or the queue changed, a Node's readiness,
 //! cordon, boot ID or volumes changed, a host's power changed, a worker reported (drain
@@ -31,10 +32,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
-use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
@@ -45,14 +44,16 @@ use super::command::{self, CommandJob};
 use super::cordon;
 use super::drain::{self, DrainJob};
 use super::eviction::Evictor;
-use super::observe::{host_summary, host_view, machine_resources, machine_summary, reboot_targets};
-use super::{QueueControllerConfig, Report, ReportKind, Shared, node_ref};
-use crate::events::{EventKind, EventPublisher, EventSink};
+use super::observe::{host_view, reboot_targets};
+use super::{QueueControllerConfig, Report, ReportKind, Shared};
+use crate::cluster::objects::{
+    MachineObject, host_summary, machine_summary, nodes_being_remediated,
+};
+use crate::cluster::{ClusterView, Kinds};
+use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
-use crate::remediation::controller::nodes_being_remediated;
-use crate::remediation::observe::MachineObject;
 
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
 /// Retry soon after a failed write or a conflict.
@@ -60,7 +61,7 @@ const RETRY_SOON: Duration = Duration::from_secs(1);
 /// Waiting-message writes sent at once.
 const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 
-/// The watch caches the loop decides from.
+/// The caches the loop decides from (the view's).
 struct Stores {
     entries: Store<RebootQueueEntry>,
     queues: Store<RebootQueue>,
@@ -86,148 +87,94 @@ enum WorkerKind {
     Command,
 }
 
-/// Runs the reboot queue controller until `shutdown` fires: its watches at once, the loop
-/// once `leading` opens.
-pub async fn run(
-    client: Client,
+/// The reboot queue controller, subscribed to the view at once (before the view's watches
+/// start); the returned future runs it until `shutdown` fires: it waits for the caches, then
+/// runs the loop once `leading` opens.
+pub fn run(
+    view: &ClusterView,
     config: QueueControllerConfig,
     metrics: Arc<Metrics>,
     identity: String,
     leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
-) {
-    let evictor = loop {
-        match Evictor::discover(client.clone()).await {
-            Ok(e) => break e,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot discover the Eviction API version; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+) -> impl Future<Output = ()> + Send + 'static {
+    let client = view.client().clone();
+    let wake = Arc::new(Notify::new());
+    let stores = subscribe(view, &wake);
+    let listed = view.listed(Kinds::LOOPS);
+    async move {
+        let evictor = loop {
+            match Evictor::discover(client.clone()).await {
+                Ok(e) => break e,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot discover the Eviction API version; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    }
                 }
             }
-        }
-    };
-    tracing::info!(
-        eviction = evictor.api_version(),
-        "reboot queue controller starting"
-    );
-    let (events, event_task) = EventSink::start(
-        EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
-        "RebootQueue",
-    );
-    let shared = Arc::new(Shared {
-        client: client.clone(),
-        metrics,
-        evictor,
-        events,
-    });
-    let wake = Arc::new(Notify::new());
-    let (stores, watch_tasks) = start_watches(&client, &config, wake.clone()).await;
-    let mut controller = Controller::new(shared.clone(), stores, config);
-    controller.run(wake, leading, shutdown, synced).await;
-    for task in watch_tasks {
-        task.abort();
+        };
+        tracing::info!(
+            eviction = evictor.api_version(),
+            "reboot queue controller starting"
+        );
+        let (events, event_task) = EventSink::start(
+            EventPublisher::new(client.clone(), "hostcycle.io/reboot-queue", identity),
+            "RebootQueue",
+        );
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            metrics,
+            evictor,
+            events,
+        });
+        let mut controller = Controller::new(shared.clone(), stores, config);
+        controller
+            .run(wake, leading, shutdown, listed, synced)
+            .await;
+        // Let the last Events go out, briefly.
+        drop(controller);
+        drop(shared);
+        let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
     }
-    // Let the last Events go out, briefly.
-    drop(controller);
-    drop(shared);
-    let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
 }
 
-/// Starts one watch per kind; every relevant event wakes the loop.
-async fn start_watches(
-    client: &Client,
-    config: &QueueControllerConfig,
-    wake: Arc<Notify>,
-) -> (Stores, Vec<JoinHandle<()>>) {
-    let mut tasks = Vec::new();
-
-    let (entries, task) = watch_store(
-        Api::<RebootQueueEntry>::all(client.clone()),
-        Watched::all("rebootqueueentries"),
-        wake.clone(),
-    );
-    tasks.push(task);
-
-    let (queues, task) = watch_store(
-        Api::<RebootQueue>::all(client.clone()),
-        Watched::all("rebootqueues"),
-        wake.clone(),
-    );
-    tasks.push(task);
+/// Subscribes to every kind the loop reads; every relevant change wakes it.
+fn subscribe(view: &ClusterView, wake: &Arc<Notify>) -> Stores {
+    view.entries.wake_on(wake.clone(), |_| true);
+    view.queues.wake_on(wake.clone(), |_| true);
 
     // Nodes change every heartbeat; wake only when something the queue reads changed.
-    let (nodes, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        crate::watch::lean_watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
-    );
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
-    tasks.push(spawn_waker(
-        Watched::all("nodes"),
-        stream,
-        wake.clone(),
-        move |node: &Node| {
-            let print = node_fingerprint(node);
-            fingerprints.insert(node.name_any(), print) != Some(print)
-        },
-    ));
+    view.nodes.wake_on(wake.clone(), move |node: &Node| {
+        let print = node_fingerprint(node);
+        fingerprints.insert(node.name_any(), print) != Some(print)
+    });
 
-    let (hosts, writer) = reflector::store();
-    let host_api: Api<BareMetalHost> = match &config.host_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let stream = reflector(
-        writer,
-        crate::watch::lean_watcher(host_api, watcher::Config::default()),
-    );
     let host_interest = HostInterest::default();
     let wanted = host_interest.clone();
-    tasks.push(spawn_waker(
-        Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
-        stream,
-        wake.clone(),
-        move |host: &BareMetalHost| wanted.wants(host),
-    ));
+    view.hosts
+        .wake_on(wake.clone(), move |host: &BareMetalHost| wanted.wants(host));
 
-    let mut machines = Vec::new();
-    for resource in machine_resources(client).await {
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
-        let store = writer.as_reader();
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let stream = reflector(
-            writer,
-            crate::watch::lean_watcher(api, watcher::Config::default()),
-        );
-        tasks.push(spawn_waker(
-            Watched::all(&resource.plural),
-            stream,
-            wake.clone(),
-            |_| true,
-        ));
-        machines.push((resource, store));
+    for (_, machines) in &view.machines {
+        machines.wake_on(wake.clone(), |_| true);
     }
-    let (remediations, task) = watch_store(
-        Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone()),
-        Watched::all("hostremediations"),
-        wake.clone(),
-    );
-    tasks.push(task);
-    (
-        Stores {
-            entries,
-            queues,
-            nodes,
-            hosts,
-            machines,
-            remediations,
-            host_interest,
-        },
-        tasks,
-    )
+    view.remediations.wake_on(wake.clone(), |_| true);
+    Stores {
+        entries: view.entries.store().clone(),
+        queues: view.queues.store().clone(),
+        nodes: view.nodes.store().clone(),
+        hosts: view.hosts.store().clone(),
+        machines: view
+            .machines
+            .iter()
+            .map(|(resource, feed)| (resource.clone(), feed.store().clone()))
+            .collect(),
+        remediations: view.remediations.store().clone(),
+        host_interest,
+    }
 }
 
 /// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes.
@@ -246,89 +193,6 @@ fn node_fingerprint(node: &Node) -> u64 {
         .map(|t| t.as_second() / 60)
         .hash(&mut h);
     h.finish()
-}
-
-/// What a waker's watch covers, for its error messages.
-pub(crate) struct Watched {
-    pub resource: String,
-    /// Empty for every namespace (or a cluster-scoped resource).
-    pub namespace: String,
-}
-
-impl Watched {
-    pub fn all(resource: &str) -> Self {
-        Watched {
-            resource: resource.to_string(),
-            namespace: String::new(),
-        }
-    }
-
-    pub fn in_namespace(resource: &str, namespace: Option<&String>) -> Self {
-        Watched {
-            resource: resource.to_string(),
-            namespace: namespace.cloned().unwrap_or_default(),
-        }
-    }
-}
-
-/// A reflector store of `api`'s objects, kept by a task that wakes the loop at every change.
-pub(crate) fn watch_store<K>(
-    api: Api<K>,
-    watched: Watched,
-    wake: Arc<Notify>,
-) -> (Store<K>, JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        crate::watch::lean_watcher(api, watcher::Config::default()),
-    );
-    (store, spawn_waker(watched, stream, wake, |_| true))
-}
-
-pub(crate) fn spawn_waker<K, S>(
-    watched: Watched,
-    stream: S,
-    wake: Arc<Notify>,
-    mut relevant: impl FnMut(&K) -> bool + Send + 'static,
-) -> JoinHandle<()>
-where
-    K: Send + 'static,
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    tokio::spawn(async move {
-        let stream = stream.backoff(crate::backoff::WatchBackoff::default());
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            let wake_now = match &event {
-                Ok(watcher::Event::Apply(obj)) => relevant(obj),
-                Ok(watcher::Event::Delete(_) | watcher::Event::InitDone) => true,
-                Ok(_) => false,
-                Err(e) => {
-                    // A refusal by RBAC is said in words at warn level: the controller is
-                    // blind until the permission is granted.
-                    let text = crate::text::watch_error(e, &watched.resource, &watched.namespace);
-                    if text.starts_with("forbidden") {
-                        tracing::warn!(error = %text, "watch refused; retrying with backoff");
-                    } else {
-                        tracing::debug!(error = %text, "watch error; the watcher retries");
-                    }
-                    false
-                }
-            };
-            if wake_now {
-                wake.notify_one();
-            }
-        }
-    })
 }
 
 struct Controller {
@@ -374,25 +238,14 @@ impl Controller {
         wake: Arc<Notify>,
         leading: LeaderGate,
         shutdown: CancellationToken,
+        listed: impl Future<Output = ()>,
         synced: impl FnOnce(),
     ) {
-        let ready = async {
-            let _ = self.stores.entries.wait_until_ready().await;
-            let _ = self.stores.queues.wait_until_ready().await;
-            let _ = self.stores.nodes.wait_until_ready().await;
-            let _ = self.stores.hosts.wait_until_ready().await;
-            for (_, m) in &self.stores.machines {
-                let _ = m.wait_until_ready().await;
-            }
-            let _ = self.stores.remediations.wait_until_ready().await;
-        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = ready => {}
+            _ = listed => {}
         }
         tracing::info!("reboot queue caches synced");
-        // Said from here, not by a second waiter: a store's readiness wakes only the task
-        // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
         synced();
         // A standby replica keeps its caches warm and stops here until it leads.
         if !leading.wait_to_lead(&shutdown).await {

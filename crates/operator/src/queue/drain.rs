@@ -33,8 +33,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::cordon::{Cordon, cordon};
-use super::{Report, ReportKind, Shared, node_ref};
+use super::{Report, ReportKind, Shared};
 use crate::events::EventKind;
+use crate::events::node_ref;
 use crate::metrics::EvictionLabels;
 
 /// Evictions (and dry runs) in flight at once for one node.
@@ -254,9 +255,12 @@ impl PodWatch {
     fn start(pods_api: &Api<Pod>, node: &str) -> PodWatch {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let (store, writer) = reflector::store();
-        let events = reflector(writer, crate::watch::lean_watcher(pods_api.clone(), config))
-            .backoff(crate::backoff::WatchBackoff::default())
-            .boxed();
+        let events = reflector(
+            writer,
+            crate::cluster::watch::lean_watcher(pods_api.clone(), config),
+        )
+        .backoff(crate::backoff::WatchBackoff::default())
+        .boxed();
         PodWatch {
             store,
             events,

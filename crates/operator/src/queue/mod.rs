@@ -1,10 +1,11 @@
 //! The reboot queue controller: cordon, PDB-aware drain, reboot through the BMC or a
 //! command, boot check, uncordon — CKE's rules (`hostcycle_core::queue`), event-driven.
 //!
-//! One loop ([`controller`]) owns every write to `RebootQueueEntry` status: it observes
-//! (watch caches of entries, the queue, Nodes, BareMetalHosts and Machines), decides with the
-//! pure functions of `hostcycle_core::queue`, records the decision (write-ahead, with a
-//! resourceVersion precondition), then acts. Long steps run in per-entry workers ([`drain`],
+//! One loop ([`controller`]) owns every write to `RebootQueueEntry` status: it observes (the
+//! caches of the shared cluster view, [`crate::cluster`]: entries, the queue, Nodes,
+//! BareMetalHosts, Machines and HostRemediations, with filters of its own saying which
+//! changes wake it), decides with the pure functions of `hostcycle_core::queue`, records the
+//! decision (write-ahead, with a resourceVersion precondition), then acts. Long steps run in per-entry workers ([`drain`],
 //! [`command`]) that report back; they never write the entry, so the controller never writes
 //! `spec` and a cancel can never be lost to a status write.
 //!
@@ -32,8 +33,6 @@ use eviction::Evictor;
 /// Settings of the reboot queue controller.
 #[derive(Debug, Clone)]
 pub struct QueueControllerConfig {
-    /// Namespace whose BareMetalHosts are watched; all namespaces when `None`.
-    pub host_namespace: Option<String>,
     /// Re-evaluate the whole queue at least this often, even without any change.
     pub resync: Duration,
 }
@@ -41,7 +40,6 @@ pub struct QueueControllerConfig {
 impl Default for QueueControllerConfig {
     fn default() -> Self {
         QueueControllerConfig {
-            host_namespace: None,
             resync: Duration::from_secs(30),
         }
     }
@@ -65,18 +63,6 @@ impl Shared {
         note: &str,
     ) {
         self.events.emit(regarding, kind, reason, note);
-    }
-}
-
-/// A reference to a Node for Events.
-pub fn node_ref(name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(name.to_string()),
-        // Cluster-scoped: the publisher writes its Events to kube-system.
-        namespace: None,
-        ..Default::default()
     }
 }
 

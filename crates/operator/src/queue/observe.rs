@@ -4,10 +4,8 @@
 use std::collections::BTreeMap;
 
 use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
-use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION, is_detached, is_paused};
-use hostcycle_core::queue::host::{
-    HostSummary, MACHINE_HOST_ANNOTATION, MachineSummary, NodeIdentity, ObjectKey, reboot_target,
-};
+use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
+use hostcycle_core::queue::host::{HostSummary, MachineSummary, reboot_target};
 use hostcycle_core::queue::reboot::{HostView, REQUEST_MARKER_ANNOTATION};
 use hostcycle_core::queue::{QueueSnapshot, RebootTarget};
 use k8s_openapi::api::core::v1::Node;
@@ -15,43 +13,10 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 
-/// API groups whose `Machine` kind may point at BareMetalHosts.
-pub const MACHINE_GROUPS: [&str; 2] = ["cluster.x-k8s.io", "machine.openshift.io"];
-
-/// A host reduced for the node→host mapping.
-pub fn host_summary(host: &BareMetalHost) -> HostSummary {
-    let namespace = host.namespace().unwrap_or_default();
-    let annotations = host.annotations_or_empty();
-    let unusable = if is_paused(annotations) {
-        Some("is paused (baremetalhost.metal3.io/paused)".to_string())
-    } else if is_detached(annotations) {
-        Some("is detached (baremetalhost.metal3.io/detached)".to_string())
-    } else if !host.spec.online {
-        Some("is offline (spec.online: false); it would not power back on".to_string())
-    } else if host
-        .spec
-        .bmc
-        .as_ref()
-        .is_none_or(|b| b.address.trim().is_empty())
-    {
-        Some("has no spec.bmc.address".to_string())
-    } else {
-        None
-    };
-    HostSummary {
-        reference: HostReference {
-            namespace: namespace.clone(),
-            name: host.name_any(),
-        },
-        uid: host.uid().unwrap_or_default(),
-        consumer: host.spec.consumer_ref.as_ref().map(|c| ObjectKey {
-            kind: c.kind.clone().unwrap_or_default(),
-            namespace: c.namespace.clone().unwrap_or_else(|| namespace.clone()),
-            name: c.name.clone().unwrap_or_default(),
-        }),
-        unusable,
-    }
-}
+use crate::cluster::objects::{
+    MachineObject, host_summary, machine_resources, machine_summary, node_identity,
+    nodes_being_remediated,
+};
 
 /// A host as the boot check reads it.
 pub fn host_view(host: &BareMetalHost) -> HostView {
@@ -67,62 +32,6 @@ pub fn host_view(host: &BareMetalHost) -> HostView {
         powered_on: status.and_then(|s| s.observed_powered_on()),
         last_powered_on: status.and_then(|s| s.provisioning.last_powered_on),
     }
-}
-
-/// A Machine (any of [`MACHINE_GROUPS`]) reduced for the mapping.
-pub fn machine_summary(machine: &DynamicObject) -> MachineSummary {
-    let namespace = machine.namespace().unwrap_or_default();
-    let str_at = |v: &serde_json::Value, path: &[&str]| -> Option<String> {
-        path.iter()
-            .try_fold(v, |v, k| v.get(k))
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-            .filter(|s| !s.is_empty())
-    };
-    MachineSummary {
-        key: ObjectKey {
-            kind: machine
-                .types
-                .as_ref()
-                .map(|t| t.kind.clone())
-                .unwrap_or_else(|| "Machine".into()),
-            namespace: namespace.clone(),
-            name: machine.name_any(),
-        },
-        node_name: str_at(&machine.data, &["status", "nodeRef", "name"]),
-        host_annotation: machine.annotations().get(MACHINE_HOST_ANNOTATION).cloned(),
-        infrastructure: machine
-            .data
-            .get("spec")
-            .and_then(|s| s.get("infrastructureRef"))
-            .map(|r| ObjectKey {
-                kind: str_at(r, &["kind"]).unwrap_or_default(),
-                namespace: str_at(r, &["namespace"]).unwrap_or_else(|| namespace.clone()),
-                name: str_at(r, &["name"]).unwrap_or_default(),
-            }),
-    }
-}
-
-/// A Node reduced for the mapping.
-pub fn node_identity(node: &Node) -> NodeIdentity {
-    NodeIdentity {
-        name: node.name_any(),
-        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
-        annotations: node.metadata.annotations.clone().unwrap_or_default(),
-    }
-}
-
-/// The `Machine` resources this server serves, found by discovery (none is required).
-pub async fn machine_resources(client: &Client) -> Vec<ApiResource> {
-    let mut found = Vec::new();
-    for group in MACHINE_GROUPS {
-        if let Ok(g) = kube::discovery::group(client, group).await
-            && let Some((resource, _)) = g.recommended_kind("Machine")
-        {
-            found.push(resource);
-        }
-    }
-    found
 }
 
 /// Every Machine of the given resources; a resource that cannot be listed is skipped with a
@@ -189,11 +98,9 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
     for resource in &resources {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
         if let Ok(list) = api.list(&ListParams::default()).await {
-            machine_objects.extend(list.items.into_iter().map(|object| {
-                crate::remediation::observe::MachineObject {
-                    object: std::sync::Arc::new(object),
-                    resource: resource.clone(),
-                }
+            machine_objects.extend(list.items.into_iter().map(|object| MachineObject {
+                object: std::sync::Arc::new(object),
+                resource: resource.clone(),
             }));
         }
     }
@@ -211,9 +118,8 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
         Err(e) => return Err(e),
     };
-    snapshot.being_remediated =
-        crate::remediation::controller::nodes_being_remediated(&machine_objects, &requests)
-            .into_iter()
-            .collect();
+    snapshot.being_remediated = nodes_being_remediated(&machine_objects, &requests)
+        .into_iter()
+        .collect();
     Ok(snapshot)
 }

@@ -1,5 +1,7 @@
-//! The remediation loop: woken by any change of a Machine, a HostRemediation, a host, a
-//! target Node or a queue entry, and at each remediation's next deadline.
+//! The remediation loop: woken by any change of a Machine, a HostRemediation, a host it
+//! targets (or one carrying its power-off annotation), a target Node, any Node's readiness or a
+//! queue entry — as its filters on the shared cluster view say — and at each remediation's
+//! next deadline.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -9,9 +11,8 @@ use std::time::Duration;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::{
-    EXTERNAL_REMEDIATION_ANNOTATION, HOST_REMEDIATION_FINALIZER, HostRemediation,
-    HostRemediationStatus, REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep,
-    is_remediation_power_off,
+    HOST_REMEDIATION_FINALIZER, HostRemediation, HostRemediationStatus, REQUEST_POWER_OFF_PREFIX,
+    RemediationPhase, RemediationStep, is_remediation_power_off,
 };
 use hostcycle_core::queue::drain::add;
 use hostcycle_core::queue::{EntryView, QueueConfig};
@@ -25,31 +26,29 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::RemediationControllerConfig;
 use super::observe::{
-    MachineObject, Subject, escalation, host_view, limits, node_view, record, requested, resolve,
+    Subject, escalation, host_view, limits, node_view, record, requested, resolve,
 };
-use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::cluster::objects::{MachineObject, host_summary, machine_summary};
+use crate::cluster::{ClusterView, Kinds};
+use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
-use crate::queue::controller::{Watched, spawn_waker, watch_store};
-use crate::queue::node_ref;
-use crate::queue::observe::{host_summary, machine_resources, machine_summary};
 
 const FIELD_MANAGER: &str = "hostcycle-remediation";
 /// Look again this soon after a failed write or action.
 const RETRY_SOON: Duration = Duration::from_secs(1);
 
+/// The caches the loop decides from (the view's).
 struct Stores {
     machines: Vec<(ApiResource, Store<DynamicObject>)>,
     requests: Store<HostRemediation>,
@@ -59,133 +58,85 @@ struct Stores {
     queues: Store<RebootQueue>,
 }
 
-/// Runs the remediation controller until `shutdown` fires: its watches at once, the loop
-/// once `leading` opens.
-pub async fn run(
-    client: Client,
+/// The remediation controller, subscribed to the view at once (before the view's watches
+/// start); the returned future runs it until `shutdown` fires: it waits for the caches, then
+/// runs the loop once `leading` opens.
+pub fn run(
+    view: &ClusterView,
     config: RemediationControllerConfig,
     metrics: Arc<Metrics>,
     identity: String,
     leading: LeaderGate,
     shutdown: CancellationToken,
     synced: impl FnOnce() + Send + 'static,
-) {
-    let (events, event_task) = EventSink::start(
-        EventPublisher::new(client.clone(), "hostcycle.io/remediation", identity),
-        "Remediation",
-    );
+) -> impl Future<Output = ()> + Send + 'static {
+    let client = view.client().clone();
     let wake = Arc::new(Notify::new());
     let targets: Arc<Mutex<HashSet<String>>> = Arc::default();
     let host_interest = HostInterest::default();
-    let (stores, tasks) = start_watches(
-        &client,
-        &config,
-        wake.clone(),
-        targets.clone(),
-        host_interest.clone(),
-    )
-    .await;
-    tracing::info!(
-        machine_kinds = ?stores.machines.iter().map(|(r, _)| format!("{}/{}", r.group, r.version)).collect::<Vec<_>>(),
-        max_concurrent = config.max_concurrent,
-        "remediation controller starting"
-    );
-    let mut controller = Controller {
-        client,
-        config,
-        metrics,
-        events,
-        stores,
-        targets,
-        host_interest,
-        wake: wake.clone(),
-        last_events: HashMap::new(),
-        retry_soon: false,
-    };
-    let ready = async {
-        for (_, s) in &controller.stores.machines {
-            let _ = s.wait_until_ready().await;
-        }
-        let _ = controller.stores.requests.wait_until_ready().await;
-        let _ = controller.stores.hosts.wait_until_ready().await;
-        let _ = controller.stores.nodes.wait_until_ready().await;
-        let _ = controller.stores.entries.wait_until_ready().await;
-        let _ = controller.stores.queues.wait_until_ready().await;
-    };
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        _ = ready => {
-            tracing::info!("remediation caches synced");
-            // Said from here, not by a second waiter: a store's readiness wakes only the task
-            // that polled it last (kube-runtime's DelayedInit is a oneshot receiver).
-            synced();
-            // A standby replica keeps its caches warm and stops here until it leads.
-            if leading.wait_to_lead(&shutdown).await {
-                tracing::info!("leading: the remediation loop starts");
-                let mut next = tokio::time::Instant::now();
-                loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = wake.notified() => {}
-                        _ = tokio::time::sleep_until(next) => {}
+    let stores = subscribe(view, &wake, targets.clone(), host_interest.clone());
+    let listed = view.listed(Kinds::LOOPS);
+    async move {
+        let (events, event_task) = EventSink::start(
+            EventPublisher::new(client.clone(), "hostcycle.io/remediation", identity),
+            "Remediation",
+        );
+        tracing::info!(
+            machine_kinds = ?stores.machines.iter().map(|(r, _)| format!("{}/{}", r.group, r.version)).collect::<Vec<_>>(),
+            max_concurrent = config.max_concurrent,
+            "remediation controller starting"
+        );
+        let mut controller = Controller {
+            client,
+            config,
+            metrics,
+            events,
+            stores,
+            targets,
+            host_interest,
+            wake: wake.clone(),
+            last_events: HashMap::new(),
+            retry_soon: false,
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = listed => {
+                tracing::info!("remediation caches synced");
+                synced();
+                // A standby replica keeps its caches warm and stops here until it leads.
+                if leading.wait_to_lead(&shutdown).await {
+                    tracing::info!("leading: the remediation loop starts");
+                    let mut next = tokio::time::Instant::now();
+                    loop {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = wake.notified() => {}
+                            _ = tokio::time::sleep_until(next) => {}
+                        }
+                        let wait = controller.pass().await;
+                        next = hostcycle_bmc::deadline::deadline_after(tokio::time::Instant::now(), wait);
                     }
-                    let wait = controller.pass().await;
-                    next = hostcycle_bmc::deadline::deadline_after(tokio::time::Instant::now(), wait);
                 }
             }
         }
+        drop(controller);
+        let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
     }
-    for t in tasks {
-        t.abort();
-    }
-    drop(controller);
-    let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
 }
 
-async fn start_watches(
-    client: &Client,
-    config: &RemediationControllerConfig,
-    wake: Arc<Notify>,
+/// Subscribes to every kind the loop reads; every relevant change wakes it.
+fn subscribe(
+    view: &ClusterView,
+    wake: &Arc<Notify>,
     targets: Arc<Mutex<HashSet<String>>>,
     host_interest: HostInterest,
-) -> (Stores, Vec<JoinHandle<()>>) {
-    let mut tasks = Vec::new();
-    let mut machines = Vec::new();
-    for resource in machine_resources(client).await {
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
-        let store = writer.as_reader();
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let stream = reflector(
-            writer,
-            crate::watch::lean_watcher(api, watcher::Config::default()),
-        );
-        tasks.push(spawn_waker(
-            Watched::all(&resource.plural),
-            stream,
-            wake.clone(),
-            |_| true,
-        ));
-        machines.push((resource, store));
+) -> Stores {
+    for (_, machines) in &view.machines {
+        machines.wake_on(wake.clone(), |_| true);
     }
-    let (requests, task) = watch_store(
-        Api::<HostRemediation>::all(client.clone()),
-        Watched::all("hostremediations"),
-        wake.clone(),
-    );
-    tasks.push(task);
+    view.remediations.wake_on(wake.clone(), |_| true);
 
-    let (hosts, writer) = reflector::store();
-    let host_api: Api<BareMetalHost> = match &config.host_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let stream = reflector(
-        writer,
-        crate::watch::lean_watcher(host_api, watcher::Config::default()),
-    );
-    tasks.push(spawn_waker(
-        Watched::in_namespace("baremetalhosts", config.host_namespace.as_ref()),
-        stream,
+    view.hosts.wake_on(
         wake.clone(),
         // Also a host carrying one of remediation's power-off annotations: it may be orphaned.
         move |host: &BareMetalHost| {
@@ -195,56 +146,37 @@ async fn start_watches(
                     .keys()
                     .any(|k| is_remediation_power_off(k))
         },
-    ));
+    );
 
     // Nodes change every heartbeat: wake for a target Node, or when readiness changes.
-    let (nodes, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        crate::watch::lean_watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
-    );
     let mut prints: HashMap<String, u64> = HashMap::new();
-    tasks.push(spawn_waker(
-        Watched::all("nodes"),
-        stream,
-        wake.clone(),
-        move |node: &Node| {
-            let name = node.name_any();
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            node.uid().hash(&mut h);
-            hostcycle_core::queue::NodeView::from_node(node)
-                .ready
-                .hash(&mut h);
-            let print = h.finish();
-            let changed = prints.insert(name.clone(), print) != Some(print);
-            let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
-            changed || target
-        },
-    ));
+    view.nodes.wake_on(wake.clone(), move |node: &Node| {
+        let name = node.name_any();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        node.uid().hash(&mut h);
+        hostcycle_core::queue::NodeView::from_node(node)
+            .ready
+            .hash(&mut h);
+        let print = h.finish();
+        let changed = prints.insert(name.clone(), print) != Some(print);
+        let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
+        changed || target
+    });
 
-    let (entries, task) = watch_store(
-        Api::<RebootQueueEntry>::all(client.clone()),
-        Watched::all("rebootqueueentries"),
-        wake.clone(),
-    );
-    tasks.push(task);
-    let (queues, task) = watch_store(
-        Api::<RebootQueue>::all(client.clone()),
-        Watched::all("rebootqueues"),
-        wake.clone(),
-    );
-    tasks.push(task);
-    (
-        Stores {
-            machines,
-            requests,
-            hosts,
-            nodes,
-            entries,
-            queues,
-        },
-        tasks,
-    )
+    view.entries.wake_on(wake.clone(), |_| true);
+    view.queues.wake_on(wake.clone(), |_| true);
+    Stores {
+        machines: view
+            .machines
+            .iter()
+            .map(|(resource, feed)| (resource.clone(), feed.store().clone()))
+            .collect(),
+        requests: view.remediations.store().clone(),
+        hosts: view.hosts.store().clone(),
+        nodes: view.nodes.store().clone(),
+        entries: view.entries.store().clone(),
+        queues: view.queues.store().clone(),
+    }
 }
 
 struct Controller {
@@ -660,7 +592,7 @@ impl Controller {
     /// The flow is over: the trigger and every marker go.
     async fn finish_machine(&mut self, m: &MachineObject) -> bool {
         let annotations: serde_json::Map<String, Value> =
-            super::observe::MACHINE_RECORD_ANNOTATIONS
+            crate::cluster::objects::MACHINE_RECORD_ANNOTATIONS
                 .iter()
                 .map(|k| (k.to_string(), Value::Null))
                 .collect();
@@ -1186,51 +1118,4 @@ fn set_condition(
             observed_generation: generation,
         }),
     }
-}
-
-/// Nodes some remediation is working on (the trigger is set, or the flow is under way), for
-/// the reboot queue: it never drains or reboots them meanwhile.
-pub fn nodes_being_remediated(
-    machines: &[MachineObject],
-    requests: &[HostRemediation],
-) -> HashSet<String> {
-    let mut out = HashSet::new();
-    for m in machines {
-        let annotations = m.object.annotations();
-        let active = m.has_flow()
-            && (annotations.contains_key(EXTERNAL_REMEDIATION_ANNOTATION)
-                || !annotations
-                    .contains_key(hostcycle_api::remediation::REMEDIATION_FAILED_ANNOTATION));
-        if active && let Some(n) = m.node_ref() {
-            out.insert(n);
-        }
-    }
-    for r in requests {
-        let step = r.status.as_ref().map(|s| s.step).unwrap_or_default();
-        let active = !matches!(
-            step,
-            RemediationStep::Done | RemediationStep::GaveUp | RemediationStep::Cancelled
-        );
-        if active {
-            // A request named after its Machine says its Node only once it wrote its status.
-            let owned_by_machine = r
-                .meta()
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.kind == "Machine");
-            let node = r
-                .status
-                .as_ref()
-                .and_then(|s| s.node.clone())
-                .or_else(|| {
-                    r.annotations()
-                        .get(hostcycle_api::remediation::NHC_NODE_NAME_ANNOTATION)
-                        .cloned()
-                })
-                .or_else(|| (!owned_by_machine).then(|| r.name_any()));
-            out.extend(node);
-        }
-    }
-    out
 }

@@ -3,10 +3,11 @@
 //! `host.metal3.io/external-remediation` (OpenShift's flow) and for `HostRemediation`
 //! requests (Cluster API's MachineHealthCheck, medik8s' NodeHealthCheck).
 //!
-//! One loop (observe → `hostcycle_core::remediation::decide` → record → act): the record is
-//! written before each step's action (on the Machine's annotations, or the request's status),
-//! so a restart at any point resumes without a second power cycle and with the Node's
-//! labels intact. Only metal3's BareMetalHost fields are used (`status.poweredOn`,
+//! One loop (observe → `hostcycle_core::remediation::decide` → record → act), reading the
+//! caches of the shared cluster view ([`crate::cluster`]) and woken by the changes its own
+//! filters want: the record is written before each step's action (on the Machine's
+//! annotations, or the request's status), so a restart at any point resumes without a second
+//! power cycle and with the Node's labels intact. Only metal3's BareMetalHost fields are used (`status.poweredOn`,
 //! annotations), so the flow also works with metal3's own host operator.
 
 pub mod controller;
@@ -23,8 +24,6 @@ pub struct RemediationControllerConfig {
     pub max_concurrent: usize,
     /// How long the annotation flow waits for the Node after the power-on.
     pub power_on_timeout: Duration,
-    /// Namespace whose BareMetalHosts are watched; all when `None`.
-    pub host_namespace: Option<String>,
     /// Look at every remediation at least this often.
     pub resync: Duration,
 }
@@ -34,7 +33,6 @@ impl Default for RemediationControllerConfig {
         RemediationControllerConfig {
             max_concurrent: 1,
             power_on_timeout: Duration::from_secs(20 * 60),
-            host_namespace: None,
             resync: Duration::from_secs(30),
         }
     }

@@ -6,122 +6,23 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hostcycle_api::remediation::{
-    DEFAULT_RETRY_LIMIT, DEFAULT_TIMEOUT_SECONDS, EXTERNAL_REMEDIATION_ANNOTATION, HostRemediation,
-    MACHINE_POWER_OFF_ANNOTATION, NHC_NODE_NAME_ANNOTATION, NHC_TIMED_OUT_ANNOTATION,
-    NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
-    POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
-    REMEDIATION_STARTED_ANNOTATION, request_power_off_annotation,
+    DEFAULT_RETRY_LIMIT, DEFAULT_TIMEOUT_SECONDS, HostRemediation, MACHINE_POWER_OFF_ANNOTATION,
+    NHC_NODE_NAME_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, request_power_off_annotation,
 };
 use hostcycle_api::{BareMetalHost, OperationalStatus};
-use hostcycle_core::queue::host::{
-    HostSummary, MACHINE_HOST_ANNOTATION, MachineSummary, find_host,
-};
+use hostcycle_core::queue::host::{HostSummary, MachineSummary, find_host};
 use hostcycle_core::remediation::escalation::{
     OPENSHIFT_MACHINE_ROLE_LABEL, openshift_reprovisionable,
 };
 use hostcycle_core::remediation::{Blocker, Escalation, HostView, NodeView, Record, Trigger};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::DynamicObject;
-use kube::discovery::ApiResource;
 use kube::{Resource, ResourceExt};
 
-use crate::queue::observe::node_identity;
+use crate::cluster::objects::{MachineObject, node_identity};
 
 /// The Machine groups hostcycle understands.
 pub const OPENSHIFT_GROUP: &str = "machine.openshift.io";
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
-
-/// Annotations the annotation flow keeps on a Machine; any of them means a flow to follow.
-pub const MACHINE_RECORD_ANNOTATIONS: [&str; 9] = [
-    EXTERNAL_REMEDIATION_ANNOTATION,
-    REMEDIATION_STARTED_ANNOTATION,
-    REMEDIATION_POWERED_OFF_AT_ANNOTATION,
-    REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
-    POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
-    POWER_ON_TIMEOUT_ANNOTATION,
-    NODE_LABELS_BACKUP_ANNOTATION,
-    NODE_ANNOTATIONS_BACKUP_ANNOTATION,
-    REMEDIATION_FAILED_ANNOTATION,
-];
-
-/// A Machine with the API resource it was read through. Shared with the watch cache: the
-/// loops look at every Machine on every pass and copy none.
-#[derive(Clone)]
-pub struct MachineObject {
-    pub object: std::sync::Arc<DynamicObject>,
-    pub resource: ApiResource,
-}
-
-impl MachineObject {
-    pub fn group(&self) -> &str {
-        &self.resource.group
-    }
-
-    pub fn key(&self) -> String {
-        format!(
-            "{}/{}/{}",
-            self.resource.group,
-            self.object.namespace().unwrap_or_default(),
-            self.object.name_any()
-        )
-    }
-
-    /// `status.nodeRef.name`.
-    pub fn node_ref(&self) -> Option<String> {
-        self.object
-            .data
-            .get("status")
-            .and_then(|s| s.get("nodeRef"))
-            .and_then(|r| r.get("name"))
-            .and_then(|n| n.as_str())
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-    }
-
-    /// The host its `metal3.io/BareMetalHost` annotation names (`<namespace>/<name>`, or a
-    /// bare name in the Machine's namespace).
-    pub fn host_ref(&self) -> Option<(String, String)> {
-        let value = self
-            .object
-            .annotations()
-            .get(MACHINE_HOST_ANNOTATION)?
-            .trim()
-            .to_string();
-        match value.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
-                Some((ns.to_string(), name.to_string()))
-            }
-            None if !value.is_empty() => Some((self.object.namespace().unwrap_or_default(), value)),
-            _ => None,
-        }
-    }
-
-    /// Carries the trigger or any of the flow's records.
-    pub fn has_flow(&self) -> bool {
-        let a = self.object.annotations();
-        MACHINE_RECORD_ANNOTATIONS
-            .iter()
-            .any(|k| a.contains_key(*k))
-    }
-
-    pub fn triggered(&self) -> bool {
-        self.object.meta().deletion_timestamp.is_none()
-            && self
-                .object
-                .annotations()
-                .contains_key(EXTERNAL_REMEDIATION_ANNOTATION)
-    }
-
-    fn has_controller_owner(&self) -> bool {
-        self.object
-            .meta()
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true))
-    }
-}
 
 /// Which remediation, and where its record lives.
 #[derive(Clone)]

@@ -1,0 +1,226 @@
+//! One shared view of the cluster for the three controllers: one watch and one cache per
+//! kind, whichever controllers read it.
+//!
+//! [`ClusterView::new`] is built once by [`crate::run`], before the controllers start, with
+//! the watches the selected controllers need: BareMetalHosts for any of them (in `--namespace`
+//! when it is set); Nodes, Machines (one watch per kind discovery finds),
+//! HostRemediations, RebootQueueEntries and RebootQueues for the reboot queue and
+//! remediation. Each controller then subscribes to the kinds it reads, with its own relevance
+//! filter and wake-up ([`watch::Feed`]), and [`ClusterView::start`] starts the watches: no
+//! event is missed by a controller, and no controller module imports another's.
+//!
+//! What the host controller watches alone (the metadata of Secrets) stays in its module.
+
+pub mod objects;
+pub mod watch;
+
+use hostcycle_api::BareMetalHost;
+use hostcycle_api::queue::{RebootQueue, RebootQueueEntry};
+use hostcycle_api::remediation::HostRemediation;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+
+use crate::ControllerName;
+use watch::{Feed, Starter, Watched};
+
+/// Which kinds a set of controllers reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Kinds {
+    /// BareMetalHosts: every controller.
+    pub hosts: bool,
+    /// Nodes, Machines, HostRemediations, RebootQueueEntries and RebootQueues: the reboot
+    /// queue and remediation (each reads all of them).
+    pub loops: bool,
+}
+
+impl Kinds {
+    /// What the reboot queue and remediation each read: every kind.
+    pub const LOOPS: Kinds = Kinds {
+        hosts: true,
+        loops: true,
+    };
+
+    pub fn for_controllers(controllers: &[ControllerName]) -> Kinds {
+        Kinds {
+            hosts: !controllers.is_empty(),
+            loops: controllers
+                .iter()
+                .any(|c| matches!(c, ControllerName::RebootQueue | ControllerName::Remediation)),
+        }
+    }
+}
+
+/// One feed per watched kind (see the module's comment). A feed of a kind the selected
+/// controllers do not read is never started: it stays empty and never listed.
+pub struct ClusterView {
+    pub hosts: Feed<BareMetalHost>,
+    pub nodes: Feed<Node>,
+    /// One per `Machine` kind the server serves (none without the reboot queue and
+    /// remediation).
+    pub machines: Vec<(ApiResource, Feed<DynamicObject>)>,
+    pub remediations: Feed<HostRemediation>,
+    pub entries: Feed<RebootQueueEntry>,
+    pub queues: Feed<RebootQueue>,
+    host_namespace: Option<String>,
+    /// The client the watches read through, which the controllers write with.
+    client: Client,
+    /// What the started watches cover.
+    watched: Vec<String>,
+    /// The watches to start.
+    starters: Vec<Starter>,
+}
+
+impl ClusterView {
+    /// The feeds of `kinds`, not started yet. Finds the Machine kinds by discovery when the
+    /// loops need them.
+    pub async fn new(client: &Client, kinds: Kinds, host_namespace: Option<String>) -> Self {
+        let machine_resources = if kinds.loops {
+            objects::machine_resources(client).await
+        } else {
+            Vec::new()
+        };
+        let mut starters = Vec::new();
+        let host_api: Api<BareMetalHost> = match &host_namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let hosts = keep(
+            &mut starters,
+            kinds.hosts,
+            Feed::watch(
+                host_api,
+                Watched::in_namespace("baremetalhosts.metal3.io", host_namespace.as_ref()),
+            ),
+        );
+        let nodes = keep(
+            &mut starters,
+            kinds.loops,
+            Feed::watch(Api::all(client.clone()), Watched::all("nodes")),
+        );
+        let machines = machine_resources
+            .into_iter()
+            .map(|resource| {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+                let watched = Watched::all(&resource.plural);
+                let machines = keep(
+                    &mut starters,
+                    kinds.loops,
+                    Feed::watch_with(api, resource.clone(), watched),
+                );
+                (resource, machines)
+            })
+            .collect();
+        let remediations = keep(
+            &mut starters,
+            kinds.loops,
+            Feed::watch(Api::all(client.clone()), Watched::all("hostremediations")),
+        );
+        let entries = keep(
+            &mut starters,
+            kinds.loops,
+            Feed::watch(Api::all(client.clone()), Watched::all("rebootqueueentries")),
+        );
+        let queues = keep(
+            &mut starters,
+            kinds.loops,
+            Feed::watch(Api::all(client.clone()), Watched::all("rebootqueues")),
+        );
+        ClusterView {
+            hosts,
+            nodes,
+            machines,
+            remediations,
+            entries,
+            queues,
+            host_namespace,
+            client: client.clone(),
+            watched: starters
+                .iter()
+                .map(|s| s.watched().resource.clone())
+                .collect(),
+            starters,
+        }
+    }
+
+    /// Returns once every feed of `kinds` is listed (never, for a kind the view was not built
+    /// with). Readiness is learnt from the watch streams, never by waiting on a store.
+    pub fn listed(&self, kinds: Kinds) -> impl Future<Output = ()> + Send + 'static {
+        let hosts = kinds.hosts.then(|| self.hosts.clone());
+        let loops = kinds.loops.then(|| {
+            (
+                self.nodes.clone(),
+                self.machines
+                    .iter()
+                    .map(|(_, m)| m.clone())
+                    .collect::<Vec<_>>(),
+                self.remediations.clone(),
+                self.entries.clone(),
+                self.queues.clone(),
+            )
+        });
+        async move {
+            if let Some(hosts) = hosts {
+                hosts.wait_listed().await;
+            }
+            if let Some((nodes, machines, remediations, entries, queues)) = loops {
+                nodes.wait_listed().await;
+                for m in &machines {
+                    m.wait_listed().await;
+                }
+                remediations.wait_listed().await;
+                entries.wait_listed().await;
+                queues.wait_listed().await;
+            }
+        }
+    }
+
+    /// The client the watches read through; the controllers write with it too.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The namespace of the watched hosts; all namespaces when `None`.
+    pub fn host_namespace(&self) -> Option<&String> {
+        self.host_namespace.as_ref()
+    }
+
+    /// What the watches cover (started or about to be), e.g. `baremetalhosts.metal3.io`,
+    /// `nodes`, `machines`.
+    pub fn watched(&self) -> &[String] {
+        &self.watched
+    }
+
+    /// Starts the watches. Subscribe first: a subscriber added later misses what came before.
+    /// The watches stop when the returned value is dropped.
+    pub fn start(&mut self) -> Watches {
+        let tasks = self.starters.drain(..).map(Starter::start).collect();
+        Watches { tasks }
+    }
+}
+
+/// Keeps `feed`'s watch to be started when `wanted`.
+fn keep<K>(starters: &mut Vec<Starter>, wanted: bool, (feed, start): (Feed<K>, Starter)) -> Feed<K>
+where
+    K: kube::Resource + 'static,
+    K::DynamicType: Eq + std::hash::Hash,
+{
+    if wanted {
+        starters.push(start);
+    }
+    feed
+}
+
+/// The running watches of a [`ClusterView`]; dropping this stops them.
+pub struct Watches {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

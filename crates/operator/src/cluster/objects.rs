@@ -1,0 +1,257 @@
+//! The objects every controller reads, and the reductions of them they share: the Machine
+//! kinds this server serves (by discovery), a Machine with the resource it was read through,
+//! and the node → host mapping's summaries. One place, so that no controller module imports
+//! another's.
+
+use std::collections::HashSet;
+
+use hostcycle_api::BareMetalHost;
+use hostcycle_api::queue::HostReference;
+use hostcycle_api::remediation::{
+    EXTERNAL_REMEDIATION_ANNOTATION, HostRemediation, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
+    NODE_LABELS_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
+    POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
+    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
+    REMEDIATION_STARTED_ANNOTATION, RemediationStep,
+};
+use hostcycle_api::{is_detached, is_paused};
+use hostcycle_core::queue::host::{
+    HostSummary, MACHINE_HOST_ANNOTATION, MachineSummary, NodeIdentity, ObjectKey,
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::{Client, Resource, ResourceExt};
+
+/// API groups whose `Machine` kind may point at BareMetalHosts.
+pub const MACHINE_GROUPS: [&str; 2] = ["cluster.x-k8s.io", "machine.openshift.io"];
+
+/// The `Machine` resources this server serves, found by discovery (none is required).
+pub async fn machine_resources(client: &Client) -> Vec<ApiResource> {
+    let mut found = Vec::new();
+    for group in MACHINE_GROUPS {
+        if let Ok(g) = kube::discovery::group(client, group).await
+            && let Some((resource, _)) = g.recommended_kind("Machine")
+        {
+            found.push(resource);
+        }
+    }
+    found
+}
+
+/// A host reduced for the node→host mapping.
+pub fn host_summary(host: &BareMetalHost) -> HostSummary {
+    let namespace = host.namespace().unwrap_or_default();
+    let annotations = host.annotations_or_empty();
+    let unusable = if is_paused(annotations) {
+        Some("is paused (baremetalhost.metal3.io/paused)".to_string())
+    } else if is_detached(annotations) {
+        Some("is detached (baremetalhost.metal3.io/detached)".to_string())
+    } else if !host.spec.online {
+        Some("is offline (spec.online: false); it would not power back on".to_string())
+    } else if host
+        .spec
+        .bmc
+        .as_ref()
+        .is_none_or(|b| b.address.trim().is_empty())
+    {
+        Some("has no spec.bmc.address".to_string())
+    } else {
+        None
+    };
+    HostSummary {
+        reference: HostReference {
+            namespace: namespace.clone(),
+            name: host.name_any(),
+        },
+        uid: host.uid().unwrap_or_default(),
+        consumer: host.spec.consumer_ref.as_ref().map(|c| ObjectKey {
+            kind: c.kind.clone().unwrap_or_default(),
+            namespace: c.namespace.clone().unwrap_or_else(|| namespace.clone()),
+            name: c.name.clone().unwrap_or_default(),
+        }),
+        unusable,
+    }
+}
+
+/// A Machine (any of [`MACHINE_GROUPS`]) reduced for the mapping.
+pub fn machine_summary(machine: &DynamicObject) -> MachineSummary {
+    let namespace = machine.namespace().unwrap_or_default();
+    let str_at = |v: &serde_json::Value, path: &[&str]| -> Option<String> {
+        path.iter()
+            .try_fold(v, |v, k| v.get(k))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .filter(|s| !s.is_empty())
+    };
+    MachineSummary {
+        key: ObjectKey {
+            kind: machine
+                .types
+                .as_ref()
+                .map(|t| t.kind.clone())
+                .unwrap_or_else(|| "Machine".into()),
+            namespace: namespace.clone(),
+            name: machine.name_any(),
+        },
+        node_name: str_at(&machine.data, &["status", "nodeRef", "name"]),
+        host_annotation: machine.annotations().get(MACHINE_HOST_ANNOTATION).cloned(),
+        infrastructure: machine
+            .data
+            .get("spec")
+            .and_then(|s| s.get("infrastructureRef"))
+            .map(|r| ObjectKey {
+                kind: str_at(r, &["kind"]).unwrap_or_default(),
+                namespace: str_at(r, &["namespace"]).unwrap_or_else(|| namespace.clone()),
+                name: str_at(r, &["name"]).unwrap_or_default(),
+            }),
+    }
+}
+
+/// A Node reduced for the mapping.
+pub fn node_identity(node: &Node) -> NodeIdentity {
+    NodeIdentity {
+        name: node.name_any(),
+        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        annotations: node.metadata.annotations.clone().unwrap_or_default(),
+    }
+}
+
+/// Annotations the annotation flow keeps on a Machine; any of them means a flow to follow.
+pub const MACHINE_RECORD_ANNOTATIONS: [&str; 9] = [
+    EXTERNAL_REMEDIATION_ANNOTATION,
+    REMEDIATION_STARTED_ANNOTATION,
+    REMEDIATION_POWERED_OFF_AT_ANNOTATION,
+    REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+    POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
+    POWER_ON_TIMEOUT_ANNOTATION,
+    NODE_LABELS_BACKUP_ANNOTATION,
+    NODE_ANNOTATIONS_BACKUP_ANNOTATION,
+    REMEDIATION_FAILED_ANNOTATION,
+];
+
+/// A Machine with the API resource it was read through. Shared with the watch cache: the
+/// loops look at every Machine on every pass and copy none.
+#[derive(Clone)]
+pub struct MachineObject {
+    pub object: std::sync::Arc<DynamicObject>,
+    pub resource: ApiResource,
+}
+
+impl MachineObject {
+    pub fn group(&self) -> &str {
+        &self.resource.group
+    }
+
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.resource.group,
+            self.object.namespace().unwrap_or_default(),
+            self.object.name_any()
+        )
+    }
+
+    /// `status.nodeRef.name`.
+    pub fn node_ref(&self) -> Option<String> {
+        self.object
+            .data
+            .get("status")
+            .and_then(|s| s.get("nodeRef"))
+            .and_then(|r| r.get("name"))
+            .and_then(|n| n.as_str())
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+    }
+
+    /// The host its `metal3.io/BareMetalHost` annotation names (`<namespace>/<name>`, or a
+    /// bare name in the Machine's namespace).
+    pub fn host_ref(&self) -> Option<(String, String)> {
+        let value = self
+            .object
+            .annotations()
+            .get(MACHINE_HOST_ANNOTATION)?
+            .trim()
+            .to_string();
+        match value.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+                Some((ns.to_string(), name.to_string()))
+            }
+            None if !value.is_empty() => Some((self.object.namespace().unwrap_or_default(), value)),
+            _ => None,
+        }
+    }
+
+    /// Carries the trigger or any of the flow's records.
+    pub fn has_flow(&self) -> bool {
+        let a = self.object.annotations();
+        MACHINE_RECORD_ANNOTATIONS
+            .iter()
+            .any(|k| a.contains_key(*k))
+    }
+
+    pub fn triggered(&self) -> bool {
+        self.object.meta().deletion_timestamp.is_none()
+            && self
+                .object
+                .annotations()
+                .contains_key(EXTERNAL_REMEDIATION_ANNOTATION)
+    }
+
+    /// Has an owner reference with `controller: true`.
+    pub fn has_controller_owner(&self) -> bool {
+        self.object
+            .meta()
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true))
+    }
+}
+
+/// Nodes some remediation is working on (the trigger is set, or the flow is under way), for
+/// the reboot queue: it never drains or reboots them meanwhile.
+pub fn nodes_being_remediated(
+    machines: &[MachineObject],
+    requests: &[HostRemediation],
+) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for m in machines {
+        let annotations = m.object.annotations();
+        let active = m.has_flow()
+            && (annotations.contains_key(EXTERNAL_REMEDIATION_ANNOTATION)
+                || !annotations
+                    .contains_key(hostcycle_api::remediation::REMEDIATION_FAILED_ANNOTATION));
+        if active && let Some(n) = m.node_ref() {
+            out.insert(n);
+        }
+    }
+    for r in requests {
+        let step = r.status.as_ref().map(|s| s.step).unwrap_or_default();
+        let active = !matches!(
+            step,
+            RemediationStep::Done | RemediationStep::GaveUp | RemediationStep::Cancelled
+        );
+        if active {
+            // A request named after its Machine says its Node only once it wrote its status.
+            let owned_by_machine = r
+                .meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "Machine");
+            let node = r
+                .status
+                .as_ref()
+                .and_then(|s| s.node.clone())
+                .or_else(|| {
+                    r.annotations()
+                        .get(hostcycle_api::remediation::NHC_NODE_NAME_ANNOTATION)
+                        .cloned()
+                })
+                .or_else(|| (!owned_by_machine).then(|| r.name_any()));
+            out.extend(node);
+        }
+    }
+    out
+}
