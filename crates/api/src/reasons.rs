@@ -119,6 +119,9 @@ pub mod queue_event_reason {
     pub const UNCORDONED: &str = "Uncordoned";
     /// Normal: the entry was cancelled and is removed.
     pub const CANCELLED: &str = "Cancelled";
+    /// Normal: a rebooting entry was cancelled before its power cycle began: the reboot
+    /// request was withdrawn from the host.
+    pub const REBOOT_WITHDRAWN: &str = "RebootWithdrawn";
     /// Normal: the node was rebooted and the entry is removed.
     pub const COMPLETED: &str = "Completed";
     /// Warning: the entry's Node does not exist; the entry is removed.

@@ -367,8 +367,8 @@ impl From<&Binding> for BoundHost {
     }
 }
 
-/// The outcome of a lookup.
-pub type Resolution = Result<Binding, Refusal>;
+/// The outcome of a lookup (a refusal is boxed: it is rare and carries both candidates).
+pub type Resolution = Result<Binding, Box<Refusal>>;
 
 /// Parses `<namespace>/<name>`; with `default_namespace`, a bare `<name>` too.
 pub fn parse_host_ref(text: &str, default_namespace: Option<&str>) -> Option<HostReference> {
@@ -550,7 +550,7 @@ impl BindingIndex {
         if candidates.is_empty() {
             return match &node {
                 Some(node) => self.node(node),
-                None => Err(Refusal::NoHost { subject }),
+                None => Err(Box::new(Refusal::NoHost { subject })),
             };
         }
         self.check(&subject, candidates, |claimant| match claimant {
@@ -592,53 +592,55 @@ impl BindingIndex {
                     name: format!("uid {}", c.uid.as_deref().unwrap_or("?")),
                 })
             };
-            return Err(Refusal::Conflict {
+            return Err(Box::new(Refusal::Conflict {
                 subject: subject.to_string(),
                 first: (named(a), a.link.clone()),
                 second: (named(b), b.link.clone()),
-            });
+            }));
         }
         let strongest = candidates
             .iter()
             .min_by_key(|c| strength(&c.link))
             .cloned()
-            .ok_or_else(|| Refusal::NoHost {
-                subject: subject.to_string(),
+            .ok_or_else(|| {
+                Box::new(Refusal::NoHost {
+                    subject: subject.to_string(),
+                })
             })?;
         let Some(reference) = strongest.host.clone() else {
-            return Err(Refusal::UidMismatch {
+            return Err(Box::new(Refusal::UidMismatch {
                 subject: subject.to_string(),
                 host: None,
                 uid: strongest.uid.clone().unwrap_or_default(),
                 link: strongest.link.clone(),
-            });
+            }));
         };
         let Some(host) = self.hosts.get(&reference) else {
-            return Err(Refusal::Missing {
+            return Err(Box::new(Refusal::Missing {
                 subject: subject.to_string(),
                 host: reference,
                 link: strongest.link,
-            });
+            }));
         };
         if let Some(c) = candidates
             .iter()
             .find(|c| c.uid.as_ref().is_some_and(|uid| *uid != host.uid))
         {
-            return Err(Refusal::UidMismatch {
+            return Err(Box::new(Refusal::UidMismatch {
                 subject: subject.to_string(),
                 host: Some(reference),
                 uid: c.uid.clone().unwrap_or_default(),
                 link: c.link.clone(),
-            });
+            }));
         }
         if let Some((other, other_link)) = self.claims(&reference).iter().find(|(c, _)| !ours(c)) {
-            return Err(Refusal::Shared {
+            return Err(Box::new(Refusal::Shared {
                 subject: subject.to_string(),
                 host: reference,
                 link: strongest.link,
                 other: other.clone(),
                 other_link: other_link.clone(),
-            });
+            }));
         }
         Ok(Binding {
             host: reference,
@@ -658,54 +660,54 @@ impl BindingIndex {
                 match self.same_name_hint(node) {
                     Some(Ok(h)) => h,
                     Some(Err(hosts)) => {
-                        return Err(Refusal::Ambiguous {
+                        return Err(Box::new(Refusal::Ambiguous {
                             subject: subject.to_string(),
                             hosts,
-                        });
+                        }));
                     }
                     None => {
-                        return Err(Refusal::NoHost {
+                        return Err(Box::new(Refusal::NoHost {
                             subject: subject.to_string(),
-                        });
+                        }));
                     }
                 }
             }
             (Some(Ok(a)), Some(Ok(s))) if a.0 != s.0 => {
-                return Err(Refusal::Conflict {
+                return Err(Box::new(Refusal::Conflict {
                     subject: subject.to_string(),
                     first: a,
                     second: s,
-                });
+                }));
             }
             (Some(Ok(a)), _) => a,
             (None, Some(Ok(s))) => s,
             (None, Some(Err(hosts))) => {
-                return Err(Refusal::Ambiguous {
+                return Err(Box::new(Refusal::Ambiguous {
                     subject: subject.to_string(),
                     hosts,
-                });
+                }));
             }
             (None, None) => {
-                return Err(Refusal::NoHost {
+                return Err(Box::new(Refusal::NoHost {
                     subject: subject.to_string(),
-                });
+                }));
             }
         };
         let Some(host) = self.hosts.get(&reference) else {
-            return Err(Refusal::Missing {
+            return Err(Box::new(Refusal::Missing {
                 subject: subject.to_string(),
                 host: reference,
                 link,
-            });
+            }));
         };
         if let Some((other, other_link)) = self.claims(&reference).first() {
-            return Err(Refusal::Shared {
+            return Err(Box::new(Refusal::Shared {
                 subject: subject.to_string(),
                 host: reference,
                 link,
                 other: other.clone(),
                 other_link: other_link.clone(),
-            });
+            }));
         }
         if let Some((other, other_link)) = self
             .hint_claims
@@ -714,13 +716,13 @@ impl BindingIndex {
             .flatten()
             .find(|(n, _)| n != node)
         {
-            return Err(Refusal::Shared {
+            return Err(Box::new(Refusal::Shared {
                 subject: subject.to_string(),
                 host: reference,
                 link,
                 other: Claimant::Node(other.clone()),
                 other_link: other_link.clone(),
-            });
+            }));
         }
         Ok(Binding {
             host: reference,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use hostcycle_api::queue::{HostReference, NODE_HOST_ANNOTATION};
 use hostcycle_core::binding::{
     BindingIndex, Claimant, HostFacts, Link, MACHINE_HOST_ANNOTATION, MachineFacts, NodeFacts,
-    ObjectKey, Refusal, parse_host_ref,
+    ObjectKey, parse_host_ref,
 };
 use hostcycle_core::queue::RebootTarget;
 use hostcycle_core::queue::host::reboot_target;
@@ -141,11 +141,7 @@ impl Default for Case {
     }
 }
 
-fn check(
-    name: &str,
-    got: Result<hostcycle_core::binding::Binding, Refusal>,
-    want: &Want,
-) -> Option<String> {
+fn check(name: &str, got: hostcycle_core::binding::Resolution, want: &Want) -> Option<String> {
     match (&got, want) {
         (Ok(b), Want::Host(h, rule)) if &b.host == h && b.link.code() == *rule => None,
         (Err(refusal), Want::Refused(reason, words)) if refusal.reason() == *reason => {

@@ -67,6 +67,30 @@ fn node() -> NodeView {
     }
 }
 
+/// A table row: name, progress, host, and what the step must satisfy.
+type CancelCase = (
+    &'static str,
+    RebootProgress,
+    Option<HostView>,
+    fn(CancelStep) -> bool,
+);
+/// A table row: name, enabled, remediated, method, want.
+type DrainCase = (
+    &'static str,
+    bool,
+    bool,
+    Result<RebootMethod, String>,
+    AfterDrain,
+);
+/// A table row: name, attempt, retries, boot check, want.
+type CommandCase = (
+    &'static str,
+    u32,
+    u32,
+    Result<bool, String>,
+    AfterFailedCommand,
+);
+
 fn step(progress: &RebootProgress, host: &HostView, node: &NodeView) -> BmcRebootStep {
     bmc_reboot_step(UID, ts(0), progress, Some(host), node, ts(60))
 }
@@ -188,7 +212,7 @@ fn a_new_boot_id_completes_only_once_the_request_left_the_host_or_the_cycle_was_
 fn cancelling_a_rebooting_entry_withdraws_only_a_cycle_that_has_not_begun() {
     let wait = |s: CancelStep| matches!(s, CancelStep::WaitForCycle(_));
     #[rustfmt::skip]
-    let cases: Vec<(&str, RebootProgress, Option<HostView>, fn(CancelStep) -> bool)> = vec![
+    let cases: Vec<CancelCase> = vec![
         ("requested, still on, nothing begun → withdraw", requested(), Some(host()), |s| s == CancelStep::Withdraw),
         ("no request recorded → remove", RebootProgress { requested_at: None, ..requested() }, Some(host()), |s| s == CancelStep::Remove),
         ("the patch never reached the host (no marker) → remove",
@@ -229,7 +253,7 @@ fn cancelling_a_rebooting_entry_withdraws_only_a_cycle_that_has_not_begun() {
 #[test]
 fn a_completed_drain_reboots_only_if_the_queue_is_enabled_and_no_remediation_started() {
     #[rustfmt::skip]
-    let cases: Vec<(&str, bool, bool, Result<RebootMethod, String>, AfterDrain)> = vec![
+    let cases: Vec<DrainCase> = vec![
         ("enabled, not remediated, BMC → reboot", true, false, Ok(RebootMethod::Bmc), AfterDrain::Reboot(RebootMethod::Bmc)),
         ("enabled, command → reboot by command", true, false, Ok(RebootMethod::Command), AfterDrain::Reboot(RebootMethod::Command)),
         ("disabled meanwhile → stop", false, false, Ok(RebootMethod::Bmc), AfterDrain::Stop(String::new())),
@@ -251,7 +275,7 @@ fn a_completed_drain_reboots_only_if_the_queue_is_enabled_and_no_remediation_sta
 #[test]
 fn a_failed_reboot_command_runs_again_only_when_the_boot_check_says_not_booted() {
     #[rustfmt::skip]
-    let cases: Vec<(&str, u32, u32, Result<bool, String>, AfterFailedCommand)> = vec![
+    let cases: Vec<CommandCase> = vec![
         ("not booted, a retry left → attempt 2", 1, 1, Ok(false), AfterFailedCommand::Retry { attempt: 2 }),
         ("booted after all (the run timed out after rebooting it) → no retry", 1, 3, Ok(true), AfterFailedCommand::Booted),
         ("not booted, retries used up → give up", 2, 1, Ok(false), AfterFailedCommand::GiveUp(String::new())),

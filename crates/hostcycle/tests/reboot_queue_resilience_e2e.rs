@@ -307,7 +307,12 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
         })
         .await;
     assert!(
-        waiting.status.as_ref().unwrap().message.contains("delete the entry"),
+        waiting
+            .status
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("delete the entry"),
         "the message says how to give up: {:?}",
         waiting.status
     );
@@ -321,9 +326,12 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
         .await
         .unwrap();
     lab.wait_entry_gone("h-0", REBOOT_TIMEOUT).await;
-    lab.wait_node("h-0", "uncordoned once its entry is deleted", REBOOT_TIMEOUT, |n| {
-        !cordoned(n)
-    })
+    lab.wait_node(
+        "h-0",
+        "uncordoned once its entry is deleted",
+        REBOOT_TIMEOUT,
+        |n| !cordoned(n),
+    )
     .await;
     assert_eq!(lab.power_cycles("h-0").await, 0, "h-0 was never rebooted");
 }

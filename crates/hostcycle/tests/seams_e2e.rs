@@ -92,9 +92,13 @@ async fn a_forged_node_annotation_never_powers_the_other_host() {
     // (a) No authoritative link: refused.
     lab.create_nhc_request(NS, TEMPLATE, "f-1").await;
     let blocked = lab
-        .wait_request(NS, "f-1", "Blocked=True, HostBindingConflict", CYCLE_TIMEOUT, |r| {
-            condition(r, "Blocked") == Some(("True".into(), "HostBindingConflict".into()))
-        })
+        .wait_request(
+            NS,
+            "f-1",
+            "Blocked=True, HostBindingConflict",
+            CYCLE_TIMEOUT,
+            |r| condition(r, "Blocked") == Some(("True".into(), "HostBindingConflict".into())),
+        )
         .await;
     let message = blocked.status.as_ref().unwrap().message.clone();
     assert!(
@@ -126,13 +130,24 @@ async fn a_forged_node_annotation_never_powers_the_other_host() {
     // (b) f-1's Machine names its real host: that one is fenced, the hint is ignored.
     let old_uid = lab.node("f-1").await.uid().unwrap();
     let machine = lab
-        .create_machine(MachineKind::ClusterApi, NS, "machine-f-1", "f-1", "f-1", &[])
+        .create_machine(
+            MachineKind::ClusterApi,
+            NS,
+            "machine-f-1",
+            "f-1",
+            "f-1",
+            &[],
+        )
         .await;
     lab.create_mhc_request(NS, TEMPLATE, &machine, "e2e").await;
     let done = lab
-        .wait_request(NS, "machine-f-1", "phase Succeeded", CYCLE_TIMEOUT * 2, |r| {
-            phase(r) == RemediationPhase::Succeeded
-        })
+        .wait_request(
+            NS,
+            "machine-f-1",
+            "phase Succeeded",
+            CYCLE_TIMEOUT * 2,
+            |r| phase(r) == RemediationPhase::Succeeded,
+        )
         .await;
     let status = done.status.clone().unwrap();
     assert_eq!(status.host.as_deref(), Some("default/f-1"));
@@ -146,9 +161,9 @@ async fn a_forged_node_annotation_never_powers_the_other_host() {
         .wait_event_reasons("HostRemediation", "machine-f-1", &["NodeHostHintIgnored"])
         .await;
     assert!(
-        events
-            .iter()
-            .any(|(t, r, note)| t == "Warning" && r == "NodeHostHintIgnored" && note.contains("default/f-0")),
+        events.iter().any(|(t, r, note)| t == "Warning"
+            && r == "NodeHostHintIgnored"
+            && note.contains("default/f-0")),
         "{events:?}"
     );
     let f1 = lab.lab.settled_history("f-1").await;
@@ -175,7 +190,11 @@ async fn remediations_keep_their_host_after_the_node_is_deleted() {
     template(&lab).await;
 
     // r-0: the host re-created under another name, named by the Node's provider ID.
-    let address = lab.lab.redfish.system_address(lab.lab.index("r-0")).unwrap();
+    let address = lab
+        .lab
+        .redfish
+        .system_address(lab.lab.index("r-0"))
+        .unwrap();
     lab.lab
         .hosts
         .delete("r-0", &DeleteParams::default())
@@ -296,7 +315,11 @@ async fn remediations_keep_their_host_after_the_node_is_deleted() {
         .seen()
         .iter()
         .filter(|s| !s.deleted)
-        .map(|s| s.object.annotations().contains_key(MACHINE_POWER_OFF_ANNOTATION))
+        .map(|s| {
+            s.object
+                .annotations()
+                .contains_key(MACHINE_POWER_OFF_ANNOTATION)
+        })
         .collect();
     let mut flips = fences.clone();
     flips.dedup();
@@ -352,11 +375,17 @@ async fn a_stale_powered_off_status_never_releases_the_node() {
 
     lab.create_nhc_request(NS, TEMPLATE, "s-0").await;
     let waiting = lab
-        .wait_request(NS, "s-0", "waiting for a confirmed power-off", CYCLE_TIMEOUT, |r| {
-            r.status
-                .as_ref()
-                .is_some_and(|s| s.message.contains("confirmed off"))
-        })
+        .wait_request(
+            NS,
+            "s-0",
+            "waiting for a confirmed power-off",
+            CYCLE_TIMEOUT,
+            |r| {
+                r.status
+                    .as_ref()
+                    .is_some_and(|s| s.message.contains("confirmed off"))
+            },
+        )
         .await;
     assert_eq!(
         waiting.status.as_ref().unwrap().step,
@@ -364,7 +393,9 @@ async fn a_stale_powered_off_status_never_releases_the_node() {
     );
     let failed = lab
         .wait_request(NS, "s-0", "gave up", Duration::from_secs(90), |r| {
-            r.status.as_ref().is_some_and(|s| s.step == RemediationStep::GaveUp)
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.step == RemediationStep::GaveUp)
         })
         .await;
     assert_eq!(condition_status(&failed, "Succeeded"), "False");
@@ -379,11 +410,16 @@ async fn a_stale_powered_off_status_never_releases_the_node() {
     );
     // Nothing of the remediation is left on the host (the test's own hold stays).
     lab.lab
-        .wait_host("s-0", "the remediation's power-off released", CYCLE_TIMEOUT, |h| {
-            !h.annotations()
-                .keys()
-                .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
-        })
+        .wait_host(
+            "s-0",
+            "the remediation's power-off released",
+            CYCLE_TIMEOUT,
+            |h| {
+                !h.annotations()
+                    .keys()
+                    .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
+            },
+        )
         .await;
 }
 
@@ -416,11 +452,16 @@ async fn the_queue_drains_nothing_while_a_remediation_holds_a_node_fenced() {
     let q0_node = lab.watch_node("q-0").await;
     lab.queue("q-0").await;
     let waiting = lab
-        .wait_entry("q-0", "waiting on the unreachable gate", REBOOT_TIMEOUT, |e| {
-            e.status
-                .as_ref()
-                .is_some_and(|s| s.message.contains("unreachable") && s.message.contains("q-1"))
-        })
+        .wait_entry(
+            "q-0",
+            "waiting on the unreachable gate",
+            REBOOT_TIMEOUT,
+            |e| {
+                e.status
+                    .as_ref()
+                    .is_some_and(|s| s.message.contains("unreachable") && s.message.contains("q-1"))
+            },
+        )
         .await;
     assert_eq!(waiting.phase(), EntryPhase::Queued);
     tokio::time::sleep(Duration::from_secs(8)).await;

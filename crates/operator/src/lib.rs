@@ -385,6 +385,11 @@ pub struct OperatorArgs {
     /// the Node after the power-on (HostRemediations set theirs in `spec.strategy`).
     #[arg(long, default_value = "20m", value_parser = flag_duration)]
     pub remediation_power_on_timeout: jiff::SignedDuration,
+    /// How long a remediation waits for its host to be confirmed off (a status written after
+    /// the power-off request, without error) before it gives up, releases the host and
+    /// escalates.
+    #[arg(long, default_value = "5m", value_parser = flag_duration)]
+    pub remediation_power_off_timeout: jiff::SignedDuration,
 }
 
 /// A duration flag's value: not negative, at most
@@ -452,6 +457,10 @@ impl OperatorArgs {
                 power_on_timeout: duration(
                     self.remediation_power_on_timeout,
                     "remediation-power-on-timeout",
+                )?,
+                power_off_timeout: duration(
+                    self.remediation_power_off_timeout,
+                    "remediation-power-off-timeout",
                 )?,
                 ..RemediationControllerConfig::default()
             },
@@ -533,6 +542,7 @@ mod tests {
         "--bmc-request-timeout",
         "--bmc-call-deadline",
         "--remediation-power-on-timeout",
+        "--remediation-power-off-timeout",
     ];
 
     /// Lists `run` sent for each path, with the controllers given, on a fake API server that

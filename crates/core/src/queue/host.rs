@@ -21,7 +21,7 @@ pub fn reboot_target(
             },
             None => RebootTarget::Host(binding.host),
         },
-        Err(Refusal::NoHost { .. }) => RebootTarget::NoHost,
+        Err(refusal) if matches!(*refusal, Refusal::NoHost { .. }) => RebootTarget::NoHost,
         Err(refusal) => RebootTarget::Refused {
             why: refusal.to_string(),
         },

@@ -1,7 +1,7 @@
 //! The objects every controller reads, and the reductions of them they share: the Machine
 //! kinds this server serves (by discovery), a Machine with the resource it was read through,
-//! and the node → host mapping's summaries. One place, so that no controller module imports
-//! another's.
+//! and the facts the host binding ([`hostcycle_core::binding`]) reads. One place, so that no
+//! controller module imports another's, and every controller binds hosts the same way.
 
 use std::collections::HashSet;
 
@@ -9,14 +9,14 @@ use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::HostReference;
 use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HostRemediation, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
-    NODE_LABELS_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
+    NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
     POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
-    REMEDIATION_STARTED_ANNOTATION, RemediationStep,
+    REMEDIATION_HOST_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+    REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationStep,
 };
 use hostcycle_api::{is_detached, is_paused};
-use hostcycle_core::queue::host::{
-    HostSummary, MACHINE_HOST_ANNOTATION, MachineSummary, NodeIdentity, ObjectKey,
+use hostcycle_core::binding::{
+    BindingIndex, HostFacts, MACHINE_HOST_ANNOTATION, MachineFacts, NodeFacts, ObjectKey,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::DynamicObject;
@@ -39,11 +39,19 @@ pub async fn machine_resources(client: &Client) -> Vec<ApiResource> {
     found
 }
 
-/// A host reduced for the node→host mapping.
-pub fn host_summary(host: &BareMetalHost) -> HostSummary {
-    let namespace = host.namespace().unwrap_or_default();
+/// A host's namespace and name.
+pub fn host_reference(host: &BareMetalHost) -> HostReference {
+    HostReference {
+        namespace: host.namespace().unwrap_or_default(),
+        name: host.name_any(),
+    }
+}
+
+/// Why the reboot queue cannot reboot through this host now (paused, detached, offline, no
+/// BMC), if so.
+pub fn host_unusable(host: &BareMetalHost) -> Option<String> {
     let annotations = host.annotations_or_empty();
-    let unusable = if is_paused(annotations) {
+    if is_paused(annotations) {
         Some("is paused (baremetalhost.metal3.io/paused)".to_string())
     } else if is_detached(annotations) {
         Some("is detached (baremetalhost.metal3.io/detached)".to_string())
@@ -58,24 +66,61 @@ pub fn host_summary(host: &BareMetalHost) -> HostSummary {
         Some("has no spec.bmc.address".to_string())
     } else {
         None
-    };
-    HostSummary {
-        reference: HostReference {
-            namespace: namespace.clone(),
-            name: host.name_any(),
-        },
+    }
+}
+
+/// Why a remediation cannot power this host off now (`disablePowerOff`, paused, detached, no
+/// BMC), if so. (`spec.online: false` is a blocker of its own.)
+pub fn host_cannot_power_off(host: &BareMetalHost) -> Option<String> {
+    let annotations = host.annotations_or_empty();
+    if host.spec.disable_power_off {
+        Some("spec.disablePowerOff is set (power is never cut)".to_string())
+    } else if is_paused(annotations) {
+        Some("it is paused (baremetalhost.metal3.io/paused)".to_string())
+    } else if is_detached(annotations) {
+        Some("it is detached (baremetalhost.metal3.io/detached)".to_string())
+    } else if host
+        .spec
+        .bmc
+        .as_ref()
+        .is_none_or(|b| b.address.trim().is_empty())
+    {
+        Some("it has no spec.bmc.address".to_string())
+    } else {
+        None
+    }
+}
+
+/// What binds a host: its name, uid and consumer.
+pub fn host_facts(host: &BareMetalHost) -> HostFacts {
+    let namespace = host.namespace().unwrap_or_default();
+    HostFacts {
+        reference: host_reference(host),
         uid: host.uid().unwrap_or_default(),
         consumer: host.spec.consumer_ref.as_ref().map(|c| ObjectKey {
             kind: c.kind.clone().unwrap_or_default(),
             namespace: c.namespace.clone().unwrap_or_else(|| namespace.clone()),
             name: c.name.clone().unwrap_or_default(),
         }),
-        unusable,
     }
 }
 
-/// A Machine (any of [`MACHINE_GROUPS`]) reduced for the mapping.
-pub fn machine_summary(machine: &DynamicObject) -> MachineSummary {
+/// The key a Machine is known by in the binding (its kind, namespace and name).
+pub fn machine_key(machine: &DynamicObject) -> ObjectKey {
+    ObjectKey {
+        kind: machine
+            .types
+            .as_ref()
+            .map(|t| t.kind.clone())
+            .unwrap_or_else(|| "Machine".into()),
+        namespace: machine.namespace().unwrap_or_default(),
+        name: machine.name_any(),
+    }
+}
+
+/// What binds a Machine (any of [`MACHINE_GROUPS`]): its node, host annotation and
+/// infrastructure.
+pub fn machine_facts(machine: &DynamicObject) -> MachineFacts {
     let namespace = machine.namespace().unwrap_or_default();
     let str_at = |v: &serde_json::Value, path: &[&str]| -> Option<String> {
         path.iter()
@@ -84,16 +129,8 @@ pub fn machine_summary(machine: &DynamicObject) -> MachineSummary {
             .map(str::to_string)
             .filter(|s| !s.is_empty())
     };
-    MachineSummary {
-        key: ObjectKey {
-            kind: machine
-                .types
-                .as_ref()
-                .map(|t| t.kind.clone())
-                .unwrap_or_else(|| "Machine".into()),
-            namespace: namespace.clone(),
-            name: machine.name_any(),
-        },
+    MachineFacts {
+        key: machine_key(machine),
         node_name: str_at(&machine.data, &["status", "nodeRef", "name"]),
         host_annotation: machine.annotations().get(MACHINE_HOST_ANNOTATION).cloned(),
         infrastructure: machine
@@ -108,18 +145,33 @@ pub fn machine_summary(machine: &DynamicObject) -> MachineSummary {
     }
 }
 
-/// A Node reduced for the mapping.
-pub fn node_identity(node: &Node) -> NodeIdentity {
-    NodeIdentity {
-        name: node.name_any(),
-        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
-        annotations: node.metadata.annotations.clone().unwrap_or_default(),
-    }
+/// What binds a Node: its name, provider ID and host annotation.
+pub fn node_facts(node: &Node) -> NodeFacts {
+    NodeFacts::new(
+        &node.name_any(),
+        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+        node.annotations(),
+    )
+}
+
+/// The binding index of one moment: every host, Machine and Node.
+pub fn binding_index<'a>(
+    hosts: impl IntoIterator<Item = &'a BareMetalHost>,
+    machines: impl IntoIterator<Item = &'a DynamicObject>,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> BindingIndex {
+    BindingIndex::new(
+        hosts.into_iter().map(host_facts),
+        machines.into_iter().map(machine_facts),
+        nodes.into_iter().map(node_facts),
+    )
 }
 
 /// Annotations the annotation flow keeps on a Machine; any of them means a flow to follow.
-pub const MACHINE_RECORD_ANNOTATIONS: [&str; 9] = [
+pub const MACHINE_RECORD_ANNOTATIONS: [&str; 11] = [
     EXTERNAL_REMEDIATION_ANNOTATION,
+    REMEDIATION_HOST_ANNOTATION,
+    NODE_SPEC_BACKUP_ANNOTATION,
     REMEDIATION_STARTED_ANNOTATION,
     REMEDIATION_POWERED_OFF_AT_ANNOTATION,
     REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
@@ -162,24 +214,6 @@ impl MachineObject {
             .and_then(|n| n.as_str())
             .filter(|n| !n.is_empty())
             .map(str::to_string)
-    }
-
-    /// The host its `metal3.io/BareMetalHost` annotation names (`<namespace>/<name>`, or a
-    /// bare name in the Machine's namespace).
-    pub fn host_ref(&self) -> Option<(String, String)> {
-        let value = self
-            .object
-            .annotations()
-            .get(MACHINE_HOST_ANNOTATION)?
-            .trim()
-            .to_string();
-        match value.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
-                Some((ns.to_string(), name.to_string()))
-            }
-            None if !value.is_empty() => Some((self.object.namespace().unwrap_or_default(), value)),
-            _ => None,
-        }
     }
 
     /// Carries the trigger or any of the flow's records.
@@ -234,12 +268,12 @@ pub fn nodes_being_remediated(
         );
         if active {
             // A request named after its Machine says its Node only once it wrote its status.
-            let owned_by_machine = r
+            let owner = r
                 .meta()
                 .owner_references
                 .iter()
                 .flatten()
-                .any(|o| o.kind == "Machine");
+                .find(|o| o.kind == "Machine");
             let node = r
                 .status
                 .as_ref()
@@ -249,7 +283,14 @@ pub fn nodes_being_remediated(
                         .get(hostcycle_api::remediation::NHC_NODE_NAME_ANNOTATION)
                         .cloned()
                 })
-                .or_else(|| (!owned_by_machine).then(|| r.name_any()));
+                .or_else(|| match owner {
+                    // Not started yet: its Machine says which Node.
+                    Some(o) => machines
+                        .iter()
+                        .find(|m| m.object.uid().as_deref() == Some(o.uid.as_str()))
+                        .and_then(MachineObject::node_ref),
+                    None => Some(r.name_any()),
+                });
             out.extend(node);
         }
     }

@@ -15,7 +15,9 @@
 
 use hostcycle_bmc::{BmcError, CommandDriver, CommandDriverConfig};
 use hostcycle_core::queue::RebootConfig;
-use hostcycle_core::queue::reboot::{AfterFailedCommand, after_failed_command, next_command_attempt};
+use hostcycle_core::queue::reboot::{
+    AfterFailedCommand, after_failed_command, next_command_attempt,
+};
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;

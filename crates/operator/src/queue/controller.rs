@@ -14,15 +14,16 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hostcycle_api::queue::{
-    EntryPhase, REBOOT_QUEUE_NAME, RebootMethod, RebootProgress, RebootQueue, RebootQueueEntry,
-    RebootQueueEntryStatus, RebootQueueSpec, RebootQueueStatus,
+    EntryPhase, HostReference, REBOOT_QUEUE_NAME, RebootMethod, RebootProgress, RebootQueue,
+    RebootQueueEntry, RebootQueueEntryStatus, RebootQueueSpec, RebootQueueStatus,
 };
 use hostcycle_api::reasons::{queue_condition, queue_event_reason as reason};
 use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
 use hostcycle_core::queue::drain::{add, drain_deadline, elapsed, next_backoff};
 use hostcycle_core::queue::reboot::{
-    BmcRebootStep, REQUEST_MARKER_ANNOTATION, RebootCommandStep, bmc_reboot_step, boot_deadline,
-    boot_overdue, reboot_command_step,
+    AfterDrain, BmcRebootStep, COMMAND_MARKER_ANNOTATION, CancelStep, REQUEST_MARKER_ANNOTATION,
+    RebootCommandStep, after_drain, bmc_reboot_step, boot_deadline, boot_overdue, cancel_step,
+    reboot_command_step,
 };
 use hostcycle_core::queue::{
     DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, plan,
@@ -47,7 +48,7 @@ use super::eviction::Evictor;
 use super::observe::{host_view, reboot_targets};
 use super::{QueueControllerConfig, Report, ReportKind, Shared};
 use crate::cluster::objects::{
-    MachineObject, host_summary, machine_summary, nodes_being_remediated,
+    MachineObject, binding_index, host_reference, nodes_being_remediated,
 };
 use crate::cluster::{ClusterView, Kinds};
 use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
@@ -130,7 +131,7 @@ pub fn run(
             evictor,
             events,
         });
-        let mut controller = Controller::new(shared.clone(), stores, config);
+        let mut controller = Controller::new(shared.clone(), stores, config, shutdown.clone());
         controller
             .run(wake, leading, shutdown, listed, synced)
             .await;
@@ -212,10 +213,20 @@ struct Controller {
     retry_soon: bool,
     /// The hosts the last snapshot resolved queued nodes to, and whether one had none.
     targeted_hosts: (HashSet<String>, bool),
+    /// Cancelled when leadership ends or the process stops: every worker's token is a child,
+    /// so drains and commands stop at once, not when the loop gets to them.
+    work: CancellationToken,
+    /// When command markers of entries that are gone were last looked for.
+    last_marker_sweep: Option<tokio::time::Instant>,
 }
 
 impl Controller {
-    fn new(shared: Arc<Shared>, stores: Stores, config: QueueControllerConfig) -> Self {
+    fn new(
+        shared: Arc<Shared>,
+        stores: Stores,
+        config: QueueControllerConfig,
+        work: CancellationToken,
+    ) -> Self {
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
         Controller {
             shared,
@@ -230,6 +241,8 @@ impl Controller {
             node_phase_series: HashSet::new(),
             retry_soon: false,
             targeted_hosts: (HashSet::new(), true),
+            work,
+            last_marker_sweep: None,
         }
     }
 
@@ -319,6 +332,13 @@ impl Controller {
         let plan = plan(&snapshot, now);
         self.act(&snapshot, &plan, now).await;
         self.publish_queue_status(&snapshot, &plan, now).await;
+        if self
+            .last_marker_sweep
+            .is_none_or(|at| at.elapsed() >= self.config.resync)
+        {
+            self.last_marker_sweep = Some(tokio::time::Instant::now());
+            self.sweep_command_markers().await;
+        }
         self.next_wake(&snapshot, now)
     }
 
@@ -371,13 +391,6 @@ impl Controller {
             .collect();
         let mut snapshot = QueueSnapshot::from_objects(None, &nodes, &entries);
         snapshot.config = config.clone();
-        let hosts: Vec<_> = self
-            .stores
-            .hosts
-            .state()
-            .iter()
-            .map(|h| host_summary(h))
-            .collect();
         let machine_objects: Vec<MachineObject> = self
             .stores
             .machines
@@ -389,12 +402,22 @@ impl Controller {
                 })
             })
             .collect();
-        let machines: Vec<_> = machine_objects
-            .iter()
-            .map(|m| machine_summary(&m.object))
-            .collect();
-        let entry_nodes: Vec<&str> = entries.iter().map(|e| e.spec.node.as_str()).collect();
-        snapshot.reboot_targets = reboot_targets(&nodes, &entry_nodes, &hosts, &machines);
+        // Bindings only for a queue with entries (an idle queue reads no host).
+        if !entries.is_empty() {
+            let hosts = self.stores.hosts.state();
+            let index = binding_index(
+                hosts.iter().map(|h| &**h),
+                machine_objects.iter().map(|m| &*m.object),
+                nodes.iter(),
+            );
+            let by_ref: HashMap<HostReference, Arc<BareMetalHost>> =
+                hosts.into_iter().map(|h| (host_reference(&h), h)).collect();
+            snapshot.reboot_targets = reboot_targets(
+                &index,
+                entries.iter().map(|e| e.spec.node.as_str()),
+                &by_ref,
+            );
+        }
         let mut targeted = HashSet::new();
         let mut unresolved = false;
         for target in snapshot.reboot_targets.values() {
@@ -402,7 +425,8 @@ impl Controller {
                 RebootTarget::Host(host) | RebootTarget::UnusableHost { host, .. } => {
                     targeted.insert(interest::key(&host.namespace, &host.name));
                 }
-                RebootTarget::NoHost => unresolved = true,
+                // A host may appear, or the doubt be resolved, with any host's change.
+                RebootTarget::NoHost | RebootTarget::Refused { .. } => unresolved = true,
             }
         }
         // The host a reboot was started on, should the node's mapping change meanwhile.
@@ -486,8 +510,9 @@ impl Controller {
             ReportKind::RebootCommandGaveUp { message } => {
                 if view.phase == EntryPhase::Rebooting {
                     let text = format!(
-                        "the reboot command failed on every try ({message}); boot checks go on \
-                         until bootTimeoutSeconds; cancel the entry to give up"
+                        "the reboot command failed ({message}); boot checks go on; after \
+                         bootTimeoutSeconds cancel the entry to give up (delete it to give up \
+                         at once)"
                     );
                     let failure = message.clone();
                     if let Some(written) = self
@@ -510,13 +535,13 @@ impl Controller {
                 }
             }
             ReportKind::BootCheck { booted, detail } => {
-                if view.phase != EntryPhase::Rebooting || view.cancel {
+                if view.phase != EntryPhase::Rebooting {
                     return;
                 }
                 if booted {
-                    self.complete(&entry, now, "the boot check printed true")
-                        .await;
-                } else {
+                    // Also a cancelled entry waiting for its cycle: done, now it may go.
+                    self.complete(&entry, now, &detail).await;
+                } else if !view.cancel {
                     self.set_message(&entry, &format!("rebooting: {detail}"))
                         .await;
                 }
@@ -570,13 +595,32 @@ impl Controller {
             self.uncordon(node, "no reboot queue entry is draining or rebooting it")
                 .await;
         }
+        // Cancelled mid-reboot: withdrawn (or removed) now, or kept cordoned until booted.
+        let mut cancel_notes: HashMap<String, String> = HashMap::new();
+        for cancelled in &plan.cancel_rebooting {
+            if let Some(entry) = by_name.get(&cancelled.name)
+                && let Some(note) = self.cancel_rebooting(entry, now).await
+            {
+                cancel_notes.insert(cancelled.name.clone(), note);
+            }
+        }
         for (reference, phase) in &plan.in_progress {
             let Some(entry) = by_name.get(&reference.name) else {
                 continue;
             };
+            let cancelled = plan
+                .cancel_rebooting
+                .iter()
+                .any(|c| c.name == reference.name);
             match phase {
                 EntryPhase::Draining => self.follow_drain(entry, snapshot, now).await,
-                EntryPhase::Rebooting => self.follow_reboot(entry, snapshot, now).await,
+                // A cancelled entry not kept for its cycle was removed above.
+                EntryPhase::Rebooting if cancelled => {
+                    if let Some(note) = cancel_notes.get(&reference.name) {
+                        self.follow_reboot(entry, snapshot, now, Some(note)).await
+                    }
+                }
+                EntryPhase::Rebooting => self.follow_reboot(entry, snapshot, now, None).await,
                 _ => {}
             }
         }
@@ -611,10 +655,11 @@ impl Controller {
             self.record_write(&next, result);
         }
         // Workers whose entry is gone or no longer in their phase.
+        // A cancelled entry keeps only the boot checks of a command that ran.
         let wanted: HashMap<String, WorkerKind> = self
             .entries()
             .iter()
-            .filter(|e| !e.spec.cancel)
+            .filter(|e| !e.spec.cancel || e.phase() == EntryPhase::Rebooting)
             .filter_map(|e| {
                 let kind = match e.phase() {
                     EntryPhase::Draining => WorkerKind::Drain,
@@ -684,8 +729,8 @@ impl Controller {
         };
         let note = match (why, entry.phase()) {
             (DequeueReason::Cancelled, EntryPhase::Rebooting) => format!(
-                "entry {} for node {} cancelled while rebooting; the reboot already requested \
-                 completes on its own, the node is uncordoned",
+                "entry {} for node {} cancelled while rebooting, before any power cycle began \
+                 or after bootTimeoutSeconds; the node is uncordoned",
                 entry.spec.index, entry.spec.node
             ),
             (DequeueReason::Cancelled, EntryPhase::Draining) => format!(
@@ -783,7 +828,7 @@ impl Controller {
         if self.workers.contains_key(&uid) {
             return;
         }
-        let cancel = CancellationToken::new();
+        let cancel = self.work.child_token();
         let job = DrainJob {
             entry: entry.name_any(),
             entry_uid: uid.clone(),
@@ -869,8 +914,9 @@ impl Controller {
         }
     }
 
-    /// The drain is complete: record `Rebooting` with everything a restart needs
-    /// (write-ahead), then request the reboot.
+    /// The drain is complete: check again that the reboot may start (the queue still
+    /// enabled, no remediation started meanwhile), bind the host, record `Rebooting` with
+    /// everything a restart needs (write-ahead), then request the reboot.
     async fn start_reboot(
         &mut self,
         entry: &RebootQueueEntry,
@@ -884,9 +930,30 @@ impl Controller {
             .get(node)
             .cloned()
             .unwrap_or(RebootTarget::NoHost);
-        let method = match resolve_method(&config.reboot, &target) {
-            Ok(m) => m,
-            Err(why) => {
+        let method = match after_drain(
+            config.enabled,
+            snapshot.being_remediated.contains(node),
+            resolve_method(&config.reboot, &target),
+        ) {
+            AfterDrain::Reboot(m) => m,
+            AfterDrain::Stop(why) => {
+                self.stop_worker(entry);
+                if let Some(written) = self
+                    .write(entry, |s| {
+                        s.phase = Some(EntryPhase::Queued);
+                        s.last_transition_time = Some(now);
+                        s.message = why.clone();
+                    })
+                    .await
+                {
+                    self.event_entry(&written, EventKind::Normal, reason::DRAIN_STOPPED, &why)
+                        .await;
+                }
+                // The node is uncordoned by the next plan (no entry is processing it).
+                self.retry_soon = true;
+                return;
+            }
+            AfterDrain::Blocked(why) => {
                 let text = format!("node {node} cannot be rebooted: {why}");
                 self.event_entry(entry, EventKind::Warning, reason::REBOOT_BLOCKED, &text)
                     .await;
@@ -903,9 +970,19 @@ impl Controller {
         let mut progress = RebootProgress::new(method);
         progress.boot_id = snapshot.nodes.get(node).and_then(|n| n.boot_id.clone());
         progress.requested_at = Some(now);
-        let message = match (&target, method) {
-            (RebootTarget::Host(host), RebootMethod::Bmc) => {
-                progress.host = Some(host.clone());
+        // Bound now, recorded with the transition: every later step acts on this host.
+        let bound = match &target {
+            RebootTarget::Host(host) => self
+                .cached_host(host)
+                .map(|h| (host.clone(), h.uid().unwrap_or_default())),
+            _ => None,
+        };
+        if let Some((host, uid)) = &bound {
+            progress.host = Some(host.clone());
+            progress.host_uid = Some(uid.clone());
+        }
+        let message = match (&bound, method) {
+            (Some((host, _)), RebootMethod::Bmc) => {
                 format!("rebooting through BareMetalHost {host}")
             }
             _ => {
@@ -928,9 +1005,18 @@ impl Controller {
             return;
         };
         // Request first: Events and metrics must not delay the reboot.
-        match method {
-            RebootMethod::Bmc => self.follow_reboot(&written, &snapshot, now).await,
-            RebootMethod::Command => self.spawn_command(&written, &snapshot, Some(1)),
+        let host = bound.as_ref().and_then(|(host, _)| self.cached_host(host));
+        match (method, host) {
+            (RebootMethod::Bmc, Some(host)) => self.request_host_reboot(&written, &host).await,
+            (RebootMethod::Bmc, None) => self.retry_soon = true,
+            (RebootMethod::Command, host) => {
+                // The host's power is the command's from now on: its controller must not
+                // "correct" it mid-cycle.
+                if let Some(host) = &host {
+                    self.mark_command_reboot(&written, host).await;
+                }
+                self.spawn_command(&written, &snapshot, Some(1))
+            }
         }
         if let Some(d) = drained_in {
             self.shared
@@ -963,13 +1049,35 @@ impl Controller {
             .await;
     }
 
+    fn cached_host(&self, host: &HostReference) -> Option<Arc<BareMetalHost>> {
+        self.stores
+            .hosts
+            .get(&ObjectRef::new(&host.name).within(&host.namespace))
+    }
+
+    /// The host recorded at `Rebooting`, if it is still that host (same uid). A host
+    /// re-created under the name is returned too (its view says it was replaced).
+    async fn fresh_host(&mut self, host: &HostReference) -> Option<BareMetalHost> {
+        let api: Api<BareMetalHost> = Api::namespaced(self.shared.client.clone(), &host.namespace);
+        match api.get_opt(&host.name).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(host = %host, error = %e, "cannot read the host; retrying");
+                self.retry_soon = true;
+                None
+            }
+        }
+    }
+
     /// A reboot in progress: BMC steps are taken here; a Command worker runs; the boot
-    /// timeout is raised once.
+    /// timeout is raised once. `cancel_note`: the entry was cancelled but its cycle has
+    /// begun; it is followed until the node booted, and its messages say so.
     async fn follow_reboot(
         &mut self,
         entry: &RebootQueueEntry,
         snapshot: &QueueSnapshot,
         now: Timestamp,
+        cancel_note: Option<&String>,
     ) {
         let view = EntryView::from_entry(entry);
         let Some(progress) = view.reboot.clone() else {
@@ -990,22 +1098,21 @@ impl Controller {
         match progress.method {
             RebootMethod::Command => {
                 let run = match reboot_command_step(&progress) {
-                    RebootCommandStep::Run { attempt } => Some(attempt),
-                    RebootCommandStep::AlreadyRequested => None,
+                    RebootCommandStep::Run { attempt } if cancel_note.is_none() => Some(attempt),
+                    _ => None,
                 };
                 self.spawn_command(&entry, snapshot, run);
+                if let Some(note) = cancel_note {
+                    self.set_message(&entry, note).await;
+                }
             }
             RebootMethod::Bmc => {
-                let host = progress.host.as_ref().and_then(|h| {
-                    self.stores
-                        .hosts
-                        .get(&ObjectRef::new(&h.name).within(&h.namespace))
-                });
+                let host = progress.host.as_ref().and_then(|h| self.cached_host(h));
                 let Some(node) = snapshot.nodes.get(&entry.spec.node) else {
                     return;
                 };
                 let uid = entry.uid().unwrap_or_default();
-                let step = bmc_reboot_step(
+                let mut step = bmc_reboot_step(
                     &uid,
                     since,
                     &progress,
@@ -1013,8 +1120,25 @@ impl Controller {
                     node,
                     now,
                 );
+                let mut host = host.map(|h| (*h).clone());
+                if step == (BmcRebootStep::Request { record: false }) {
+                    // The marker seems missing: asking again would be a second reboot if the
+                    // cache lags the first request. Read the host from the API server.
+                    host = match &progress.host {
+                        Some(h) => self.fresh_host(h).await,
+                        None => None,
+                    };
+                    step = bmc_reboot_step(
+                        &uid,
+                        since,
+                        &progress,
+                        host.as_ref().map(host_view).as_ref(),
+                        node,
+                        now,
+                    );
+                }
                 match step {
-                    BmcRebootStep::Request { record } => {
+                    BmcRebootStep::Request { record } if cancel_note.is_none() => {
                         let mut entry = entry.clone();
                         if record {
                             match self
@@ -1033,14 +1157,16 @@ impl Controller {
                             self.request_host_reboot(&entry, host).await;
                         }
                     }
+                    BmcRebootStep::Request { .. } => {}
                     BmcRebootStep::RecordPowerOff { at } => {
+                        let text = cancel_note.cloned().unwrap_or_else(|| {
+                            "rebooting: the host is powered off; waiting for it to power on".into()
+                        });
                         self.write(&entry, |s| {
                             if let Some(r) = s.reboot.as_mut() {
                                 r.host_powered_off_at = Some(at);
                             }
-                            s.message = "rebooting: the host is powered off; waiting for it to \
-                                         power on"
-                                .into();
+                            s.message = text;
                         })
                         .await;
                     }
@@ -1052,10 +1178,86 @@ impl Controller {
                         self.complete(&entry, now, &detail).await;
                     }
                     BmcRebootStep::Wait(text) => {
-                        self.set_message(&entry, &format!("rebooting: {text}"))
-                            .await;
+                        let text = match cancel_note {
+                            Some(note) => format!("{note}; {text}"),
+                            None => format!("rebooting: {text}"),
+                        };
+                        self.set_message(&entry, &text).await;
                     }
                 }
+            }
+        }
+    }
+
+    /// A `Rebooting` entry was cancelled ([`cancel_step`]): withdraws a request whose cycle has
+    /// not begun and removes the entry, removes an entry that reached no host, or keeps the
+    /// entry (its node cordoned) until the node booted — then returns the note that says so.
+    async fn cancel_rebooting(
+        &mut self,
+        entry: &RebootQueueEntry,
+        now: Timestamp,
+    ) -> Option<String> {
+        let view = EntryView::from_entry(entry);
+        let progress = view.reboot.clone()?;
+        let uid = entry.uid().unwrap_or_default();
+        let cached = progress.host.as_ref().and_then(|h| self.cached_host(h));
+        let step = cancel_step(
+            &uid,
+            &progress,
+            cached.as_deref().map(host_view).as_ref(),
+            view.boot_timed_out,
+        );
+        match step {
+            CancelStep::WaitForCycle(note) => Some(note),
+            CancelStep::Remove => {
+                self.dequeue(entry, &DequeueReason::Cancelled, now).await;
+                None
+            }
+            CancelStep::Withdraw => {
+                // Decided on the cache: read the host again, and withdraw only from the very
+                // version read (its resourceVersion): a power-off the host controller records
+                // meanwhile makes the withdrawal fail, and the cycle then runs to its end.
+                let host_ref = progress.host.clone()?;
+                let fresh = self.fresh_host(&host_ref).await?;
+                let step = cancel_step(&uid, &progress, Some(&host_view(&fresh)), false);
+                if step != CancelStep::Withdraw {
+                    self.retry_soon = true;
+                    return None;
+                }
+                let api: Api<BareMetalHost> =
+                    Api::namespaced(self.shared.client.clone(), &host_ref.namespace);
+                let patch = json!({ "metadata": {
+                    "resourceVersion": fresh.resource_version(),
+                    "annotations": {
+                        REBOOT_ANNOTATION: null,
+                        REQUEST_MARKER_ANNOTATION: null,
+                    },
+                }});
+                match api
+                    .patch(
+                        &host_ref.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        let text = format!(
+                            "entry {} for node {} cancelled before the power cycle began: the \
+                             reboot request was withdrawn from BareMetalHost {host_ref}; the node \
+                             is uncordoned and not rebooted",
+                            entry.spec.index, entry.spec.node
+                        );
+                        self.event_entry(entry, EventKind::Normal, reason::REBOOT_WITHDRAWN, &text)
+                            .await;
+                        self.dequeue(entry, &DequeueReason::Cancelled, now).await;
+                    }
+                    Err(e) => {
+                        tracing::debug!(host = %host_ref, error = %e, "reboot request not withdrawn (the host changed meanwhile); deciding again");
+                        self.retry_soon = true;
+                    }
+                }
+                None
             }
         }
     }
@@ -1128,7 +1330,7 @@ impl Controller {
             .as_ref()
             .and_then(|s| s.last_transition_time)
             .unwrap_or_else(Timestamp::now);
-        let cancel = CancellationToken::new();
+        let cancel = self.work.child_token();
         let job = CommandJob {
             entry: entry.name_any(),
             entry_uid: uid.clone(),
@@ -1159,7 +1361,9 @@ impl Controller {
             self.shared.client.clone(),
             &host.namespace().unwrap_or_default(),
         );
-        let patch = json!({ "metadata": { "annotations": {
+        // The uid is a precondition (immutable: a host re-created under the name refuses the
+        // patch): the reboot is requested from the bound host only.
+        let patch = json!({ "metadata": { "uid": host.uid(), "annotations": {
             REBOOT_ANNOTATION: "",
             REQUEST_MARKER_ANNOTATION: uid,
         }}});
@@ -1181,7 +1385,31 @@ impl Controller {
         }
     }
 
-    /// Removes the request marker this entry left on its host (best effort).
+    /// Marks the host as rebooted by this entry's command (see [`COMMAND_MARKER_ANNOTATION`]).
+    async fn mark_command_reboot(&mut self, entry: &RebootQueueEntry, host: &BareMetalHost) {
+        let Some(uid) = entry.uid() else { return };
+        let api: Api<BareMetalHost> = Api::namespaced(
+            self.shared.client.clone(),
+            &host.namespace().unwrap_or_default(),
+        );
+        let patch = json!({ "metadata": { "uid": host.uid(), "annotations": {
+            COMMAND_MARKER_ANNOTATION: uid,
+        }}});
+        if let Err(e) = api
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            // Not fatal: without it the host controller may power the host on mid-cycle.
+            tracing::warn!(node = %entry.spec.node, error = %e, "cannot mark the host as rebooted by command");
+        }
+    }
+
+    /// Removes the markers this entry left on its host: the request marker and the command
+    /// marker (best effort; the sweep removes a command marker left behind).
     async fn clear_host_marker(&self, entry: &RebootQueueEntry) {
         let Some(host) = entry
             .status
@@ -1191,26 +1419,93 @@ impl Controller {
         else {
             return;
         };
-        let Some(cached) = self
-            .stores
-            .hosts
-            .get(&ObjectRef::new(&host.name).within(&host.namespace))
-        else {
+        let Some(cached) = self.cached_host(&host) else {
             return;
         };
-        if cached.annotations().get(REQUEST_MARKER_ANNOTATION) != entry.uid().as_ref() {
+        let ours = |key: &str| cached.annotations().get(key) == entry.uid().as_ref();
+        let mut removals = serde_json::Map::new();
+        for key in [REQUEST_MARKER_ANNOTATION, COMMAND_MARKER_ANNOTATION] {
+            if ours(key) {
+                removals.insert(key.to_string(), serde_json::Value::Null);
+            }
+        }
+        if removals.is_empty() {
             return;
         }
         let api: Api<BareMetalHost> = Api::namespaced(self.shared.client.clone(), &host.namespace);
         let patch = json!({ "metadata": {
             "resourceVersion": cached.resource_version(),
-            "annotations": { REQUEST_MARKER_ANNOTATION: null },
+            "annotations": removals,
         }});
         if let Err(e) = api
             .patch(&host.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            tracing::debug!(host = %host, error = %e, "request marker left on the host");
+            tracing::debug!(host = %host, error = %e, "markers left on the host");
+        }
+    }
+
+    /// Command markers whose entry is gone (a removal lost to a crash, an entry deleted by
+    /// hand): the host controller would leave that host's power alone for good.
+    async fn sweep_command_markers(&mut self) {
+        let marked: Vec<Arc<BareMetalHost>> = self
+            .stores
+            .hosts
+            .state()
+            .into_iter()
+            .filter(|h| h.annotations().contains_key(COMMAND_MARKER_ANNOTATION))
+            .collect();
+        if marked.is_empty() {
+            return;
+        }
+        let live: HashSet<String> = self.entries().iter().filter_map(|e| e.uid()).collect();
+        let orphans: Vec<Arc<BareMetalHost>> = marked
+            .into_iter()
+            .filter(|h| {
+                h.annotations()
+                    .get(COMMAND_MARKER_ANNOTATION)
+                    .is_some_and(|uid| !live.contains(uid))
+            })
+            .collect();
+        if orphans.is_empty() {
+            return;
+        }
+        // The cache may lag an entry just created: confirm with the API server.
+        let api: Api<RebootQueueEntry> = Api::all(self.shared.client.clone());
+        let Ok(list) = api.list(&Default::default()).await else {
+            return;
+        };
+        let live: HashSet<String> = list.items.iter().filter_map(|e| e.uid()).collect();
+        for host in orphans {
+            let Some(uid) = host.annotations().get(COMMAND_MARKER_ANNOTATION) else {
+                continue;
+            };
+            if live.contains(uid) {
+                continue;
+            }
+            let hosts: Api<BareMetalHost> = Api::namespaced(
+                self.shared.client.clone(),
+                &host.namespace().unwrap_or_default(),
+            );
+            let patch = json!({ "metadata": {
+                "resourceVersion": host.resource_version(),
+                "annotations": { COMMAND_MARKER_ANNOTATION: null },
+            }});
+            match hosts
+                .patch(
+                    &host.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(host = %host_reference(&host), "removed the command marker of a reboot queue entry that is gone")
+                }
+                Err(e) => {
+                    tracing::debug!(host = %host_reference(&host), error = %e, "command marker not removed; next sweep")
+                }
+            }
         }
     }
 

@@ -1,71 +1,75 @@
-//! Observe: the objects the queue decides from, reduced for `hostcycle_core::queue`, and how
-//! each node maps to its BareMetalHost. Shared by the controller and `hostcycle rq plan`.
+//! Observe: the objects the queue decides from, reduced for `hostcycle_core::queue`, and the
+//! host each queued node is bound to (`hostcycle_core::binding`). Shared by the controller and
+//! `hostcycle rq plan`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
-use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
-use hostcycle_core::queue::host::{HostSummary, MachineSummary, reboot_target};
+use hostcycle_api::{BareMetalHost, OperationalStatus, PowerTarget, REBOOT_ANNOTATION};
+use hostcycle_core::binding::BindingIndex;
+use hostcycle_core::queue::host::reboot_target;
 use hostcycle_core::queue::reboot::{HostView, REQUEST_MARKER_ANNOTATION};
 use hostcycle_core::queue::{QueueSnapshot, RebootTarget};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 
 use crate::cluster::objects::{
-    MachineObject, host_summary, machine_resources, machine_summary, node_identity,
+    MachineObject, binding_index, host_reference, host_unusable, machine_resources,
     nodes_being_remediated,
 };
 
-/// A host as the boot check reads it.
+/// A host as the boot check and a cancel read it.
 pub fn host_view(host: &BareMetalHost) -> HostView {
     let annotations = host.annotations_or_empty();
     let status = host.status.as_ref();
+    let power_off_requested_at = status
+        .and_then(|s| s.last_power_action.as_ref())
+        .filter(|a| a.action == PowerTarget::Off)
+        .map(|a| a.requested_at);
+    let pending_since = status.and_then(|s| s.provisioning.pending_reboot_since);
     HostView {
-        reference: HostReference {
-            namespace: host.namespace().unwrap_or_default(),
-            name: host.name_any(),
-        },
+        reference: host_reference(host),
+        uid: host.uid().unwrap_or_default(),
         reboot_annotation: annotations.contains_key(REBOOT_ANNOTATION),
         request_marker: annotations.get(REQUEST_MARKER_ANNOTATION).cloned(),
         powered_on: status.and_then(|s| s.observed_powered_on()),
         last_powered_on: status.and_then(|s| s.provisioning.last_powered_on),
+        last_updated: status.and_then(|s| s.last_updated),
+        error: status
+            .filter(|s| s.operational_status == Some(OperationalStatus::Error))
+            .map(|s| {
+                let text = crate::text::bounded(&s.error_message, 300);
+                if text.is_empty() {
+                    "operationalStatus: error".to_string()
+                } else {
+                    text
+                }
+            }),
+        request_taken_at: power_off_requested_at.max(pending_since),
     }
 }
 
-/// Every Machine of the given resources; a resource that cannot be listed is skipped with a
-/// warning (the mapping then falls back to the other rules).
-pub async fn list_machines(client: &Client, resources: &[ApiResource]) -> Vec<MachineSummary> {
-    let mut out = Vec::new();
-    for resource in resources {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
-        match api.list(&ListParams::default()).await {
-            Ok(list) => out.extend(list.items.iter().map(machine_summary)),
-            Err(e) => tracing::warn!(
-                group = %resource.group, error = %e,
-                "cannot list Machines; nodes are mapped to hosts without them"
-            ),
-        }
-    }
-    out
-}
-
-/// Reboot targets for every node that has an entry.
-pub fn reboot_targets(
-    nodes: &[Node],
-    entry_nodes: &[&str],
-    hosts: &[HostSummary],
-    machines: &[MachineSummary],
+/// Reboot targets for every node that has an entry and a Node: the host the binding gives
+/// it, if it can be used now.
+pub fn reboot_targets<'a>(
+    index: &BindingIndex,
+    entry_nodes: impl IntoIterator<Item = &'a str>,
+    hosts: &HashMap<HostReference, Arc<BareMetalHost>>,
 ) -> BTreeMap<String, RebootTarget> {
-    nodes
-        .iter()
-        .filter(|n| entry_nodes.contains(&n.name_any().as_str()))
+    let nodes = index.node_names();
+    entry_nodes
+        .into_iter()
+        .filter(|n| nodes.contains(n))
         .map(|n| {
-            (
-                n.name_any(),
-                reboot_target(&node_identity(n), hosts, machines),
-            )
+            let target = reboot_target(index, n, |r| {
+                hosts
+                    .get(r)
+                    .and_then(|h| host_unusable(h))
+                    .or_else(|| (!hosts.contains_key(r)).then(|| "does not exist".to_string()))
+            });
+            (n.to_string(), target)
         })
         .collect()
 }
@@ -85,11 +89,11 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         .items;
     let mut snapshot = QueueSnapshot::from_objects(queue.as_ref(), &nodes, &entries);
     // Hosts are optional: a cluster without the BareMetalHost CRD reboots by command.
-    let hosts: Vec<HostSummary> = match Api::<BareMetalHost>::all(client.clone())
+    let hosts: Vec<BareMetalHost> = match Api::<BareMetalHost>::all(client.clone())
         .list(&ListParams::default())
         .await
     {
-        Ok(list) => list.items.iter().map(host_summary).collect(),
+        Ok(list) => list.items,
         Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
         Err(e) => return Err(e),
     };
@@ -97,19 +101,33 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
     let mut machine_objects = Vec::new();
     for resource in &resources {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
-        if let Ok(list) = api.list(&ListParams::default()).await {
-            machine_objects.extend(list.items.into_iter().map(|object| MachineObject {
-                object: std::sync::Arc::new(object),
-                resource: resource.clone(),
-            }));
+        match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                machine_objects.extend(list.items.into_iter().map(|object| MachineObject {
+                    object: Arc::new(object),
+                    resource: resource.clone(),
+                }))
+            }
+            Err(e) => tracing::warn!(
+                group = %resource.group, error = %e,
+                "cannot list Machines; nodes are bound to hosts without them"
+            ),
         }
     }
-    let machines: Vec<MachineSummary> = machine_objects
-        .iter()
-        .map(|m| machine_summary(&m.object))
+    let index = binding_index(
+        hosts.iter(),
+        machine_objects.iter().map(|m| &*m.object),
+        nodes.iter(),
+    );
+    let by_ref: HashMap<HostReference, Arc<BareMetalHost>> = hosts
+        .into_iter()
+        .map(|h| (host_reference(&h), Arc::new(h)))
         .collect();
-    let entry_nodes: Vec<&str> = entries.iter().map(|e| e.spec.node.as_str()).collect();
-    snapshot.reboot_targets = reboot_targets(&nodes, &entry_nodes, &hosts, &machines);
+    snapshot.reboot_targets = reboot_targets(
+        &index,
+        entries.iter().map(|e| e.spec.node.as_str()),
+        &by_ref,
+    );
     let requests = match Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone())
         .list(&ListParams::default())
         .await

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hostcycle_api::BareMetalHost;
-use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
+use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::{
     HOST_REMEDIATION_FINALIZER, HostRemediation, HostRemediationStatus, REQUEST_POWER_OFF_PREFIX,
     RemediationPhase, RemediationStep, is_remediation_power_off,
@@ -19,7 +19,8 @@ use hostcycle_core::queue::{EntryView, QueueConfig};
 use hostcycle_core::remediation::escalation::{allocate_slots, owner_remediated_patch};
 use hostcycle_core::remediation::orphans::orphaned_power_off_keys;
 use hostcycle_core::remediation::{
-    Action, Decision, Escalation, Observation, Record, Trigger, decide,
+    Acting, Action, Decision, Escalation, Observation, Record, Trigger, acting_host, decide,
+    event_reason, off_confirmed, wants_slot,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
@@ -37,7 +38,7 @@ use super::RemediationControllerConfig;
 use super::observe::{
     Subject, escalation, host_view, limits, node_view, record, requested, resolve,
 };
-use crate::cluster::objects::{MachineObject, host_summary, machine_summary};
+use crate::cluster::objects::{MachineObject, binding_index, host_reference};
 use crate::cluster::{ClusterView, Kinds};
 use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
@@ -199,9 +200,13 @@ struct Controller {
 struct Item {
     subject: Subject,
     machine: Option<MachineObject>,
-    host: Option<BareMetalHost>,
+    /// The host the remediation acts on ([`acting_host`]): the one its record bound, or,
+    /// before the start, the one the resolver finds.
+    host: Option<Arc<BareMetalHost>>,
     node: Option<Node>,
     observation: Observation,
+    /// A Node annotation the resolver ignored (a Warning).
+    ignored_hint: Option<String>,
 }
 
 impl Controller {
@@ -267,16 +272,18 @@ impl Controller {
             self.host_interest.set(HashSet::new(), false, &self.wake);
             return Vec::new();
         }
-        let machine_summaries: Vec<_> = machines
-            .iter()
-            .map(|m| machine_summary(&m.object))
-            .collect();
         let hosts = self.stores.hosts.state();
-        let host_summaries: Vec<_> = hosts.iter().map(|h| host_summary(h)).collect();
-        let nodes: BTreeMap<String, Node> = self
-            .stores
-            .nodes
-            .state()
+        let hosts_by_ref: HashMap<HostReference, Arc<BareMetalHost>> = hosts
+            .iter()
+            .map(|h| (host_reference(h), h.clone()))
+            .collect();
+        let node_objects = self.stores.nodes.state();
+        let index = binding_index(
+            hosts.iter().map(|h| &**h),
+            machines.iter().map(|m| &*m.object),
+            node_objects.iter().map(|n| &**n),
+        );
+        let nodes: BTreeMap<String, Node> = node_objects
             .iter()
             .map(|n| (n.name_any(), (**n).clone()))
             .collect();
@@ -301,15 +308,7 @@ impl Controller {
         let mut items: Vec<Item> = subjects
             .into_iter()
             .map(|subject| {
-                let resolved = resolve(
-                    &subject,
-                    &machines,
-                    &machine_summaries,
-                    &hosts,
-                    &host_summaries,
-                    &nodes,
-                );
-                let host = resolved.host.as_ref().ok().cloned();
+                let resolved = resolve(&subject, &machines, &index, &hosts_by_ref);
                 let power_off = subject.power_off_annotation();
                 let node = resolved
                     .node_name
@@ -318,7 +317,15 @@ impl Controller {
                     .cloned();
                 let (retry_limit, power_on_timeout) =
                     limits(&subject, self.config.power_on_timeout);
-                let observation = Observation {
+                // The record first: once it holds a binding, that host is the one acted on.
+                let bound_host = record(&subject, None)
+                    .host
+                    .map(|b| hosts_by_ref.get(&b.reference).cloned());
+                let record_host = match &bound_host {
+                    Some(bound) => bound.clone(),
+                    None => resolved.host.as_ref().ok().cloned(),
+                };
+                let mut observation = Observation {
                     trigger: subject.trigger(),
                     requested: requested(&subject),
                     target: resolved
@@ -326,24 +333,38 @@ impl Controller {
                         .as_ref()
                         .map(|h| host_view(h, &power_off))
                         .map_err(Clone::clone),
+                    bound: bound_host
+                        .flatten()
+                        .as_ref()
+                        .map(|h| host_view(h, &power_off)),
                     node_name: resolved.node_name.clone(),
                     node: node.as_ref().map(node_view),
-                    record: record(&subject, host.as_ref()),
+                    record: record(&subject, record_host.as_deref()),
                     retry_limit,
                     power_on_timeout,
+                    power_off_timeout: self.config.power_off_timeout,
                     slot_free: false,
                     queue_reboot_until: resolved
                         .node_name
                         .as_ref()
                         .and_then(|n| rebooting.get(n).copied()),
-                    escalation: escalation(resolved.machine.as_ref(), host.as_ref()),
+                    escalation: Escalation::None(String::new()),
                 };
+                // The host acted on, as decide sees it.
+                let host = match acting_host(&observation) {
+                    Acting::Host(h) => hostcycle_core::binding::parse_host_ref(&h.name, None)
+                        .and_then(|r| hosts_by_ref.get(&r))
+                        .cloned(),
+                    _ => None,
+                };
+                observation.escalation = escalation(resolved.machine.as_ref(), host.as_deref());
                 Item {
                     subject,
                     machine: resolved.machine,
                     host,
                     node,
                     observation,
+                    ignored_hint: resolved.ignored_hint,
                 }
             })
             .collect();
@@ -353,13 +374,12 @@ impl Controller {
             .iter()
             .filter(|i| i.observation.record.in_flight())
             .count();
+        // Only remediations that could start now compete: a blocked one (no host, a binding
+        // in doubt, a host that cannot be powered off) or one waiting for the reboot queue
+        // takes no slot.
         let mut waiting: Vec<(Timestamp, String)> = items
             .iter()
-            .filter(|i| {
-                i.observation.record.step == RemediationStep::NotStarted
-                    && i.observation.requested
-                    && i.observation.target.is_ok()
-            })
+            .filter(|i| wants_slot(&i.observation, now))
             .map(|i| (i.subject.created().unwrap_or(now), i.subject.key()))
             .collect();
         waiting.sort();
@@ -380,8 +400,20 @@ impl Controller {
         let unresolved = items.iter().any(|i| i.host.is_none());
         let targeted = items
             .iter()
-            .filter_map(|i| i.host.as_ref())
-            .map(|h| interest::key(&h.namespace().unwrap_or_default(), &h.name_any()))
+            .flat_map(|i| {
+                let target = i.observation.target.as_ref().ok().map(|h| h.name.clone());
+                let bound = i
+                    .observation
+                    .record
+                    .host
+                    .as_ref()
+                    .map(|b| b.reference.to_string());
+                let acting = i
+                    .host
+                    .as_ref()
+                    .map(|h| interest::key(&h.namespace().unwrap_or_default(), &h.name_any()));
+                [target, bound, acting].into_iter().flatten()
+            })
             .collect();
         self.host_interest.set(targeted, unresolved, &self.wake);
         items
@@ -445,11 +477,19 @@ impl Controller {
                         .await
                 }
                 Action::ReleasePowerOff => self.set_host_annotation(item, None).await,
-                Action::DeleteNode => self.delete_node(item).await,
+                Action::DeleteNode => {
+                    let record = decision.record.as_ref().unwrap_or(&item.observation.record);
+                    self.delete_node(item, record).await
+                }
                 Action::RestoreNode {
                     labels,
                     annotations,
-                } => self.restore_node(item, labels, annotations).await,
+                    cordon,
+                    taints,
+                } => {
+                    self.restore_node(item, labels, annotations, *cordon, taints)
+                        .await
+                }
                 Action::FinishAnnotationFlow => match &machine_now {
                     Some(m) => self.finish_machine(m).await,
                     None => true,
@@ -462,8 +502,15 @@ impl Controller {
             }
         }
         // Events, once per distinct set (a waiting remediation does not repeat itself).
-        let emitted: Vec<(&'static str, String)> = decision
-            .events
+        let mut events = decision.events.clone();
+        if let Some(hint) = &item.ignored_hint {
+            events.push(hostcycle_core::remediation::Event {
+                warning: true,
+                reason: event_reason::HINT_IGNORED,
+                message: hint.clone(),
+            });
+        }
+        let emitted: Vec<(&'static str, String)> = events
             .iter()
             .map(|e| (e.reason, e.message.clone()))
             .collect();
@@ -475,7 +522,7 @@ impl Controller {
                 r
             });
             let node = item.observation.node_name.as_deref().map(node_ref);
-            for e in &decision.events {
+            for e in &events {
                 let kind = if e.warning {
                     EventKind::Warning
                 } else {
@@ -683,12 +730,18 @@ impl Controller {
         status.phase = Some(decision.phase);
         status.message = crate::text::bounded(&decision.message, 1024);
         status.node = item.observation.node_name.clone();
-        status.host = item
-            .observation
-            .target
+        // The bound host once there is one (the record wrote it), else the one found now.
+        status.host = record
+            .host
             .as_ref()
-            .ok()
-            .map(|h| h.name.clone());
+            .map(|b| b.reference.to_string())
+            .or_else(|| {
+                item.observation
+                    .target
+                    .as_ref()
+                    .ok()
+                    .map(|h| h.name.clone())
+            });
         let processing = matches!(
             decision.phase,
             RemediationPhase::Running | RemediationPhase::Waiting
@@ -790,11 +843,17 @@ impl Controller {
 
     /// Adds (`Some(value)`) or removes this remediation's power-off annotation on its host.
     async fn set_host_annotation(&mut self, item: &Item, value: Option<&str>) -> bool {
-        let Some(host) = &item.host else { return false };
+        // No acting host (the bound one is gone or was replaced): nothing to release, and a
+        // power-off is never requested from another host.
+        let Some(host) = &item.host else {
+            return value.is_none();
+        };
         let key = item.subject.power_off_annotation();
         let api: Api<BareMetalHost> =
             Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
-        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        // The uid in the patch is a precondition: a host re-created under this name since it
+        // was read has another, immutable one, and the patch is refused.
+        let patch = json!({ "metadata": { "uid": host.uid(), "annotations": { key: value } } });
         match api
             .patch(
                 &host.name_any(),
@@ -812,8 +871,33 @@ impl Controller {
     }
 
     /// Deletes the Node the record backed up (UID precondition: never a newer one).
-    async fn delete_node(&mut self, item: &Item) -> bool {
+    ///
+    /// Deleting the Node releases its workloads for good, so the evidence is read again
+    /// first, from the API server (the cache may lag): the bound host, off in a status written
+    /// after this cycle's power-off request, without error.
+    async fn delete_node(&mut self, item: &Item, record: &Record) -> bool {
         let Some(node) = &item.node else { return true };
+        let Some(host) = &item.host else { return false };
+        let hosts: Api<BareMetalHost> =
+            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
+        let fresh = match hosts.get_opt(&host.name_any()).await {
+            Ok(Some(h)) => h,
+            Ok(None) => return false,
+            Err(e) => {
+                log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
+                return false;
+            }
+        };
+        let view = host_view(&fresh, &item.subject.power_off_annotation());
+        let same_host = record.host.as_ref().is_none_or(|b| b.uid == view.uid);
+        if !same_host || !off_confirmed(&view, record) {
+            tracing::info!(
+                node = %node.name_any(),
+                remediation = %item.subject.key(),
+                "a fresh read of the host does not confirm it off: the node is kept"
+            );
+            return false;
+        }
         let api: Api<Node> = Api::all(self.client.clone());
         let params = DeleteParams {
             preconditions: Some(Preconditions {
@@ -835,12 +919,15 @@ impl Controller {
         }
     }
 
-    /// Adds the backed-up labels and annotations the new Node lacks (its own keys win).
+    /// Adds the backed-up labels, annotations and taints the new Node lacks (its own keys
+    /// win), and its cordon when `cordon`.
     async fn restore_node(
         &mut self,
         item: &Item,
         labels: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
+        cordon: bool,
+        taints: &[hostcycle_api::remediation::TaintBackup],
     ) -> bool {
         let Some(name) = &item.observation.node_name else {
             return true;
@@ -864,14 +951,46 @@ impl Controller {
             };
             let add_labels = missing(node.labels(), labels);
             let add_annotations = missing(node.annotations(), annotations);
-            if add_labels.is_empty() && add_annotations.is_empty() {
+            let spec = node.spec.clone().unwrap_or_default();
+            let have_taints = spec.taints.clone().unwrap_or_default();
+            let add_taints: Vec<&hostcycle_api::remediation::TaintBackup> = taints
+                .iter()
+                .filter(|t| {
+                    !have_taints
+                        .iter()
+                        .any(|h| h.key == t.key && h.effect == t.effect)
+                })
+                .collect();
+            let add_cordon = cordon && spec.unschedulable != Some(true);
+            if add_labels.is_empty()
+                && add_annotations.is_empty()
+                && add_taints.is_empty()
+                && !add_cordon
+            {
                 return true;
             }
-            let patch = json!({ "metadata": {
+            let mut patch = json!({ "metadata": {
                 "resourceVersion": node.resource_version(),
                 "labels": add_labels,
                 "annotations": add_annotations,
             }});
+            if add_cordon {
+                patch["spec"]["unschedulable"] = json!(true);
+            }
+            if !add_taints.is_empty() {
+                // A merge patch replaces the whole list: the Node's own taints, then the
+                // restored ones (with the resourceVersion, so none added meanwhile is lost).
+                let mut all: Vec<Value> = have_taints
+                    .iter()
+                    .filter_map(|t| serde_json::to_value(t).ok())
+                    .collect();
+                all.extend(
+                    add_taints
+                        .iter()
+                        .map(|t| json!({ "key": t.key, "value": t.value, "effect": t.effect })),
+                );
+                patch["spec"]["taints"] = Value::Array(all);
+            }
             match api
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -895,21 +1014,45 @@ impl Controller {
         let name = machine.object.name_any();
         match kind {
             Escalation::DeleteMachine => {
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: machine.object.uid(),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                match api.delete(&name, &params).await {
-                    Ok(_) => true,
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
-                    Err(e) => {
-                        log_write_error(&format!("Machine {}", machine.key()), &e);
-                        false
+                // Irreversible: read the Machine (and a request) from the API server first,
+                // and delete only the very version that still gives up; a change in between
+                // (409) is read again.
+                for _ in 0..3 {
+                    let fresh = match api.get_opt(&name).await {
+                        Ok(Some(m)) => m,
+                        Ok(None) => return true,
+                        Err(e) => {
+                            log_write_error(&format!("Machine {}", machine.key()), &e);
+                            return false;
+                        }
+                    };
+                    if fresh.uid() != machine.object.uid()
+                        || fresh.meta().deletion_timestamp.is_some()
+                    {
+                        return true;
+                    }
+                    if !self.still_gives_up(item, &fresh).await {
+                        tracing::info!(machine = %machine.key(), "a fresh read shows the remediation no longer gives up: the Machine is kept");
+                        return true;
+                    }
+                    let params = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: fresh.uid(),
+                            resource_version: fresh.resource_version(),
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    match api.delete(&name, &params).await {
+                        Ok(_) => return true,
+                        Err(kube::Error::Api(s)) if s.code == 404 => return true,
+                        Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                        Err(e) => {
+                            log_write_error(&format!("Machine {}", machine.key()), &e);
+                            return false;
+                        }
                     }
                 }
+                false
             }
             Escalation::MarkOwnerRemediated => {
                 let current = match api.get(&name).await {
@@ -941,9 +1084,48 @@ impl Controller {
         }
     }
 
+    /// Whether the remediation still gives up on this Machine, read from the API server: the
+    /// annotation flow's Machine still carries its trigger and its failure; a request still
+    /// exists, is not being deleted, and no checker gave up on it.
+    async fn still_gives_up(&self, item: &Item, fresh: &DynamicObject) -> bool {
+        match &item.subject {
+            Subject::Machine(_) => {
+                let a = fresh.annotations();
+                a.contains_key(hostcycle_api::remediation::EXTERNAL_REMEDIATION_ANNOTATION)
+                    && a.contains_key(hostcycle_api::remediation::REMEDIATION_FAILED_ANNOTATION)
+            }
+            Subject::Request(r) => {
+                let api: Api<HostRemediation> =
+                    Api::namespaced(self.client.clone(), &r.namespace().unwrap_or_default());
+                match api.get_opt(&r.name_any()).await {
+                    Ok(Some(now)) => {
+                        now.uid() == r.uid()
+                            && super::observe::requested(&Subject::Request(Arc::new(now.clone())))
+                            && now
+                                .status
+                                .as_ref()
+                                .is_some_and(|s| s.step == RemediationStep::GaveUp)
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+
     /// Power-off annotations whose remediation no longer exists (a Machine or request deleted
     /// without its cleanup): the host is released, never left off.
     async fn sweep_orphans(&mut self) {
+        // Most hosts carry no power-off annotation: nothing more is read for them.
+        let fenced: Vec<Arc<BareMetalHost>> = self
+            .stores
+            .hosts
+            .state()
+            .into_iter()
+            .filter(|h| h.annotations().keys().any(|k| is_remediation_power_off(k)))
+            .collect();
+        if fenced.is_empty() {
+            return;
+        }
         let requests: HashSet<String> = self
             .stores
             .requests
@@ -951,43 +1133,31 @@ impl Controller {
             .iter()
             .filter_map(|r| r.uid())
             .collect();
-        let machines_with_flow: HashSet<(String, String)> = self
-            .stores
-            .machines
-            .iter()
-            .flat_map(|(resource, s)| {
-                let resource = resource.clone();
-                s.state().into_iter().filter_map(move |m| {
-                    let mo = MachineObject {
-                        object: m,
-                        resource: resource.clone(),
-                    };
-                    if mo.has_flow() { mo.host_ref() } else { None }
-                })
-            })
-            .collect();
-        for host in self.stores.hosts.state() {
-            // Most hosts carry no power-off annotation: nothing is allocated for them.
+        let machines = self.cached_machines();
+        let claims = self.machine_flow_claims(&machines);
+        for host in fenced {
+            let reference = host_reference(&host);
+            let uid = host.uid().unwrap_or_default();
             let orphaned = orphaned_power_off_keys(
                 host.annotations().keys(),
                 |uid| requests.contains(uid),
-                || {
-                    machines_with_flow
-                        .contains(&(host.namespace().unwrap_or_default(), host.name_any()))
-                },
+                || claims.claims(&reference, &uid),
             );
             if orphaned.is_empty() {
                 continue;
             }
-            let ns = host.namespace().unwrap_or_default();
-            let name = host.name_any();
+            let ns = reference.namespace.clone();
+            let name = reference.name.clone();
             for key in orphaned {
                 // Confirm with the API server: the caches may lag a write of our own.
-                if !self.orphan_confirmed(&key, &ns, &name).await {
+                if !self.orphan_confirmed(&key, &reference, &uid).await {
                     continue;
                 }
                 let api: Api<BareMetalHost> = Api::namespaced(self.client.clone(), &ns);
-                let patch = json!({ "metadata": { "annotations": { key.clone(): null } } });
+                let patch = json!({ "metadata": {
+                    "resourceVersion": host.resource_version(),
+                    "annotations": { key.clone(): null },
+                }});
                 match api
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -999,21 +1169,67 @@ impl Controller {
                         self.events.emit(
                             &host.object_ref(&()),
                             EventKind::Warning,
-                            hostcycle_core::remediation::decide::event_reason::ORPHAN_RELEASED,
+                            event_reason::ORPHAN_RELEASED,
                             &note,
                         );
                     }
                     Err(e) => {
                         let host_id = format!("{ns}/{name}");
                         let _about = tracing::info_span!("orphan", host = %host_id).entered();
-                        log_write_error(&format!("BareMetalHost {host_id}"), &e)
+                        log_write_error(&format!("BareMetalHost {host_id}"), &e);
+                        self.retry_soon = true;
                     }
                 }
             }
         }
     }
 
-    async fn orphan_confirmed(&self, key: &str, ns: &str, host: &str) -> bool {
+    fn cached_machines(&self) -> Vec<MachineObject> {
+        self.stores
+            .machines
+            .iter()
+            .flat_map(|(resource, store)| {
+                store.state().into_iter().map(|m| MachineObject {
+                    object: m,
+                    resource: resource.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The hosts the annotation flows of `machines` hold, by the flow's own rule: the host
+    /// its record bound (namespace, name and uid), or — before it bound one — the host the
+    /// resolver binds to the Machine (hosts and Nodes from the caches).
+    fn machine_flow_claims(&self, machines: &[MachineObject]) -> FlowClaims {
+        let mut claims = FlowClaims::default();
+        let flows: Vec<&MachineObject> = machines.iter().filter(|m| m.has_flow()).collect();
+        if flows.is_empty() {
+            return claims;
+        }
+        let hosts = self.stores.hosts.state();
+        let nodes = self.stores.nodes.state();
+        let index = binding_index(
+            hosts.iter().map(|h| &**h),
+            machines.iter().map(|m| &*m.object),
+            nodes.iter().map(|n| &**n),
+        );
+        for m in flows {
+            let record = Record::from_machine_annotations(m.object.annotations(), false);
+            match record.host {
+                Some(bound) => {
+                    claims.bound.insert((bound.reference, bound.uid));
+                }
+                None => {
+                    if let Ok(b) = index.machine(&crate::cluster::objects::machine_key(&m.object)) {
+                        claims.resolved.insert(b.host);
+                    }
+                }
+            }
+        }
+        claims
+    }
+
+    async fn orphan_confirmed(&self, key: &str, host: &HostReference, uid: &str) -> bool {
         if let Some(uid) = key.strip_prefix(REQUEST_POWER_OFF_PREFIX) {
             let api: Api<HostRemediation> = Api::all(self.client.clone());
             return match api.list(&Default::default()).await {
@@ -1021,23 +1237,32 @@ impl Controller {
                 Err(_) => false,
             };
         }
+        let mut fresh = Vec::new();
         for (resource, _) in &self.stores.machines {
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
             let Ok(list) = api.list(&Default::default()).await else {
                 return false;
             };
-            let claimed = list.items.into_iter().any(|m| {
-                let mo = MachineObject {
-                    object: Arc::new(m),
-                    resource: resource.clone(),
-                };
-                mo.has_flow() && mo.host_ref() == Some((ns.to_string(), host.to_string()))
-            });
-            if claimed {
-                return false;
-            }
+            fresh.extend(list.items.into_iter().map(|m| MachineObject {
+                object: Arc::new(m),
+                resource: resource.clone(),
+            }));
         }
-        true
+        !self.machine_flow_claims(&fresh).claims(host, uid)
+    }
+}
+
+/// Hosts held by annotation flows: bound ones (with their uid), and ones a flow that has not
+/// bound yet resolves to.
+#[derive(Default)]
+struct FlowClaims {
+    bound: HashSet<(HostReference, String)>,
+    resolved: HashSet<HostReference>,
+}
+
+impl FlowClaims {
+    fn claims(&self, host: &HostReference, uid: &str) -> bool {
+        self.resolved.contains(host) || self.bound.contains(&(host.clone(), uid.to_string()))
     }
 }
 

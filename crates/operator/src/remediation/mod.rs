@@ -24,6 +24,8 @@ pub struct RemediationControllerConfig {
     pub max_concurrent: usize,
     /// How long the annotation flow waits for the Node after the power-on.
     pub power_on_timeout: Duration,
+    /// How long a power-off may take to be confirmed (fresh evidence) before giving up.
+    pub power_off_timeout: Duration,
     /// Look at every remediation at least this often.
     pub resync: Duration,
 }
@@ -33,6 +35,7 @@ impl Default for RemediationControllerConfig {
         RemediationControllerConfig {
             max_concurrent: 1,
             power_on_timeout: Duration::from_secs(20 * 60),
+            power_off_timeout: Duration::from_secs(5 * 60),
             resync: Duration::from_secs(30),
         }
     }

@@ -1,16 +1,21 @@
 //! Observe: every remediation in the cluster (Machines carrying the trigger or a record, and
 //! HostRemediations), each resolved to its Machine, host and Node, reduced to what
-//! `hostcycle_core::remediation::decide` reads.
+//! `hostcycle_core::remediation::decide` reads. The host comes from the one binding resolver
+//! (`hostcycle_core::binding`); once a remediation started, `decide` acts on the host its
+//! record bound, whatever the resolver says later.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use hostcycle_api::queue::HostReference;
+use hostcycle_api::remediation::TaintBackup;
 use hostcycle_api::remediation::{
     DEFAULT_RETRY_LIMIT, DEFAULT_TIMEOUT_SECONDS, HostRemediation, MACHINE_POWER_OFF_ANNOTATION,
     NHC_NODE_NAME_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, request_power_off_annotation,
 };
 use hostcycle_api::{BareMetalHost, OperationalStatus};
-use hostcycle_core::queue::host::{HostSummary, MachineSummary, find_host};
+use hostcycle_core::binding::{BindingIndex, Refusal, Resolution};
 use hostcycle_core::remediation::escalation::{
     OPENSHIFT_MACHINE_ROLE_LABEL, openshift_reprovisionable,
 };
@@ -18,7 +23,7 @@ use hostcycle_core::remediation::{Blocker, Escalation, HostView, NodeView, Recor
 use k8s_openapi::api::core::v1::Node;
 use kube::{Resource, ResourceExt};
 
-use crate::cluster::objects::{MachineObject, node_identity};
+use crate::cluster::objects::{MachineObject, host_cannot_power_off, machine_key};
 
 /// The Machine groups hostcycle understands.
 pub const OPENSHIFT_GROUP: &str = "machine.openshift.io";
@@ -91,86 +96,97 @@ pub fn owner_machine<'a>(
 pub struct Resolved {
     pub machine: Option<MachineObject>,
     pub node_name: Option<String>,
-    pub host: Result<BareMetalHost, Blocker>,
+    /// What the binding resolver finds now, or why no host.
+    pub host: Result<Arc<BareMetalHost>, Blocker>,
+    /// A Node annotation naming another host than the one bound, ignored: said in a Warning.
+    pub ignored_hint: Option<String>,
 }
 
-/// Finds the Machine, Node and host of a remediation.
+/// Finds the Machine, Node and host of a remediation: a Machine's host through the
+/// Machine's links (its annotation, the consumerRef of it or its infrastructure, its Node's
+/// provider ID), a request without a Machine through its Node.
 pub fn resolve(
     subject: &Subject,
     machines: &[MachineObject],
-    machine_summaries: &[MachineSummary],
-    hosts: &[std::sync::Arc<BareMetalHost>],
-    host_summaries: &[HostSummary],
-    nodes: &BTreeMap<String, Node>,
+    index: &BindingIndex,
+    hosts: &HashMap<HostReference, Arc<BareMetalHost>>,
 ) -> Resolved {
-    let find = |ns: &str, name: &str| {
-        hosts
-            .iter()
-            .find(|h| {
-                h.metadata.namespace.as_deref() == Some(ns)
-                    && h.metadata.name.as_deref() == Some(name)
-            })
-            .map(|h| (**h).clone())
-            .ok_or_else(|| Blocker::HostNotFound(format!("{ns}/{name}")))
-    };
     let machine = match subject {
         Subject::Machine(m) => Some(m.clone()),
         Subject::Request(r) => owner_machine(r, machines).cloned(),
     };
-    if let Some(m) = &machine {
-        let node_name = m.node_ref();
-        let host = match m.host_ref() {
-            Some((ns, name)) => find(&ns, &name),
-            None => {
-                // A Cluster API Machine's host is named on its Metal3Machine: map through the
-                // Node (consumerRef, provider ID).
-                match node_name.as_ref().and_then(|n| nodes.get(n)) {
-                    Some(node) => {
-                        find_host(&node_identity(node), host_summaries, machine_summaries)
-                            .map(|(r, _)| find(&r.namespace, &r.name))
-                            .unwrap_or(Err(Blocker::HostNotReferenced))
-                    }
-                    None => Err(Blocker::HostNotReferenced),
-                }
-            }
-        };
-        let host = match (host, &node_name) {
-            (Ok(_), None) => Err(Blocker::NodeRefUnset),
-            (h, _) => h,
-        };
-        return Resolved {
-            machine,
-            node_name,
-            host,
-        };
-    }
-    // A request without a Machine (NodeHealthCheck): the Node by annotation or name.
-    let Subject::Request(r) = subject else {
-        // A Machine subject returned above.
-        return Resolved {
-            machine: None,
-            node_name: None,
-            host: Err(Blocker::HostNotReferenced),
-        };
-    };
-    let node_name = r
-        .annotations()
-        .get(NHC_NODE_NAME_ANNOTATION)
-        .cloned()
-        .unwrap_or_else(|| r.name_any());
-    let identity = nodes.get(&node_name).map(node_identity).unwrap_or_else(|| {
-        hostcycle_core::queue::host::NodeIdentity {
-            name: node_name.clone(),
-            ..Default::default()
+    let (node_name, resolution) = match (&machine, subject) {
+        (Some(m), _) => (m.node_ref(), index.machine(&machine_key(&m.object))),
+        (None, Subject::Request(r)) => {
+            let node = r
+                .annotations()
+                .get(NHC_NODE_NAME_ANNOTATION)
+                .cloned()
+                .unwrap_or_else(|| r.name_any());
+            let resolution = index.node(&node);
+            (Some(node), resolution)
         }
+        // A Machine subject has its Machine.
+        (None, Subject::Machine(_)) => (
+            None,
+            Err(Box::new(Refusal::NoHost {
+                subject: subject.key(),
+            })),
+        ),
+    };
+    let ignored_hint = resolution.as_ref().ok().and_then(|b| {
+        b.ignored_hint.as_ref().map(|(host, link)| {
+            format!(
+                "{link} names BareMetalHost {host}; ignored: {} binds BareMetalHost {} ({})",
+                node_name
+                    .as_deref()
+                    .map(|n| format!("node {n}"))
+                    .unwrap_or_default(),
+                b.host,
+                b.link
+            )
+        })
     });
-    let host = find_host(&identity, host_summaries, machine_summaries)
-        .map(|(r, _)| find(&r.namespace, &r.name))
-        .unwrap_or_else(|| Err(Blocker::NodeHostUnknown(node_name.clone())));
+    let host = blocker_or_host(resolution, machine.is_some(), node_name.as_deref(), hosts)
+        .and_then(|h| match (&machine, &node_name) {
+            // The host is known but not which Node to release.
+            (Some(_), None) => Err(Blocker::NodeRefUnset),
+            _ => Ok(h),
+        });
     Resolved {
-        machine: None,
-        node_name: Some(node_name),
+        machine,
+        node_name,
         host,
+        ignored_hint,
+    }
+}
+
+/// The resolver's answer as the flow reads it: the host, or the blocker that says why not.
+fn blocker_or_host(
+    resolution: Resolution,
+    has_machine: bool,
+    node: Option<&str>,
+    hosts: &HashMap<HostReference, Arc<BareMetalHost>>,
+) -> Result<Arc<BareMetalHost>, Blocker> {
+    let refusal = match resolution {
+        Ok(binding) => {
+            return hosts
+                .get(&binding.host)
+                .cloned()
+                .ok_or_else(|| Blocker::HostNotFound(binding.host.to_string()));
+        }
+        Err(refusal) => *refusal,
+    };
+    match refusal {
+        Refusal::NoHost { .. } if has_machine => Err(Blocker::HostNotReferenced),
+        Refusal::NoHost { .. } => Err(Blocker::NodeHostUnknown(
+            node.unwrap_or_default().to_string(),
+        )),
+        Refusal::Missing { host, .. } => Err(Blocker::HostNotFound(host.to_string())),
+        refusal => Err(Blocker::Binding {
+            reason: refusal.reason(),
+            message: refusal.to_string(),
+        }),
     }
 }
 
@@ -183,23 +199,45 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> HostView {
             host.namespace().unwrap_or_default(),
             host.name_any()
         ),
+        uid: host.uid().unwrap_or_default(),
         powered_on: status.and_then(|s| s.observed_powered_on()),
+        last_updated: status.and_then(|s| s.last_updated),
         power_off_requested: host.annotations().contains_key(power_off_annotation),
         online: host.spec.online,
         externally_provisioned: host.spec.externally_provisioned,
+        // An error whose text is empty is still an error: its power state may be old.
         error: status
             .filter(|s| s.operational_status == Some(OperationalStatus::Error))
-            .map(|s| crate::text::bounded(&s.error_message, 300))
-            .filter(|m| !m.is_empty()),
+            .map(|s| {
+                let text = crate::text::bounded(&s.error_message, 300);
+                if text.is_empty() {
+                    "operationalStatus: error".to_string()
+                } else {
+                    text
+                }
+            }),
+        cannot_power_off: host_cannot_power_off(host),
     }
 }
 
 /// The Node as the flow reads it.
 pub fn node_view(node: &Node) -> NodeView {
+    let spec = node.spec.as_ref();
     NodeView {
         labels: node.metadata.labels.clone().unwrap_or_default(),
         annotations: node.metadata.annotations.clone().unwrap_or_default(),
         ready: hostcycle_core::queue::NodeView::from_node(node).ready,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        taints: spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| TaintBackup {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+            })
+            .collect(),
     }
 }
 
