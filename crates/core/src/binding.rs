@@ -531,11 +531,15 @@ impl BindingIndex {
             // A consumer this operator cannot see does not outvote the node's own links.
             Claimant::Object(_) => true,
         })?;
-        binding.ignored_hint = self.node_hint(node).and_then(|(host, link)| {
-            (host != binding.host && matches!(link, Link::NodeAnnotation { .. }))
-                .then_some((host, link))
-        });
+        binding.ignored_hint = self.contrary_hint(node, &binding.host);
         Ok(binding)
+    }
+
+    /// The node's annotation, when it names another host than the one bound.
+    fn contrary_hint(&self, node: &str, bound: &HostReference) -> Option<(HostReference, Link)> {
+        self.node_hint(node).and_then(|(host, link)| {
+            (host != *bound && matches!(link, Link::NodeAnnotation { .. })).then_some((host, link))
+        })
     }
 
     /// The host of a Machine: its own links, its Node's provider ID, and, when neither names
@@ -553,11 +557,15 @@ impl BindingIndex {
                 None => Err(Box::new(Refusal::NoHost { subject })),
             };
         }
-        self.check(&subject, candidates, |claimant| match claimant {
+        let mut binding = self.check(&subject, candidates, |claimant| match claimant {
             Claimant::Machine(m) => m == key,
             Claimant::Node(n) => node.as_deref() == Some(n.as_str()),
             Claimant::Object(_) => true,
-        })
+        })?;
+        binding.ignored_hint = node
+            .as_deref()
+            .and_then(|n| self.contrary_hint(n, &binding.host));
+        Ok(binding)
     }
 
     /// The node a Machine's `status.nodeRef` names.

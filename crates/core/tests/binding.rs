@@ -395,9 +395,14 @@ fn authoritative_links_override_hints_and_a_contrary_annotation_is_reported() {
     let b0 = index.node("w0").unwrap();
     assert_eq!(b0.host, r("default", "w0"), "w0 keeps its host");
     assert_eq!(b0.ignored_hint, None);
-    // The same through the Machine.
+    // The same through the Machine, the forged annotation reported too.
     let bm = index.machine(&key("Machine", "capi", "m1")).unwrap();
     assert_eq!(bm.host, r("default", "w1"));
+    assert_eq!(
+        bm.ignored_hint.map(|(h, _)| h),
+        Some(r("default", "w0")),
+        "reported through the Machine too"
+    );
     // A same-name host other than the bound one is not a "contrary annotation".
     let index = BindingIndex::new(
         vec![host("default", "w1"), host("rack", "bmh-7")],
