@@ -155,6 +155,12 @@ pub async fn run(
     let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
     let run_remediation = config.controllers.contains(&ControllerName::Remediation);
     tracing::info!(controllers = ?config.controllers, "starting controllers");
+    // `/readyz` waits for the caches of every controller that runs: together, every watch of
+    // the view (and the host controller's Secret watch). Registered before anything else is
+    // awaited: the process is healthy already, and would be ready without them.
+    let bmh_synced = run_bmh.then(|| ready.cache_pending());
+    let queue_synced = run_queue.then(|| ready.cache_pending());
+    let remediation_synced = run_remediation.then(|| ready.cache_pending());
     // One watch and one cache per kind the selected controllers read, shared by them.
     let mut view = cluster::ClusterView::new(
         &client,
@@ -163,11 +169,6 @@ pub async fn run(
     )
     .await;
     tracing::info!(watches = ?view.watched(), "one shared watch per kind");
-    // `/readyz` waits for the caches of every controller that runs: together, every watch of
-    // the view (and the host controller's Secret watch).
-    let bmh_synced = run_bmh.then(|| ready.cache_pending());
-    let queue_synced = run_queue.then(|| ready.cache_pending());
-    let remediation_synced = run_remediation.then(|| ready.cache_pending());
     // Each controller is a task of its own, so the runtime's workers run it beside the BMC and
     // API connections it waits on. Polled from `block_on` instead, every reconcile of all three
     // ran on the main thread, which then had to be woken for each answer the workers received
@@ -545,20 +546,34 @@ mod tests {
         "--remediation-power-off-timeout",
     ];
 
-    /// Lists `run` sent for each path, with the controllers given, on a fake API server that
-    /// serves one Machine kind (cluster.x-k8s.io) and lists nothing. Returns once each of
-    /// `expected` was listed and a little more time has passed.
-    async fn lists_sent(controllers: &[ControllerName], expected: &[&str]) -> Vec<String> {
+    /// A fake API server that serves one Machine kind (cluster.x-k8s.io) and `policy/v1`,
+    /// lists nothing and never ends a watch. Every other GET's path is logged in `lists`. A
+    /// request for a `held` path is answered once its receiver says true.
+    fn fake_api(
+        lists: Arc<std::sync::Mutex<Vec<String>>>,
+        held: Vec<(&'static str, tokio::sync::watch::Receiver<bool>)>,
+    ) -> Client {
         use crate::testing::{FakeRequest, fake_client};
         use serde_json::json;
-        let lists = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-        let log = lists.clone();
-        let client = fake_client(move |req: FakeRequest| {
-            let log = log.clone();
+        fake_client(move |req: FakeRequest| {
+            let log = lists.clone();
+            // Every GET but discovery is logged, before it is held.
+            let release = held
+                .iter()
+                .find(|(path, _)| *path == req.path)
+                .map(|(_, release)| release.clone());
             async move {
                 if req.query.contains("watch=true") {
                     // Nothing changes after the list.
                     std::future::pending::<()>().await;
+                }
+                const DISCOVERY: [&str; 3] =
+                    ["/apis", "/apis/cluster.x-k8s.io/v1beta1", "/apis/policy/v1"];
+                if req.method.as_str() == "GET" && !DISCOVERY.contains(&req.path.as_str()) {
+                    log.lock().unwrap().push(req.path.clone());
+                }
+                if let Some(mut release) = release {
+                    let _ = release.wait_for(|released| *released).await;
                 }
                 let group = |name: &str, version: &str| {
                     let gv =
@@ -585,21 +600,21 @@ mod tests {
                         json!({ "kind": "APIResourceList", "apiVersion": "v1",
                                 "groupVersion": "policy/v1", "resources": [] }),
                     ),
-                    ("GET", path) => {
-                        log.lock().unwrap().push(path.to_string());
-                        (
-                            200,
-                            json!({ "apiVersion": "v1", "kind": "List", "items": [],
-                                    "metadata": { "resourceVersion": "1" } }),
-                        )
-                    }
+                    ("GET", _) => (
+                        200,
+                        json!({ "apiVersion": "v1", "kind": "List", "items": [],
+                                "metadata": { "resourceVersion": "1" } }),
+                    ),
                     // Events, the RebootQueue's creation, status writes: accepted.
                     _ => (201, json!({})),
                 }
             }
-        });
-        let config = OperatorConfig {
-            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        })
+    }
+
+    fn test_config(controllers: &[ControllerName], metrics_addr: SocketAddr) -> OperatorConfig {
+        OperatorConfig {
+            metrics_addr,
             leader_election: None,
             identity: "test".into(),
             controllers: controllers.to_vec(),
@@ -607,7 +622,15 @@ mod tests {
             bmh: BmhControllerConfig::default(),
             queue: QueueControllerConfig::default(),
             remediation: RemediationControllerConfig::default(),
-        };
+        }
+    }
+
+    /// Lists `run` sent for each path, with the controllers given, on [`fake_api`]. Returns
+    /// once each of `expected` was listed and a little more time has passed.
+    async fn lists_sent(controllers: &[ControllerName], expected: &[&str]) -> Vec<String> {
+        let lists = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let client = fake_api(lists.clone(), Vec::new());
+        let config = test_config(controllers, "127.0.0.1:0".parse().unwrap());
         let shutdown = CancellationToken::new();
         let operator = tokio::spawn(run(client, config, shutdown.clone()));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -662,6 +685,85 @@ mod tests {
         expected.sort();
         let lists = lists_sent(&[ControllerName::BareMetalHost], &expected).await;
         assert_eq!(lists, expected);
+    }
+
+    /// The status line of `GET /readyz` on `addr`; `None` while nothing listens there.
+    async fn readyz(addr: SocketAddr) -> Option<String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream
+            .write_all(b"GET /readyz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.ok()?;
+        answer.lines().next().map(str::to_string)
+    }
+
+    /// `/readyz` answers 503 until every watch is listed — while the Machine kinds are being
+    /// discovered, and while one list (the Nodes') is held back — then 200. The process is
+    /// healthy (no leader election) from the start.
+    #[tokio::test]
+    async fn not_ready_until_every_watch_is_listed() {
+        let lists = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let (discovered, discovery) = tokio::sync::watch::channel(false);
+        let (nodes_listed, nodes) = tokio::sync::watch::channel(false);
+        let client = fake_api(
+            lists.clone(),
+            vec![("/apis", discovery), ("/api/v1/nodes", nodes)],
+        );
+        let port = hostcycle_testkit::free_port().unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let shutdown = CancellationToken::new();
+        let operator = tokio::spawn(run(
+            client,
+            test_config(&ControllerName::ALL, addr),
+            shutdown.clone(),
+        ));
+        // Twenty answers while `until` holds, all 503.
+        let not_ready_while = async |what: &str, until: &dyn Fn() -> bool| {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            let mut answers = Vec::new();
+            while answers.len() < 20 || !until() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what}: still waiting after {} answers",
+                    answers.len()
+                );
+                answers.extend(readyz(addr).await);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let ready = answers.iter().filter(|a| !a.contains(" 503 ")).count();
+            assert_eq!(
+                ready,
+                0,
+                "{what}: {ready} of {} answers not 503",
+                answers.len()
+            );
+        };
+        not_ready_while("while the Machine kinds are discovered", &|| true).await;
+        discovered.send_replace(true);
+        not_ready_while("before the Nodes were listed", &|| {
+            lists.lock().unwrap().iter().any(|p| p == "/api/v1/nodes")
+        })
+        .await;
+        nodes_listed.send_replace(true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut last = None;
+        while tokio::time::Instant::now() < deadline {
+            last = readyz(addr).await;
+            if last.as_deref().is_some_and(|a| a.contains(" 200 ")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            last.as_deref().is_some_and(|a| a.contains(" 200 ")),
+            "not ready 10 s after every list: {last:?}"
+        );
+        shutdown.cancel();
+        let ended = tokio::time::timeout(Duration::from_secs(10), operator).await;
+        assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
     }
 
     #[test]
