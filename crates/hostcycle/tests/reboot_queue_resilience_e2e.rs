@@ -145,7 +145,7 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
             1,
             "{node}: the reboot command ran once"
         );
-        assert_eq!(lab.power_cycles(node).await, 1, "{node}: one power cycle");
+        assert_eq!(lab.boots(node).await, 2, "{node}: rebooted once (one boot after the first)");
         assert!(!cordoned(&lab.node(node).await), "{node} uncordoned");
         let reasons = lab.wait_event_reasons_about(node, &["BootConfirmed"]).await;
         assert!(
@@ -267,7 +267,7 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
     lab.queue("h-0").await;
     lab.queue("h-1").await;
     lab.wait_entry_gone("h-1", REBOOT_TIMEOUT).await;
-    assert_eq!(lab.power_cycles("h-1").await, 1, "h-1 rebooted");
+    assert_eq!(lab.boots("h-1").await, 2, "h-1 rebooted exactly once");
     let stuck = lab
         .wait_entry("h-0", "reboot command given up", REBOOT_TIMEOUT, |e| {
             e.status
@@ -294,8 +294,8 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
     lab.wait_event_reasons_about(&stuck.name_any(), &["RebootCommandFailed"])
         .await;
     assert_eq!(
-        lab.power_cycles("h-0").await,
-        0,
+        (lab.power_cycles("h-0").await, lab.boots("h-0").await),
+        (0, 1),
         "the hung command never got to the BMC"
     );
     lab.cancel("h-0").await;
@@ -333,7 +333,11 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
         |n| !cordoned(n),
     )
     .await;
-    assert_eq!(lab.power_cycles("h-0").await, 0, "h-0 was never rebooted");
+    assert_eq!(
+        (lab.power_cycles("h-0").await, lab.boots("h-0").await),
+        (0, 1),
+        "h-0 was never rebooted"
+    );
 }
 
 /// SIGKILL at three points — mid-drain, right after the reboot was requested, and while the

@@ -498,6 +498,22 @@ impl QueueLab {
     }
 
     /// Power-offs of `node`'s host seen by the sampler.
+    /// How many times the simulated kubelet of `node` has booted (its Node's bootID is
+    /// `<node>-<boots>`): a reboot is one more. Unlike the power sampler it cannot miss a
+    /// power cycle shorter than its period (a BMC restart may be off for a fraction of a
+    /// second).
+    pub async fn boots(&self, node: &str) -> u32 {
+        let n = self.node(node).await;
+        let id = n
+            .status
+            .and_then(|s| s.node_info)
+            .map(|i| i.boot_id)
+            .unwrap_or_default();
+        id.rsplit_once('-')
+            .and_then(|(_, b)| b.parse().ok())
+            .unwrap_or_else(|| panic!("Node {node} has no simulated boot ID: {id:?}"))
+    }
+
     pub async fn power_cycles(&self, node: &str) -> usize {
         self.lab.settled_history(node).await.power_offs()
     }
