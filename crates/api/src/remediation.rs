@@ -309,6 +309,9 @@ pub struct HostRemediationStatus {
     /// The deleted Node's cordon and taints, restored likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_spec_backup: Option<NodeSpecBackup>,
+    /// Why the remediation gave up (step `GaveUp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
     /// In words: what the remediation does or waits for.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

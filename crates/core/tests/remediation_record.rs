@@ -928,6 +928,7 @@ fn status() -> HostRemediationStatus {
             unschedulable: true,
             taints: vec![],
         }),
+        failure: None,
         message: "powering host machines/host-0 off".into(),
         conditions: vec![condition("Processing"), condition("Succeeded")],
     }
@@ -967,11 +968,14 @@ fn every_step_round_trips_through_a_request_status() {
         assert_eq!(s.host.as_deref(), Some("machines/host-0"), "{name}");
         assert_eq!(s.message, "powering host machines/host-0 off", "{name}");
         assert_eq!(s.conditions, status().conditions, "{name}");
-        // The record, whole: the start time is the request's creation (set by the caller),
-        // the failure is said in the message and conditions.
+        // The record, whole: the start time is the request's creation (set by the caller);
+        // the failure is kept for a step that gave up only.
         let expected = Record {
             started_at: None,
-            failure: None,
+            failure: record
+                .failure
+                .clone()
+                .filter(|_| record.step == RemediationStep::GaveUp),
             ..record.clone()
         };
         assert_eq!(Record::from_status(&s), expected, "{name}");

@@ -39,17 +39,29 @@ fn by_address(hosts: &[HostSpec], value: impl Fn(usize, &HostSpec) -> String) ->
         .collect()
 }
 
-/// A reboot command (a restart through the BMC with `hostcycle bmc restart --hard`, which
-/// returns once the BMC accepted it, as `ipmitool chassis power cycle` does, after an
-/// optional delay) and a boot check (the Node is Ready, and Ready since a boot after the given
-/// Unix time: the simulated kubelet stamps its conditions with its boot time), both keyed by
-/// the node's address as CKE passes it.
+/// How one node's reboot command behaves: seconds to hang before the power cycle, and after
+/// it (a command that rebooted the node and then hangs).
+#[derive(Clone, Copy)]
+struct Hang {
+    before: u32,
+    after: u32,
+}
+
+const PROMPT: Hang = Hang {
+    before: 0,
+    after: 0,
+};
+
+/// A reboot command (a power cycle through the BMC with `hostcycle bmc cycle --hard`, after
+/// and before optional hangs) and a boot check (the Node is Ready, and Ready since a boot
+/// after the given Unix time: the simulated kubelet stamps its conditions with its boot
+/// time), both keyed by the node's address as CKE passes it.
 fn command_scripts(
     dir: &Path,
     hosts: &[HostSpec],
     redfish: &RedfishEmulator,
     kubeconfig: &Path,
-    reboot_delay_secs: impl Fn(&HostSpec) -> u32,
+    hang: impl Fn(&HostSpec) -> Hang,
 ) -> (String, String) {
     let password = dir.join("bmc-password");
     std::fs::write(&password, PASSWORD).unwrap();
@@ -58,12 +70,13 @@ fn command_scripts(
         dir,
         "reboot.sh",
         &format!(
-            "echo \"$(date +%s.%N) $1\" >> {log}\ncase \"$1\" in\n{arms}  *) echo \"unknown node $1\" >&2; exit 2 ;;\nesac\nsleep \"$delay\"\nexec {hostcycle} bmc restart --hard --address \"$addr\" --username {USER} --password-file {pw}\n",
+            "echo \"$(date +%s.%N) $1\" >> {log}\ncase \"$1\" in\n{arms}  *) echo \"unknown node $1\" >&2; exit 2 ;;\nesac\nsleep \"$delay\"\n{hostcycle} bmc cycle --hard --address \"$addr\" --username {USER} --password-file {pw} --wait-timeout 60s --poll-interval 250ms || exit $?\nsleep \"$after\"\n",
             log = dir.join("reboots.log").display(),
             arms = by_address(hosts, |i, h| format!(
-                "addr='{}'; delay={}",
+                "addr='{}'; delay={}; after={}",
                 redfish.system_address(i).unwrap(),
-                reboot_delay_secs(h)
+                hang(h).before,
+                hang(h).after,
             )),
             pw = password.display(),
         ),
@@ -102,7 +115,10 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
         &hosts,
         &lab.lab.redfish,
         lab.lab.cluster.kubeconfig_path(),
-        |_| 3,
+        |_| Hang {
+            before: 3,
+            after: 0,
+        },
     );
     lab.patch_queue(json!({ "reboot": {
         "method": "Command",
@@ -145,7 +161,11 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
             1,
             "{node}: the reboot command ran once"
         );
-        assert_eq!(lab.boots(node).await, 2, "{node}: rebooted once (one boot after the first)");
+        assert_eq!(
+            lab.boots(node).await,
+            2,
+            "{node}: rebooted once (one boot after the first)"
+        );
         assert!(!cordoned(&lab.node(node).await), "{node} uncordoned");
         let reasons = lab.wait_event_reasons_about(node, &["BootConfirmed"]).await;
         assert!(
@@ -231,17 +251,22 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
     .await;
 }
 
-/// A reboot command that hangs is killed after `commandTimeoutSeconds`, retried
-/// `commandRetries` times — each retry only after the boot check said the node had not
-/// booted — then reported (`RebootCommandFailed`); meanwhile another node's reboot goes
-/// through untouched, rebooted exactly once (its host is left to its command: the host
-/// controller does not power a host back on mid-command). A hanging command stalls neither
-/// other entries nor the controller. The stuck entry keeps waiting for a boot; cancelled, it
-/// keeps its node cordoned (the command ran and may have rebooted it) until the entry is
-/// deleted.
+/// Reboot commands that hang, and one that does not, side by side (`maxConcurrentReboots` 3):
+/// - h-0's command hangs before it reaches the BMC: killed after `commandTimeoutSeconds`, run
+///   again only once the boot check said the node had not booted, killed again, then
+///   reported (`RebootCommandFailed`). The entry keeps waiting for a boot; cancelled, it keeps
+///   its node cordoned (the command ran and may have rebooted it) until the entry is deleted.
+/// - h-2's command power-cycles the node, then hangs: killed after the timeout, the boot check
+///   says the node booted, so it is **not** run again — exactly one reboot.
+/// - h-1 reboots untouched, exactly once, while the others hang: a hanging command stalls
+///   neither other entries nor the controller. While a command power-cycles a host, the host
+///   controller leaves it to the command (the host carries the queue's command marker) and
+///   never "corrects" it (no `PowerStateCorrected`).
+///
+/// The timeout (30 s) is longer than one power cycle through the emulator (2 × 1–11 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hanging_reboot_command_stalls_nothing_else() {
-    let hosts = [worker("h-0"), worker("h-1")];
+    let hosts = [worker("h-0"), worker("h-1"), worker("h-2")];
     let lab = QueueLab::start(&hosts, fast_queue()).await;
     let dir = tempfile::tempdir().unwrap();
     let (reboot, boot_check) = command_scripts(
@@ -249,25 +274,76 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
         &hosts,
         &lab.lab.redfish,
         lab.lab.cluster.kubeconfig_path(),
-        |h| if h.name == "h-0" { 600 } else { 0 },
+        |h| match h.name {
+            "h-0" => Hang {
+                before: 600,
+                after: 0,
+            },
+            "h-2" => Hang {
+                before: 0,
+                after: 600,
+            },
+            _ => PROMPT,
+        },
     );
     lab.patch_queue(json!({
-        "maxConcurrentReboots": 2,
+        "maxConcurrentReboots": 3,
         "reboot": {
             "method": "Command",
             "rebootCommand": [reboot],
             "bootCheckCommand": [boot_check],
-            "commandTimeoutSeconds": 4,
+            "commandTimeoutSeconds": 30,
             "commandRetries": 1,
             "commandIntervalSeconds": 1,
             "bootCheckIntervalSeconds": 1,
         },
     }))
     .await;
+    let h1_host = lab.lab.hosts.clone();
+    let marked = tokio::spawn(async move {
+        // The command marker appears on h-1's host while its command runs.
+        hostcycle_testkit::wait_until(
+            "h-1's host to carry the queue's command marker",
+            REBOOT_TIMEOUT,
+            || async {
+                h1_host.get("h-1").await.ok().and_then(|h| {
+                    h.annotations()
+                        .contains_key("hostcycle.io/reboot-queue-command")
+                        .then_some(())
+                })
+            },
+        )
+        .await
+    });
     lab.queue("h-0").await;
     lab.queue("h-1").await;
+    lab.queue("h-2").await;
     lab.wait_entry_gone("h-1", REBOOT_TIMEOUT).await;
+    marked.await.unwrap().unwrap();
     assert_eq!(lab.boots("h-1").await, 2, "h-1 rebooted exactly once");
+    assert_eq!(lab.power_cycles("h-1").await, 1, "h-1: one power cycle");
+    lab.wait_entry_gone("h-2", REBOOT_TIMEOUT).await;
+    assert_eq!(
+        reboot_runs(dir.path(), "192.0.2.12"),
+        1,
+        "h-2's command rebooted the node before it hung: the boot check said so, no retry"
+    );
+    assert_eq!(lab.boots("h-2").await, 2, "h-2 rebooted exactly once");
+    assert_eq!(lab.power_cycles("h-2").await, 1, "h-2: one power cycle");
+    for host in ["h-1", "h-2"] {
+        let reasons = lab.lab.event_reasons(host).await;
+        assert!(
+            !reasons.iter().any(|r| r == "PowerStateCorrected"),
+            "{host}: the host controller corrected a host its command was power-cycling: \
+             {reasons:?}"
+        );
+        lab.lab
+            .wait_host(host, "the command marker removed", REBOOT_TIMEOUT, |h| {
+                !h.annotations()
+                    .contains_key("hostcycle.io/reboot-queue-command")
+            })
+            .await;
+    }
     let stuck = lab
         .wait_entry("h-0", "reboot command given up", REBOOT_TIMEOUT, |e| {
             e.status
@@ -518,9 +594,10 @@ async fn operator_killed_mid_drain_and_mid_reboot_resumes_without_a_second_reboo
 }
 
 /// A stand-in for metal3's baremetal-operator, as far as the reboot API goes: it writes
-/// `status.poweredOn` from the BMC, powers a host off while the suffixless reboot annotation
-/// is present, removes the annotation once the host is off, then powers it on. Like metal3
-/// it never writes `lastPoweredOn` or `pendingRebootSince`.
+/// `status.poweredOn` from the BMC (with `lastUpdated`, in whole seconds, as metal3 stamps
+/// every status write), powers a host off while the suffixless reboot annotation is present,
+/// removes the annotation once the host is off, then powers it on. Like metal3 it never
+/// writes `lastPoweredOn` or `pendingRebootSince`.
 async fn fake_baremetal_operator(
     hosts: Api<BareMetalHost>,
     redfish: Arc<RedfishEmulator>,
@@ -536,6 +613,10 @@ async fn fake_baremetal_operator(
             };
             let on = power == "On";
             if host.status.as_ref().and_then(|s| s.powered_on) != Some(on) {
+                // metal3 stamps every status write with `lastUpdated`, in whole seconds
+                // (a `metav1.Time`).
+                let now = jiff::Timestamp::now();
+                let stamp = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
                 let _ = hosts
                     .patch_status(
                         name,
@@ -546,6 +627,7 @@ async fn fake_baremetal_operator(
                         &Patch::Merge(&json!({ "status": {
                             "poweredOn": on,
                             "operationalStatus": "OK",
+                            "lastUpdated": stamp.to_string(),
                         } })),
                     )
                     .await;

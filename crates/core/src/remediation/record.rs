@@ -83,7 +83,10 @@ impl Record {
             labels_backup: status.node_labels_backup.clone(),
             annotations_backup: status.node_annotations_backup.clone(),
             node_spec_backup: status.node_spec_backup.clone(),
-            failure: None,
+            failure: status
+                .failure
+                .clone()
+                .filter(|_| status.step == RemediationStep::GaveUp),
         }
     }
 
@@ -103,6 +106,10 @@ impl Record {
         status.node_labels_backup = self.labels_backup.clone();
         status.node_annotations_backup = self.annotations_backup.clone();
         status.node_spec_backup = self.node_spec_backup.clone();
+        status.failure = self
+            .failure
+            .clone()
+            .filter(|_| self.step == RemediationStep::GaveUp);
     }
 
     /// Read from a Machine's annotations (the annotation flow). `host_powered_off_annotation`

@@ -1535,12 +1535,14 @@ impl Controller {
                 .reboot_duration
                 .observe(elapsed(since, now).as_secs_f64());
         }
+        // A cancelled entry kept for its power cycle ends here too, as cancelled.
+        let cancelled = entry.spec.cancel;
         self.shared
             .metrics
             .queue
             .dequeued
             .get_or_create(&ReasonLabels {
-                reason: "Completed".into(),
+                reason: if cancelled { "Cancelled" } else { "Completed" }.into(),
             })
             .inc();
         let text = format!("node {node} rebooted: {detail}");
@@ -1566,16 +1568,26 @@ impl Controller {
                 )
                 .await;
         }
-        self.event_entry(
-            entry,
-            EventKind::Normal,
-            reason::COMPLETED,
-            &format!(
-                "entry {} for node {node} done; the entry is removed",
-                entry.spec.index
-            ),
-        )
-        .await;
+        let (event_reason, note) = if cancelled {
+            (
+                reason::CANCELLED,
+                format!(
+                    "entry {} for node {node} cancelled while rebooting; its power cycle had \
+                     begun and is over: the node is uncordoned and the entry removed",
+                    entry.spec.index
+                ),
+            )
+        } else {
+            (
+                reason::COMPLETED,
+                format!(
+                    "entry {} for node {node} done; the entry is removed",
+                    entry.spec.index
+                ),
+            )
+        };
+        self.event_entry(entry, EventKind::Normal, event_reason, &note)
+            .await;
     }
 
     async fn uncordon(&mut self, node: &str, why: &str) {
