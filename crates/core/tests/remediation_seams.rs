@@ -356,8 +356,8 @@ fn the_start_binds_the_host_and_a_host_that_cannot_move_takes_no_slot() {
 
     #[rustfmt::skip]
     let blocked: Vec<(&str, Observation, &str)> = vec![
-        ("disablePowerOff", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("spec.disablePowerOff is set".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
-        ("paused", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("it is paused".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
+        ("disablePowerOff", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("has spec.disablePowerOff set (power is never cut)".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
+        ("paused", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("is paused (baremetalhost.metal3.io/paused)".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
         ("offline", { let mut o = fresh(); o.target = Ok(HostView { online: false, ..host(true, t(-5)) }); o }, "HostOffline"),
         ("binding in doubt", { let mut o = fresh(); o.target = Err(Blocker::Binding { reason: "HostBindingConflict", message: "sources disagree on the BareMetalHost of node w1: metal/h0 by a, metal/h1 by b".into() }); o }, "HostBindingConflict"),
     ];

@@ -186,8 +186,8 @@ impl std::fmt::Display for Blocker {
             ),
             Self::CannotPowerOff { host, why } => write!(
                 f,
-                "BareMetalHost {host} cannot be powered off: {why}; it takes no remediation \
-                 slot until that changes"
+                "BareMetalHost {host} cannot be powered off now: it {why}; the remediation \
+                 takes no slot until that changes"
             ),
             Self::Binding { message, .. } => f.write_str(message),
         }

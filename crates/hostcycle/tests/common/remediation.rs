@@ -39,8 +39,10 @@ use super::{LabOptions, NS, PASSWORD, SECRET, USER};
 pub const CYCLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Every annotation the annotation flow keeps on a Machine: the trigger and its markers.
-pub const FLOW_ANNOTATIONS: [&str; 9] = [
+pub const FLOW_ANNOTATIONS: [&str; 11] = [
     EXTERNAL_REMEDIATION_ANNOTATION,
+    "remediation.hostcycle.io/host",
+    "remediation.hostcycle.io/node-spec-backup",
     REMEDIATION_STARTED_ANNOTATION,
     REMEDIATION_POWERED_OFF_AT_ANNOTATION,
     REMEDIATION_NODE_RELEASED_AT_ANNOTATION,

@@ -47,16 +47,14 @@ pub fn host_reference(host: &BareMetalHost) -> HostReference {
     }
 }
 
-/// Why the reboot queue cannot reboot through this host now (paused, detached, offline, no
-/// BMC), if so.
-pub fn host_unusable(host: &BareMetalHost) -> Option<String> {
+/// Why hostcycle cannot power this host at all now: paused, detached, or no BMC address
+/// (words that follow "it" or the host's name).
+fn host_unmanaged(host: &BareMetalHost) -> Option<String> {
     let annotations = host.annotations_or_empty();
     if is_paused(annotations) {
         Some("is paused (baremetalhost.metal3.io/paused)".to_string())
     } else if is_detached(annotations) {
         Some("is detached (baremetalhost.metal3.io/detached)".to_string())
-    } else if !host.spec.online {
-        Some("is offline (spec.online: false); it would not power back on".to_string())
     } else if host
         .spec
         .bmc
@@ -69,26 +67,38 @@ pub fn host_unusable(host: &BareMetalHost) -> Option<String> {
     }
 }
 
+/// Why the reboot queue cannot reboot through this host now (paused, detached, offline, no
+/// BMC), if so.
+pub fn host_unusable(host: &BareMetalHost) -> Option<String> {
+    host_unmanaged(host).or_else(|| {
+        (!host.spec.online)
+            .then(|| "is offline (spec.online: false); it would not power back on".to_string())
+    })
+}
+
 /// Why a remediation cannot power this host off now (`disablePowerOff`, paused, detached, no
 /// BMC), if so. (`spec.online: false` is a blocker of its own.)
 pub fn host_cannot_power_off(host: &BareMetalHost) -> Option<String> {
-    let annotations = host.annotations_or_empty();
     if host.spec.disable_power_off {
-        Some("spec.disablePowerOff is set (power is never cut)".to_string())
-    } else if is_paused(annotations) {
-        Some("it is paused (baremetalhost.metal3.io/paused)".to_string())
-    } else if is_detached(annotations) {
-        Some("it is detached (baremetalhost.metal3.io/detached)".to_string())
-    } else if host
-        .spec
-        .bmc
-        .as_ref()
-        .is_none_or(|b| b.address.trim().is_empty())
-    {
-        Some("it has no spec.bmc.address".to_string())
-    } else {
-        None
+        return Some("has spec.disablePowerOff set (power is never cut)".to_string());
     }
+    host_unmanaged(host)
+}
+
+/// The host controller's error, when its status reports one (`operationalStatus: error`):
+/// its power state may be old. Bounded for messages; never empty.
+pub fn host_error(host: &BareMetalHost) -> Option<String> {
+    host.status
+        .as_ref()
+        .filter(|s| s.operational_status == Some(hostcycle_api::OperationalStatus::Error))
+        .map(|s| {
+            let text = crate::text::bounded(&s.error_message, 300);
+            if text.is_empty() {
+                "operationalStatus: error".to_string()
+            } else {
+                text
+            }
+        })
 }
 
 /// What binds a host: its name, uid and consumer.

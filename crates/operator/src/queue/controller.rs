@@ -1049,6 +1049,17 @@ impl Controller {
             .await;
     }
 
+    /// Merge-patches a host's metadata (its namespace and name).
+    async fn patch_host(
+        &self,
+        host: &HostReference,
+        patch: &serde_json::Value,
+    ) -> Result<BareMetalHost, kube::Error> {
+        let api: Api<BareMetalHost> = Api::namespaced(self.shared.client.clone(), &host.namespace);
+        api.patch(&host.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+    }
+
     fn cached_host(&self, host: &HostReference) -> Option<Arc<BareMetalHost>> {
         self.stores
             .hosts
@@ -1224,8 +1235,6 @@ impl Controller {
                     self.retry_soon = true;
                     return None;
                 }
-                let api: Api<BareMetalHost> =
-                    Api::namespaced(self.shared.client.clone(), &host_ref.namespace);
                 let patch = json!({ "metadata": {
                     "resourceVersion": fresh.resource_version(),
                     "annotations": {
@@ -1233,14 +1242,7 @@ impl Controller {
                         REQUEST_MARKER_ANNOTATION: null,
                     },
                 }});
-                match api
-                    .patch(
-                        &host_ref.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                {
+                match self.patch_host(&host_ref, &patch).await {
                     Ok(_) => {
                         let text = format!(
                             "entry {} for node {} cancelled before the power cycle began: the \
@@ -1357,26 +1359,16 @@ impl Controller {
     /// Adds the suffixless reboot annotation and the request marker in one patch.
     async fn request_host_reboot(&mut self, entry: &RebootQueueEntry, host: &BareMetalHost) {
         let Some(uid) = entry.uid() else { return };
-        let api: Api<BareMetalHost> = Api::namespaced(
-            self.shared.client.clone(),
-            &host.namespace().unwrap_or_default(),
-        );
         // The uid is a precondition (immutable: a host re-created under the name refuses the
         // patch): the reboot is requested from the bound host only.
         let patch = json!({ "metadata": { "uid": host.uid(), "annotations": {
             REBOOT_ANNOTATION: "",
             REQUEST_MARKER_ANNOTATION: uid,
         }}});
-        match api
-            .patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
+        let reference = host_reference(host);
+        match self.patch_host(&reference, &patch).await {
             Ok(_) => {
-                tracing::info!(node = %entry.spec.node, host = %format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any()), "reboot requested through the BareMetalHost")
+                tracing::info!(node = %entry.spec.node, host = %reference, "reboot requested through the BareMetalHost")
             }
             Err(e) => {
                 tracing::warn!(node = %entry.spec.node, error = %e, "cannot annotate the BareMetalHost; retrying");
@@ -1388,21 +1380,10 @@ impl Controller {
     /// Marks the host as rebooted by this entry's command (see [`COMMAND_MARKER_ANNOTATION`]).
     async fn mark_command_reboot(&mut self, entry: &RebootQueueEntry, host: &BareMetalHost) {
         let Some(uid) = entry.uid() else { return };
-        let api: Api<BareMetalHost> = Api::namespaced(
-            self.shared.client.clone(),
-            &host.namespace().unwrap_or_default(),
-        );
         let patch = json!({ "metadata": { "uid": host.uid(), "annotations": {
             COMMAND_MARKER_ANNOTATION: uid,
         }}});
-        if let Err(e) = api
-            .patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
+        if let Err(e) = self.patch_host(&host_reference(host), &patch).await {
             // Not fatal: without it the host controller may power the host on mid-cycle.
             tracing::warn!(node = %entry.spec.node, error = %e, "cannot mark the host as rebooted by command");
         }
@@ -1432,15 +1413,11 @@ impl Controller {
         if removals.is_empty() {
             return;
         }
-        let api: Api<BareMetalHost> = Api::namespaced(self.shared.client.clone(), &host.namespace);
         let patch = json!({ "metadata": {
             "resourceVersion": cached.resource_version(),
             "annotations": removals,
         }});
-        if let Err(e) = api
-            .patch(&host.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        if let Err(e) = self.patch_host(&host, &patch).await {
             tracing::debug!(host = %host, error = %e, "markers left on the host");
         }
     }
@@ -1483,22 +1460,11 @@ impl Controller {
             if live.contains(uid) {
                 continue;
             }
-            let hosts: Api<BareMetalHost> = Api::namespaced(
-                self.shared.client.clone(),
-                &host.namespace().unwrap_or_default(),
-            );
             let patch = json!({ "metadata": {
                 "resourceVersion": host.resource_version(),
                 "annotations": { COMMAND_MARKER_ANNOTATION: null },
             }});
-            match hosts
-                .patch(
-                    &host.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
+            match self.patch_host(&host_reference(&host), &patch).await {
                 Ok(_) => {
                     tracing::info!(host = %host_reference(&host), "removed the command marker of a reboot queue entry that is gone")
                 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
-use hostcycle_api::{BareMetalHost, OperationalStatus, PowerTarget, REBOOT_ANNOTATION};
+use hostcycle_api::{BareMetalHost, PowerTarget, REBOOT_ANNOTATION};
 use hostcycle_core::binding::BindingIndex;
 use hostcycle_core::queue::host::reboot_target;
 use hostcycle_core::queue::reboot::{HostView, REQUEST_MARKER_ANNOTATION};
@@ -37,16 +37,7 @@ pub fn host_view(host: &BareMetalHost) -> HostView {
         powered_on: status.and_then(|s| s.observed_powered_on()),
         last_powered_on: status.and_then(|s| s.provisioning.last_powered_on),
         last_updated: status.and_then(|s| s.last_updated),
-        error: status
-            .filter(|s| s.operational_status == Some(OperationalStatus::Error))
-            .map(|s| {
-                let text = crate::text::bounded(&s.error_message, 300);
-                if text.is_empty() {
-                    "operationalStatus: error".to_string()
-                } else {
-                    text
-                }
-            }),
+        error: crate::cluster::objects::host_error(host),
         request_taken_at: power_off_requested_at.max(pending_since),
     }
 }

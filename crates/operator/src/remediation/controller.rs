@@ -240,17 +240,7 @@ impl Controller {
     }
 
     fn observe(&self, now: Timestamp) -> Vec<Item> {
-        let machines: Vec<MachineObject> = self
-            .stores
-            .machines
-            .iter()
-            .flat_map(|(resource, store)| {
-                store.state().into_iter().map(|m| MachineObject {
-                    object: m,
-                    resource: resource.clone(),
-                })
-            })
-            .collect();
+        let machines = self.cached_machines();
         let subjects: Vec<Subject> = machines
             .iter()
             .filter(|m| m.has_flow())

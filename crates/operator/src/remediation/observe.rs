@@ -8,13 +8,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::HostReference;
 use hostcycle_api::remediation::TaintBackup;
 use hostcycle_api::remediation::{
     DEFAULT_RETRY_LIMIT, DEFAULT_TIMEOUT_SECONDS, HostRemediation, MACHINE_POWER_OFF_ANNOTATION,
     NHC_NODE_NAME_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, request_power_off_annotation,
 };
-use hostcycle_api::{BareMetalHost, OperationalStatus};
 use hostcycle_core::binding::{BindingIndex, Refusal, Resolution};
 use hostcycle_core::remediation::escalation::{
     OPENSHIFT_MACHINE_ROLE_LABEL, openshift_reprovisionable,
@@ -205,17 +205,7 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> HostView {
         power_off_requested: host.annotations().contains_key(power_off_annotation),
         online: host.spec.online,
         externally_provisioned: host.spec.externally_provisioned,
-        // An error whose text is empty is still an error: its power state may be old.
-        error: status
-            .filter(|s| s.operational_status == Some(OperationalStatus::Error))
-            .map(|s| {
-                let text = crate::text::bounded(&s.error_message, 300);
-                if text.is_empty() {
-                    "operationalStatus: error".to_string()
-                } else {
-                    text
-                }
-            }),
+        error: crate::cluster::objects::host_error(host),
         cannot_power_off: host_cannot_power_off(host),
     }
 }
