@@ -89,6 +89,12 @@ pub mod queue_condition {
     pub const BOOT_TIMED_OUT: &str = "BootTimedOut";
     /// Reason of `BootTimedOut=True`.
     pub const BOOT_NOT_CONFIRMED: &str = "BootNotConfirmed";
+    /// True while the entry waits because its node cannot be rebooted now (no way to reboot
+    /// it, its host unusable, or its host binding in doubt: the message names both
+    /// candidates). Removed once it can.
+    pub const BLOCKED: &str = "Blocked";
+    /// Reason of `Blocked=True`.
+    pub const CANNOT_REBOOT: &str = "CannotReboot";
 }
 
 /// Reasons of the Events the reboot queue emits (on the entry and, where it concerns the

@@ -127,6 +127,38 @@ async fn a_forged_node_annotation_never_powers_the_other_host() {
     lab.wait_request_gone(NS, "f-1", Duration::from_secs(30))
         .await;
 
+    // The reboot queue binds the same way: f-1's entry waits, Blocked, naming both hosts; its
+    // node is not drained and no host is asked to reboot.
+    let entry = lab.queue("f-1").await;
+    let waiting = lab
+        .wait_entry("f-1", "Blocked=True", REBOOT_TIMEOUT, |e| {
+            e.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Blocked" && c.status == "True")
+            })
+        })
+        .await;
+    let blocked = waiting
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Blocked")
+        .unwrap()
+        .clone();
+    assert!(
+        blocked.message.contains("default/f-0") && blocked.message.contains("default/f-1"),
+        "the condition names both candidates: {blocked:?}"
+    );
+    assert_eq!(waiting.phase(), EntryPhase::Queued);
+    lab.wait_event_reasons_about(&entry, &["RebootBlocked"])
+        .await;
+    assert!(!cordoned(&lab.node("f-1").await), "f-1 not drained");
+    lab.cancel("f-1").await;
+    lab.wait_entry_gone("f-1", REBOOT_TIMEOUT).await;
+
     // (b) f-1's Machine names its real host: that one is fenced, the hint is ignored.
     let old_uid = lab.node("f-1").await.uid().unwrap();
     let machine = lab

@@ -26,8 +26,8 @@ use hostcycle_core::queue::reboot::{
     reboot_command_step,
 };
 use hostcycle_core::queue::{
-    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, plan,
-    resolve_method,
+    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, WaitReason,
+    plan, resolve_method,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
@@ -626,22 +626,54 @@ impl Controller {
         }
         // Waiting messages: many entries may need one at once (a burst of `rq add`), and
         // none of them is a step of a reboot, so they are written concurrently.
+        // An entry whose node cannot be rebooted (a binding in doubt names both candidates)
+        // also says so with the `Blocked` condition and a Warning, once per distinct reason.
         let mut messages = Vec::new();
+        let mut warnings = Vec::new();
         for waiting in &plan.waiting {
             if let Some(entry) = by_name.get(&waiting.entry.name) {
                 let text = format!("waiting: {}", waiting.reason.summary());
                 let status = entry.status.clone().unwrap_or_default();
-                if status.message != text || status.phase.is_none() {
+                let blocked = matches!(waiting.reason, WaitReason::CannotReboot { .. });
+                let was_blocked = status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == queue_condition::BLOCKED && c.status == "True");
+                if status.message != text || status.phase.is_none() || blocked != was_blocked {
                     let created = entry.meta().creation_timestamp.as_ref().map(|t| t.0);
+                    if blocked {
+                        warnings.push((entry.clone(), waiting.reason.to_string()));
+                    }
+                    let condition = blocked.then(|| Condition {
+                        type_: queue_condition::BLOCKED.into(),
+                        status: "True".into(),
+                        reason: queue_condition::CANNOT_REBOOT.into(),
+                        message: bounded_message(&waiting.reason.to_string()),
+                        last_transition_time: Time(
+                            Timestamp::from_second(now.as_second()).unwrap_or(now),
+                        ),
+                        observed_generation: entry.metadata.generation,
+                    });
                     messages.push(self.with_status(entry, |s| {
                         if s.phase.is_none() {
                             s.phase = Some(EntryPhase::Queued);
                             s.last_transition_time = Some(created.unwrap_or(now));
                         }
                         s.message = text;
+                        s.conditions.retain(|c| c.type_ != queue_condition::BLOCKED);
+                        s.conditions.extend(condition);
                     }));
                 }
             }
+        }
+        for (entry, why) in warnings {
+            self.event_entry(
+                &entry,
+                EventKind::Warning,
+                reason::REBOOT_BLOCKED,
+                &format!("node {} cannot be rebooted now: {why}", entry.spec.node),
+            )
+            .await;
         }
         let api: Api<RebootQueueEntry> = Api::all(self.shared.client.clone());
         let results: Vec<_> = futures::stream::iter(messages.into_iter().map(|next| {
