@@ -503,6 +503,13 @@ impl SimKubelet {
                 continue;
             }
             if self.started_pods.contains(&uid) {
+                if pod_ready(&pod) {
+                    continue;
+                }
+                // Running here but not Ready in the API: the node-lifecycle controller marked
+                // it so while the node looked NotReady (a race with the boot). A kubelet's
+                // status manager posts its own status again; so does this one.
+                starts.push((api, name, uid, ready_again(now)));
                 continue;
             }
             let patch = self.running_status(&pod, now);
@@ -629,6 +636,23 @@ impl SimKubelet {
             "initContainerStatuses": init,
         }})
     }
+}
+
+/// The pod's Ready condition is True.
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The conditions of a running pod, posted again over ones another component changed.
+fn ready_again(now: Timestamp) -> serde_json::Value {
+    let cond =
+        |t: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now.to_string() });
+    json!({ "status": {
+        "conditions": [cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
+    }})
 }
 
 fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
