@@ -222,16 +222,17 @@ pub fn redact_userinfo(raw: &str) -> String {
     }
 }
 
-/// `("scheme://", rest)` when `raw` starts with a scheme; `("", raw)` otherwise (a `://`
-/// inside a password is not a scheme).
+/// `("scheme://", rest)` when `raw` starts with one of the schemes we know (with an optional
+/// `+http`/`+https` tail); `("", raw)` otherwise: `admin://?@host` is the user `admin` with a
+/// password starting `//`, not a scheme, and must not shield the password from redaction.
 fn split_scheme(raw: &str) -> (&str, &str) {
     if let Some(i) = raw.find("://") {
-        let scheme = &raw[..i];
-        let is_scheme = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-        if is_scheme {
+        let scheme = raw[..i].trim_start().to_ascii_lowercase();
+        let base = scheme
+            .strip_suffix("+https")
+            .or_else(|| scheme.strip_suffix("+http"))
+            .unwrap_or(&scheme);
+        if SUPPORTED_SCHEMES.contains(&scheme.as_str()) || SUPPORTED_SCHEMES.contains(&base) {
             return raw.split_at(i + 3);
         }
     }
@@ -347,6 +348,9 @@ fn host_from_name(raw: &str, name: &str) -> Result<BmcHost, AddressError> {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         });
+    // A label starting `xn--` is an IDNA A-label and must hold valid Punycode, or the Redfish
+    // URL cannot be built later; refuse it here for every scheme, with the same message.
+    let valid = valid && url::Host::parse(name).is_ok();
     if valid {
         Ok(BmcHost::Name(name.to_ascii_lowercase()))
     } else {
@@ -584,5 +588,11 @@ mod tests {
     fn redaction_leaves_plain_addresses_alone() {
         assert_eq!(redact_userinfo("redfish://h/a@b"), "redfish://h/a@b");
         assert_eq!(redact_userinfo("u:p@h:1"), "<redacted>@h:1");
+        // A password starting `//` makes the user look like a scheme.
+        assert_eq!(redact_userinfo("admin://?@10.0.0.1"), "<redacted>@10.0.0.1");
+        assert_eq!(
+            redact_userinfo("redfish://admin://?@10.0.0.1"),
+            "redfish://<redacted>@10.0.0.1"
+        );
     }
 }

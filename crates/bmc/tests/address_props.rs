@@ -30,7 +30,12 @@ fn host() -> impl Strategy<Value = String> {
     prop_oneof![
         any::<u32>().prop_map(|ip| Ipv4Addr::from(ip).to_string()),
         any::<u128>().prop_map(|ip| format!("[{}]", Ipv6Addr::from(ip))),
-        "[a-z][a-z0-9-]{0,10}[a-z0-9](\\.[a-z][a-z0-9]{0,8}){0,3}",
+        // Letters-digits-hyphens names; `xn--` starts an IDNA A-label, which must hold valid
+        // Punycode (a random tail is not), so those come from the list of real ones below.
+        "[a-z][a-z0-9-]{0,10}[a-z0-9](\\.[a-z][a-z0-9]{0,8}){0,3}"
+            .prop_filter("not an IDNA A-label", |name| !name.starts_with("xn--")),
+        proptest::sample::select(&["xn--bcher-kva.example", "bmc.xn--mnchen-3ya.de"][..])
+            .prop_map(str::to_string),
     ]
 }
 
@@ -162,4 +167,25 @@ fn password() -> impl Strategy<Value = String> {
         "[a-zA-Z0-9]{1,6}(://|/|#|\\?|@)[a-zA-Z0-9@/]{0,10}",
         any::<String>().prop_filter("non-empty", |p| !p.is_empty()),
     ]
+}
+
+/// An A-label with invalid Punycode is refused at parse time for every scheme, with the
+/// same message (it used to pass for IPMI and fail only when the Redfish URL was built).
+#[test]
+fn invalid_punycode_host_names_are_refused_for_every_scheme() {
+    for scheme in SUPPORTED_SCHEMES {
+        for host in ["xn--0", "bmc.xn--0.example", "xn--a.b"] {
+            let raw = format!("{scheme}://{host}");
+            let err = BmcAddress::parse(&raw).unwrap_err();
+            assert!(
+                err.reason.contains("is not a valid host name"),
+                "{raw}: {}",
+                err.reason
+            );
+        }
+    }
+    let BmcAddress::Ipmi(ipmi) = BmcAddress::parse("ipmi://xn--bcher-kva.example").unwrap() else {
+        panic!("an ipmi:// address is IPMI");
+    };
+    assert_eq!(ipmi.host, BmcHost::Name("xn--bcher-kva.example".into()));
 }
