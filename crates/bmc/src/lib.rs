@@ -26,6 +26,7 @@ pub mod cli;
 pub mod command;
 pub mod credentials;
 pub mod deadline;
+pub mod destination;
 pub mod driver;
 pub mod error;
 pub mod ipmi;

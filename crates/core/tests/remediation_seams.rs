@@ -480,3 +480,59 @@ fn an_administrators_cordon_and_taints_are_backed_up_and_restored() {
     assert_eq!(r.step, RemediationStep::Done);
     assert_eq!(r.node_spec_backup, None);
 }
+
+/// `--remediation-request-namespaces`: which requests may fence which hosts.
+#[test]
+fn request_namespaces_decide_which_requests_may_fence_which_hosts() {
+    use hostcycle_core::remediation::{Blocker, RequestNamespaces};
+    // (flag value, request namespace, host, allowed)
+    let cases = [
+        ("same-as-host", "team-a", "team-a/worker-0", true),
+        ("same-as-host", "team-b", "team-a/worker-0", false),
+        ("*", "team-b", "team-a/worker-0", true),
+        ("remediation", "remediation", "metal/worker-0", true),
+        ("remediation", "metal", "metal/worker-0", false),
+        ("same-as-host,remediation", "metal", "metal/worker-0", true),
+        (
+            "same-as-host,remediation",
+            "remediation",
+            "metal/worker-0",
+            true,
+        ),
+        (
+            "same-as-host,remediation",
+            "team-b",
+            "metal/worker-0",
+            false,
+        ),
+    ];
+    for (flag, request_ns, host, allowed) in cases {
+        let rule: RequestNamespaces = flag.parse().unwrap();
+        assert_eq!(
+            rule.to_string().split(',').count(),
+            flag.split(',').count(),
+            "{flag}"
+        );
+        match rule.check(request_ns, host) {
+            Ok(()) => assert!(allowed, "{flag}: {request_ns} -> {host} allowed"),
+            Err(blocker) => {
+                assert!(
+                    !allowed,
+                    "{flag}: {request_ns} -> {host} refused: {blocker}"
+                );
+                assert!(matches!(blocker, Blocker::RequestNamespace { .. }));
+                assert_eq!(blocker.reason(), "RequestNamespaceNotAllowed");
+                let text = blocker.to_string();
+                assert!(text.contains(request_ns) && text.contains(host), "{text}");
+                assert!(text.contains("--remediation-request-namespaces"), "{text}");
+            }
+        }
+    }
+    assert_eq!(
+        RequestNamespaces::default(),
+        "same-as-host".parse().unwrap()
+    );
+    for bad in ["", ",", "Team-A", "a b", "-x", "same-as-host,*,x_y"] {
+        assert!(bad.parse::<RequestNamespaces>().is_err(), "{bad:?}");
+    }
+}

@@ -117,6 +117,12 @@ async fn main() {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"));
     cmd.args(["operator", "--kubeconfig"])
         .arg(cluster.kubeconfig_path())
+        // The emulators listen on loopback, over plain HTTP.
+        .args([
+            "--bmc-networks",
+            "127.0.0.0/8,::1/128",
+            "--allow-plain-http-bmc",
+        ])
         .args([
             "--metrics-addr",
             &format!("127.0.0.1:{metrics_port}"),

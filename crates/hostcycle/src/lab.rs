@@ -170,7 +170,21 @@ async fn run_lab() -> anyhow::Result<()> {
         identity: "lab-operator".into(),
         controllers: hostcycle_operator::ControllerName::ALL.to_vec(),
         namespace: None,
-        bmh: hostcycle_operator::BmhControllerConfig::default(),
+        bmh: hostcycle_operator::BmhControllerConfig {
+            // The lab's emulators listen on loopback, over plain HTTP.
+            credentials: hostcycle_operator::CredentialsPolicy {
+                destinations: hostcycle_bmc::destination::CredentialDestinations {
+                    networks: ["127.0.0.0/8", "::1/128"]
+                        .iter()
+                        .map(|n| n.parse())
+                        .collect::<Result<_, _>>()
+                        .map_err(|e: String| anyhow::anyhow!(e))?,
+                    allow_plain_http: true,
+                },
+                label: None,
+            },
+            ..hostcycle_operator::BmhControllerConfig::default()
+        },
         queue: hostcycle_operator::QueueControllerConfig::default(),
         remediation: hostcycle_operator::RemediationControllerConfig::default(),
     };

@@ -95,6 +95,12 @@ impl Rig {
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(["--identity", &format!("replica-{}", self.starts)])
             .args(["--steady-poll", "5s", "--transition-poll", "500ms"])
+            // The emulators listen on loopback, over plain HTTP.
+            .args([
+                "--bmc-networks",
+                "127.0.0.0/8,::1/128",
+                "--allow-plain-http-bmc",
+            ])
             .args(args)
             .env(
                 "RUST_LOG",

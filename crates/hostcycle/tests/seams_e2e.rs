@@ -525,3 +525,88 @@ async fn the_queue_drains_nothing_while_a_remediation_holds_a_node_fenced() {
     assert_eq!(lab.power_cycles("q-0").await, 1, "q-0 rebooted once");
     assert!(!cordoned(&lab.node("q-0").await), "q-0 uncordoned");
 }
+
+/// `--remediation-request-namespaces` (default `same-as-host`): a NodeHealthCheck request
+/// created in a tenant's namespace names node r-0, whose host lives in `default`: Blocked
+/// (RequestNamespaceNotAllowed) with a Warning saying which flag to widen, and the host is
+/// never fenced. The same request in the host's namespace fences and recovers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_from_another_namespace_cannot_fence_a_host() {
+    let lab = RemediationLab::start(&[worker("r-0")], &[]).await;
+    let tenant = "tenant-a";
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(lab.lab.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": tenant } })).unwrap(),
+        )
+        .await
+        .unwrap();
+    template(&lab).await;
+    lab.create_template(
+        tenant,
+        TEMPLATE,
+        json!({ "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 120 } }),
+    )
+    .await;
+    let host = lab.watch_host("r-0").await;
+
+    lab.create_nhc_request(tenant, TEMPLATE, "r-0").await;
+    let blocked = lab
+        .wait_request(
+            tenant,
+            "r-0",
+            "Blocked=True, RequestNamespaceNotAllowed",
+            CYCLE_TIMEOUT,
+            |r| {
+                condition(r, "Blocked")
+                    == Some(("True".into(), "RequestNamespaceNotAllowed".into()))
+            },
+        )
+        .await;
+    let message = blocked.status.as_ref().unwrap().message.clone();
+    assert!(
+        message.contains(tenant)
+            && message.contains("default/r-0")
+            && message.contains("--remediation-request-namespaces"),
+        "the refusal names the request's namespace, the host and the flag: {message}"
+    );
+    let events = lab
+        .wait_event_reasons("HostRemediation", "r-0", &["RemediationBlocked"])
+        .await;
+    assert!(
+        events.iter().any(|(t, r, note)| t == "Warning"
+            && r == "RemediationBlocked"
+            && note.contains(tenant)),
+        "{events:?}"
+    );
+    // Several passes of the loop: still nothing done.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let still = lab.requests(tenant).get("r-0").await.unwrap();
+    assert_eq!(
+        still.status.as_ref().unwrap().step,
+        RemediationStep::NotStarted
+    );
+    assert_untouched(&lab, "r-0", &host).await;
+    lab.delete_request(tenant, "r-0").await;
+    lab.wait_request_gone(tenant, "r-0", Duration::from_secs(30))
+        .await;
+
+    // From the host's own namespace, the same request goes ahead.
+    lab.create_nhc_request(NS, TEMPLATE, "r-0").await;
+    lab.wait_request(NS, "r-0", "the host fenced", CYCLE_TIMEOUT, |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.step != RemediationStep::NotStarted)
+    })
+    .await;
+    lab.lab
+        .wait_host(
+            "r-0",
+            "the host fenced by the request",
+            CYCLE_TIMEOUT,
+            fenced,
+        )
+        .await;
+}

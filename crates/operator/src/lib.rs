@@ -30,7 +30,7 @@ use clap::Args;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-pub use bmh::BmhControllerConfig;
+pub use bmh::{BmhControllerConfig, CredentialsPolicy};
 pub use leader::LeaderElection;
 pub use queue::QueueControllerConfig;
 pub use remediation::RemediationControllerConfig;
@@ -391,6 +391,26 @@ pub struct OperatorArgs {
     /// escalates.
     #[arg(long, default_value = "5m", value_parser = flag_duration)]
     pub remediation_power_off_timeout: jiff::SignedDuration,
+    /// Which requests (HostRemediations, annotated Machines) may fence which hosts: a
+    /// comma-separated list of `same-as-host` (requests fence only hosts of their own
+    /// namespace), namespaces whose requests may fence any host, or `*` (any request, any
+    /// host).
+    #[arg(long, default_value = "same-as-host")]
+    pub remediation_request_namespaces: hostcycle_core::remediation::RequestNamespaces,
+    /// Where BMC credentials may be sent, comma-separated: CIDRs (10.0.0.0/24), IPs, DNS
+    /// names, domain suffixes (.bmc.example.com), or `any` (metal3's behaviour: whoever may
+    /// edit a host may send its Secret's password anywhere). None by default: no credentials
+    /// are sent until the BMC networks are given.
+    #[arg(long, value_delimiter = ',')]
+    pub bmc_networks: Vec<hostcycle_bmc::destination::BmcNetwork>,
+    /// Allow plain-HTTP Redfish (`redfish+http://`), which sends the password in clear.
+    #[arg(long)]
+    pub allow_plain_http_bmc: bool,
+    /// Use only credentials Secrets with this label (`KEY=VALUE`, e.g.
+    /// `hostcycle.io/bmc-credentials=true` or metal3's `environment.metal3.io=baremetal`);
+    /// only their metadata is watched. Default: any Secret a host names.
+    #[arg(long, value_parser = label_requirement)]
+    pub bmc_credentials_label: Option<(String, String)>,
 }
 
 /// A duration flag's value: not negative, at most
@@ -398,6 +418,41 @@ pub struct OperatorArgs {
 /// or requeue computed from it can overflow.
 fn flag_duration(text: &str) -> Result<jiff::SignedDuration, String> {
     hostcycle_bmc::deadline::parse_duration_flag(text)
+}
+
+/// `KEY=VALUE` of `--bmc-credentials-label`: a label key (optional DNS prefix and `/`) and
+/// a label value.
+fn label_requirement(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| "write KEY=VALUE, e.g. hostcycle.io/bmc-credentials=true".to_string())?;
+    let name_ok = |name: &str| {
+        !name.is_empty()
+            && name.len() <= 63
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let key_ok = match key.split_once('/') {
+        Some((prefix, name)) => {
+            !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.')
+                })
+                && name_ok(name)
+        }
+        None => name_ok(key),
+    };
+    if !key_ok {
+        return Err(format!("{key:?} is not a label key"));
+    }
+    if !(value.is_empty() || name_ok(value)) {
+        return Err(format!("{value:?} is not a label value"));
+    }
+    Ok((key.to_string(), value.to_string()))
 }
 
 fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
@@ -463,6 +518,7 @@ impl OperatorArgs {
                     self.remediation_power_off_timeout,
                     "remediation-power-off-timeout",
                 )?,
+                request_namespaces: self.remediation_request_namespaces.clone(),
                 ..RemediationControllerConfig::default()
             },
             bmh: BmhControllerConfig {
@@ -471,6 +527,13 @@ impl OperatorArgs {
                 action_concurrency: self.action_concurrency,
                 read_deadline: duration(self.bmc_read_deadline, "bmc-read-deadline")?,
                 bmc,
+                credentials: CredentialsPolicy {
+                    destinations: hostcycle_bmc::destination::CredentialDestinations {
+                        networks: self.bmc_networks.clone(),
+                        allow_plain_http: self.allow_plain_http_bmc,
+                    },
+                    label: self.bmc_credentials_label.clone(),
+                },
                 ..BmhControllerConfig::default()
             },
         })
@@ -534,6 +597,71 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         operator: OperatorArgs,
+    }
+
+    /// The credentials policy flags: none given sends credentials nowhere; each flag reaches
+    /// the host controller's configuration; bad values are refused at start.
+    #[test]
+    fn credentials_policy_flags() {
+        let config = Cli::try_parse_from(["x"])
+            .unwrap()
+            .operator
+            .into_config()
+            .unwrap();
+        assert!(config.bmh.credentials.destinations.networks.is_empty());
+        assert!(!config.bmh.credentials.destinations.allow_plain_http);
+        assert_eq!(config.bmh.credentials.label, None);
+        assert_eq!(
+            config.remediation.request_namespaces.to_string(),
+            "same-as-host"
+        );
+        let config = Cli::try_parse_from([
+            "x",
+            "--bmc-networks",
+            "10.0.0.0/24,.bmc.example",
+            "--bmc-networks=fd00::/64",
+            "--allow-plain-http-bmc",
+            "--bmc-credentials-label",
+            "environment.metal3.io=baremetal",
+            "--remediation-request-namespaces",
+            "same-as-host,remediators",
+        ])
+        .unwrap()
+        .operator
+        .into_config()
+        .unwrap();
+        let networks: Vec<String> = config
+            .bmh
+            .credentials
+            .destinations
+            .networks
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(networks, ["10.0.0.0/24", ".bmc.example", "fd00::/64"]);
+        assert!(config.bmh.credentials.destinations.allow_plain_http);
+        assert_eq!(
+            config.bmh.credentials.label,
+            Some(("environment.metal3.io".into(), "baremetal".into()))
+        );
+        assert!(
+            config
+                .remediation
+                .request_namespaces
+                .allows("remediators", "metal")
+        );
+        for bad in [
+            ["--bmc-networks", "10.0.0.0/99"],
+            ["--bmc-credentials-label", "novalue"],
+            ["--bmc-credentials-label", "-bad=x"],
+            ["--bmc-credentials-label", "a=b c"],
+            ["--remediation-request-namespaces", "Not_A_Namespace"],
+        ] {
+            assert!(
+                Cli::try_parse_from(["x", bad[0], bad[1]]).is_err(),
+                "{bad:?} accepted"
+            );
+        }
     }
 
     const DURATION_FLAGS: &[&str] = &[

@@ -149,6 +149,12 @@ pub enum Blocker {
         reason: &'static str,
         message: String,
     },
+    /// The request's namespace may not fence this host (`--remediation-request-namespaces`).
+    RequestNamespace {
+        request_namespace: String,
+        host: String,
+        rule: String,
+    },
 }
 
 impl Blocker {
@@ -160,6 +166,7 @@ impl Blocker {
             Self::HostOffline(_) => "HostOffline",
             Self::CannotPowerOff { .. } => "HostCannotPowerOff",
             Self::Binding { reason, .. } => reason,
+            Self::RequestNamespace { .. } => "RequestNamespaceNotAllowed",
         }
     }
 }
@@ -190,7 +197,136 @@ impl std::fmt::Display for Blocker {
                  takes no slot until that changes"
             ),
             Self::Binding { message, .. } => f.write_str(message),
+            Self::RequestNamespace {
+                request_namespace,
+                host,
+                rule,
+            } => write!(
+                f,
+                "a request in namespace {request_namespace} may not fence BareMetalHost {host} \
+                 (the operator honours requests {rule}); create the request in the host's \
+                 namespace, or widen `hostcycle operator --remediation-request-namespaces`"
+            ),
         }
+    }
+}
+
+/// Which namespaces' requests (HostRemediations, annotated Machines) may fence which hosts:
+/// `hostcycle operator --remediation-request-namespaces`. A request names a Node, and the
+/// binding finds its host wherever it lives; this keeps a tenant who may create requests in
+/// their own namespace from fencing other namespaces' hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestNamespaces {
+    /// Requests are honoured for hosts of their own namespace (`same-as-host`).
+    pub same_as_host: bool,
+    /// Requests in any namespace are honoured (`*`).
+    pub any: bool,
+    /// Requests in these namespaces are honoured whatever the host's namespace.
+    pub listed: std::collections::BTreeSet<String>,
+}
+
+impl Default for RequestNamespaces {
+    /// `same-as-host`: Cluster API puts Machines, Metal3Machines, hosts and its requests in
+    /// one namespace, as OpenShift does (`openshift-machine-api`).
+    fn default() -> Self {
+        RequestNamespaces {
+            same_as_host: true,
+            any: false,
+            listed: Default::default(),
+        }
+    }
+}
+
+impl std::str::FromStr for RequestNamespaces {
+    type Err = String;
+
+    /// A comma-separated list of `same-as-host`, `*` and namespace names.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut rule = RequestNamespaces {
+            same_as_host: false,
+            any: false,
+            listed: Default::default(),
+        };
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item {
+                "same-as-host" => rule.same_as_host = true,
+                "*" => rule.any = true,
+                name if is_namespace_name(name) => {
+                    rule.listed.insert(name.to_string());
+                }
+                other => {
+                    return Err(format!(
+                        "{:?} is not a namespace, `same-as-host` or `*`",
+                        other.chars().take(64).collect::<String>()
+                    ));
+                }
+            }
+        }
+        if !rule.same_as_host && !rule.any && rule.listed.is_empty() {
+            return Err("name at least one of `same-as-host`, `*` or a namespace".into());
+        }
+        Ok(rule)
+    }
+}
+
+impl std::fmt::Display for RequestNamespaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<&str> = Vec::new();
+        if self.any {
+            parts.push("*");
+        }
+        if self.same_as_host {
+            parts.push("same-as-host");
+        }
+        parts.extend(self.listed.iter().map(String::as_str));
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// A namespace name: a DNS-1123 label.
+fn is_namespace_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+impl RequestNamespaces {
+    /// Whether a request in `request_namespace` may fence a host in `host_namespace`.
+    pub fn allows(&self, request_namespace: &str, host_namespace: &str) -> bool {
+        self.any
+            || (self.same_as_host && request_namespace == host_namespace)
+            || self.listed.contains(request_namespace)
+    }
+
+    /// `Err` with the blocker when a request in `request_namespace` may not fence `host`
+    /// (`<namespace>/<name>`).
+    pub fn check(&self, request_namespace: &str, host: &str) -> Result<(), Blocker> {
+        let host_namespace = host.split_once('/').map_or("", |(ns, _)| ns);
+        if self.allows(request_namespace, host_namespace) {
+            return Ok(());
+        }
+        let rule = if self.same_as_host && self.listed.is_empty() {
+            "only for hosts of their own namespace".to_string()
+        } else if self.same_as_host {
+            format!(
+                "for hosts of their own namespace, and from {}",
+                self.listed.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        } else {
+            format!(
+                "only from {}",
+                self.listed.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        };
+        Err(Blocker::RequestNamespace {
+            request_namespace: request_namespace.to_string(),
+            host: host.to_string(),
+            rule,
+        })
     }
 }
 

@@ -80,6 +80,7 @@ pub struct Lab {
     operator_env: Vec<(String, String)>,
     /// Hosts with BMC credentials of their own: (user, password).
     host_credentials: BTreeMap<String, (String, String)>,
+    bmc_policy_args: Vec<String>,
 }
 
 /// How to start a [`Lab`].
@@ -97,7 +98,17 @@ pub struct LabOptions {
     /// Secret [`host_secret`] and the emulator accepts the account besides the shared
     /// [`USER`]/[`PASSWORD`] (which the other hosts, the sampler and the test use).
     pub host_credentials: BTreeMap<String, (String, String)>,
+    /// Where the operator may send BMC credentials: [`LOOPBACK_BMC_POLICY`] unless a test
+    /// is about that policy.
+    pub bmc_policy_args: Vec<String>,
 }
+
+/// The emulators listen on loopback, over plain HTTP.
+pub const LOOPBACK_BMC_POLICY: [&str; 3] = [
+    "--bmc-networks",
+    "127.0.0.0/8,::1/128",
+    "--allow-plain-http-bmc",
+];
 
 impl Default for LabOptions {
     fn default() -> Self {
@@ -107,6 +118,7 @@ impl Default for LabOptions {
             wait_hosts_ok: true,
             operator_env: Vec::new(),
             host_credentials: BTreeMap::new(),
+            bmc_policy_args: LOOPBACK_BMC_POLICY.map(String::from).to_vec(),
         }
     }
 }
@@ -205,6 +217,7 @@ impl Lab {
             operator_args: options.operator_args.clone(),
             operator_env: options.operator_env.clone(),
             host_credentials: options.host_credentials.clone(),
+            bmc_policy_args: options.bmc_policy_args.clone(),
         };
         lab.start_operator();
         if !options.wait_hosts_ok {
@@ -274,6 +287,7 @@ impl Lab {
                 "--bmc-call-deadline",
                 "8s",
             ])
+            .args(&self.bmc_policy_args)
             .args(&self.operator_args)
             .env(
                 "RUST_LOG",
@@ -281,6 +295,11 @@ impl Lab {
             )
             .envs(self.operator_env.iter().map(|(k, v)| (k, v)));
         cmd
+    }
+
+    /// Replaces the BMC credentials policy flags from the operator's next start on.
+    pub fn set_bmc_policy(&mut self, args: &[&str]) {
+        self.bmc_policy_args = args.iter().map(|a| a.to_string()).collect();
     }
 
     /// Sets (or replaces) a variable of the operator's environment from its next start on.

@@ -71,6 +71,18 @@ pub struct BmhControllerConfig {
     /// Retry delays while the API server cannot be reached at all: short, so a requested
     /// action goes ahead within seconds of the server's return, however long it was away.
     pub unreachable_backoff: ErrorBackoff,
+    /// Which Secrets may be used as BMC credentials, and where they may be sent.
+    pub credentials: CredentialsPolicy,
+}
+
+/// Which Secrets serve as BMC credentials and where their contents may go (see
+/// `hostcycle_bmc::destination` and docs/security.md).
+#[derive(Debug, Clone, Default)]
+pub struct CredentialsPolicy {
+    /// `--bmc-networks`, `--allow-plain-http-bmc`. Default: no network, so nothing is sent.
+    pub destinations: hostcycle_bmc::destination::CredentialDestinations,
+    /// `--bmc-credentials-label`: only Secrets with this label are watched and used.
+    pub label: Option<(String, String)>,
 }
 
 impl Default for BmhControllerConfig {
@@ -84,6 +96,7 @@ impl Default for BmhControllerConfig {
             error_backoff: ErrorBackoff::ERRORS,
             conflict_backoff: ErrorBackoff::CONFLICTS,
             unreachable_backoff: ErrorBackoff::API_UNREACHABLE,
+            credentials: CredentialsPolicy::default(),
         }
     }
 }
@@ -213,6 +226,11 @@ pub fn run(
         // A host's credentials Secret is fetched by name when it is first
         // needed and again only when its resourceVersion changes.
         let (secret_store, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+        // With `--bmc-credentials-label`, only the labelled Secrets are listed at all.
+        let secret_watch_config = match &config.credentials.label {
+            Some((key, value)) => watcher::Config::default().labels(&format!("{key}={value}")),
+            None => watcher::Config::default(),
+        };
         // React to spec and annotation changes, deletions, Secrets and our own requeues — not
         // to status-only updates (our own writes): those would bypass the error backoff.
         let host_events = touched
@@ -222,7 +240,7 @@ pub fn run(
         let secret_events = crate::cluster::watch::note_listed(
             reflector(
                 secret_writer,
-                crate::cluster::watch::lean_watcher(secrets, watcher::Config::default()),
+                crate::cluster::watch::metadata_only_watcher(secrets, secret_watch_config),
             ),
             secrets_listed,
         )
@@ -601,7 +619,7 @@ async fn reconcile_in_lane(
     } else {
         match ctx
             .drivers
-            .driver_for(&ctx.client, &ctx.secrets, host)
+            .driver_for(&ctx.client, &ctx.secrets, &ctx.config.credentials, host)
             .await
         {
             Ok(HostBmc {

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use hostcycle_api::{BareMetalHost, CredentialsStatus};
 use hostcycle_bmc::{
-    BmcConnector, BmcCredentials, BmcError, CredentialsError, HostConnectOptions, PowerDriver,
-    PowerOutcome, PowerState, credentials_from_secret,
+    BmcAddress, BmcConnector, BmcCredentials, BmcError, CredentialsError, HostConnectOptions,
+    PowerDriver, PowerOutcome, PowerState, credentials_from_secret,
 };
 use hostcycle_core::bmh::{
     BmcFailure, BmcFailureKind, BmcObservation, ObservedPower, PowerCallResult,
@@ -184,6 +184,7 @@ impl DriverCache {
         &self,
         client: &Client,
         secrets: &SecretCache,
+        policy: &super::CredentialsPolicy,
         host: &BareMetalHost,
     ) -> Result<HostBmc, BmcFailure> {
         let ns = host.namespace().unwrap_or_default();
@@ -211,6 +212,7 @@ impl DriverCache {
                 });
             }
         };
+        check_credentials_use(policy, &secret, &bmc.address)?;
         let key = DriverKey {
             address: bmc.address.clone(),
             disable_certificate_verification: bmc.disable_certificate_verification.unwrap_or(false),
@@ -252,6 +254,49 @@ impl DriverCache {
             credentials,
         })
     }
+}
+
+/// Whether `secret`'s credentials may be sent to `address` (see
+/// `hostcycle_bmc::destination`). An address that does not parse is left to the driver,
+/// which refuses it with its own message.
+fn check_credentials_use(
+    policy: &super::CredentialsPolicy,
+    secret: &Secret,
+    address: &str,
+) -> Result<(), BmcFailure> {
+    if let Some((key, value)) = &policy.label {
+        let labelled = secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(key))
+            .is_some_and(|v| v == value);
+        if !labelled {
+            return Err(BmcFailure {
+                kind: BmcFailureKind::Credentials,
+                message: format!(
+                    "the credentials Secret is not labelled {key}={value}, which the operator \
+                     requires of BMC credentials (--bmc-credentials-label): label it (someone \
+                     who may edit the Secret)"
+                ),
+            });
+        }
+    }
+    let Ok(parsed) = BmcAddress::parse(address) else {
+        return Ok(());
+    };
+    let listed = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(hostcycle_bmc::destination::ADDRESSES_ANNOTATION));
+    policy
+        .destinations
+        .check(&parsed, listed.map(String::as_str))
+        .map_err(|refused| BmcFailure {
+            kind: BmcFailureKind::Credentials,
+            message: refused.to_string(),
+        })
 }
 
 fn credentials_failure(e: CredentialsError) -> BmcFailure {

@@ -51,6 +51,32 @@ where
     watcher(api, config).modify(strip_unread_metadata)
 }
 
+/// [`watcher`] of objects of which only the identity is kept: name, namespace, uid and
+/// resourceVersion. For the metadata watch of every Secret: whoever may write a Secret may
+/// fill its labels and annotations (256 KiB each), which no controller reads from the watch
+/// and both replicas would otherwise hold.
+pub fn metadata_only_watcher<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(api, config).modify(keep_identity_only)
+}
+
+/// Drops all metadata but the name, namespace, uid and resourceVersion.
+pub fn keep_identity_only<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    *meta = kube::api::ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        ..Default::default()
+    };
+}
+
 /// Passes a reflector's events on and sets `listed` once the first complete list has gone
 /// through (the reflector upstream has then filled its store).
 ///
@@ -368,6 +394,31 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
+
+    /// A tenant's Secret with 256 KiB annotations and labels is held as its identity alone.
+    #[test]
+    fn secret_metadata_keeps_only_its_identity() {
+        use k8s_openapi::api::core::v1::Secret;
+        use kube::core::PartialObjectMeta;
+        let big = "x".repeat(256 * 1024);
+        let mut secret: PartialObjectMeta<Secret> = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {
+                "name": "bmc", "namespace": "default", "uid": "u-1", "resourceVersion": "7",
+                "labels": { "a": "b" },
+                "annotations": { "filler": big, "hostcycle.io/bmc-addresses": "10.0.0.1" },
+                "ownerReferences": [{ "apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "p" }],
+                "finalizers": ["x/y"],
+                "managedFields": [{ "manager": "kubectl" }],
+            },
+        }))
+        .unwrap();
+        keep_identity_only(&mut secret);
+        assert_eq!(
+            serde_json::to_value(&secret.metadata).unwrap(),
+            json!({ "name": "bmc", "namespace": "default", "uid": "u-1", "resourceVersion": "7" })
+        );
+    }
 
     #[tokio::test]
     async fn listed_is_said_once_the_first_list_is_through() {

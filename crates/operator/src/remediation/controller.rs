@@ -318,11 +318,18 @@ impl Controller {
                 let mut observation = Observation {
                     trigger: subject.trigger(),
                     requested: requested(&subject),
+                    // A request may start only on a host its namespace may fence.
                     target: resolved
                         .host
                         .as_ref()
                         .map(|h| host_view(h, &power_off))
-                        .map_err(Clone::clone),
+                        .map_err(Clone::clone)
+                        .and_then(|h| {
+                            self.config
+                                .request_namespaces
+                                .check(&subject.namespace(), &h.name)
+                                .map(|()| h)
+                        }),
                     bound: bound_host
                         .flatten()
                         .as_ref()

@@ -28,6 +28,8 @@ pub struct RemediationControllerConfig {
     pub power_off_timeout: Duration,
     /// Look at every remediation at least this often.
     pub resync: Duration,
+    /// Which namespaces' requests may fence which hosts.
+    pub request_namespaces: hostcycle_core::remediation::RequestNamespaces,
 }
 
 impl Default for RemediationControllerConfig {
@@ -37,6 +39,7 @@ impl Default for RemediationControllerConfig {
             power_on_timeout: Duration::from_secs(20 * 60),
             power_off_timeout: Duration::from_secs(5 * 60),
             resync: Duration::from_secs(30),
+            request_namespaces: Default::default(),
         }
     }
 }

@@ -44,6 +44,15 @@ impl Subject {
         }
     }
 
+    /// The namespace of the request or Machine: what `--remediation-request-namespaces`
+    /// judges.
+    pub fn namespace(&self) -> String {
+        match self {
+            Subject::Machine(m) => m.object.namespace().unwrap_or_default(),
+            Subject::Request(r) => r.namespace().unwrap_or_default(),
+        }
+    }
+
     /// A stable key for logs, slots and metrics.
     pub fn key(&self) -> String {
         match self {
