@@ -72,6 +72,9 @@ impl fmt::Display for InvalidRebootValue {
     }
 }
 
+/// The most characters of an unknown mode repeated in messages.
+pub const MAX_ECHOED_MODE: usize = 32;
+
 /// The outcome of parsing one annotation value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedRebootValue {
@@ -122,7 +125,10 @@ pub fn parse_reboot_value(value: &str) -> ParsedRebootValue {
                 mode: PowerOffMode::Hard,
                 invalid: None,
             },
-            other => soft(Some(InvalidRebootValue::UnknownMode(other.to_owned()))),
+            // Clipped: the value can be 256 KiB and the mode is echoed in an Event and a log.
+            other => soft(Some(InvalidRebootValue::UnknownMode(
+                other.chars().take(MAX_ECHOED_MODE).collect(),
+            ))),
         },
         Some(_) => soft(Some(InvalidRebootValue::ModeNotAString)),
     }

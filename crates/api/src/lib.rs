@@ -13,7 +13,7 @@ pub mod reasons;
 pub mod remediation;
 
 pub use annotations::{
-    DETACHED_ANNOTATION, InvalidRebootValue, PAUSED_ANNOTATION, ParsedRebootValue,
+    DETACHED_ANNOTATION, InvalidRebootValue, MAX_ECHOED_MODE, PAUSED_ANNOTATION, ParsedRebootValue,
     REBOOT_ANNOTATION, REBOOT_ANNOTATION_PREFIX, RebootAnnotationKind, RebootRequest,
     RebootRequests, classify_reboot_annotation, is_detached, is_paused, parse_reboot_value,
 };

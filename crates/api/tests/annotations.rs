@@ -279,3 +279,16 @@ proptest! {
         prop_assert_eq!(keyed, sorted);
     }
 }
+
+/// An unknown mode is echoed (Event, log) at most `MAX_ECHOED_MODE` characters long.
+#[test]
+fn a_huge_unknown_mode_is_clipped_before_it_is_echoed() {
+    let huge = "h".repeat(256 * 1024);
+    let parsed = parse_reboot_value(&format!(r#"{{"mode":"{huge}"}}"#));
+    assert_eq!(parsed.mode, PowerOffMode::Soft);
+    let Some(InvalidRebootValue::UnknownMode(mode)) = &parsed.invalid else {
+        panic!("unknown mode expected: {parsed:?}");
+    };
+    assert_eq!(mode.chars().count(), hostcycle_api::MAX_ECHOED_MODE);
+    assert!(parsed.invalid.unwrap().to_string().len() < 120);
+}

@@ -383,8 +383,22 @@ pub fn parse_host_ref(text: &str, default_namespace: Option<&str>) -> Option<Hos
             name: text.to_string(),
         },
     };
-    (!reference.namespace.is_empty() && !reference.name.is_empty() && !reference.name.contains('/'))
+    // Kubernetes names: a namespace is a DNS label, a host name a DNS subdomain. Anything
+    // else (a forged 256 KiB annotation included) names no host and is never echoed whole.
+    (is_dns_name(&reference.namespace, 63, false) && is_dns_name(&reference.name, 253, true))
         .then_some(reference)
+}
+
+/// Lowercase letters, digits and `-` (and `.` when `dots`), starting and ending with a
+/// letter or digit, at most `max` bytes.
+fn is_dns_name(text: &str, max: usize, dots: bool) -> bool {
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    text.len() <= max
+        && edge_ok(text.chars().next())
+        && edge_ok(text.chars().last())
+        && text.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
+        })
 }
 
 /// What a provider ID names.

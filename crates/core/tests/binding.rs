@@ -660,7 +660,20 @@ fn host_references_parse_strictly() {
         ("/name", None, None),
         ("a/b/c", Some("dflt"), None),
         ("", Some("dflt"), None),
+        // Only Kubernetes names: a forged annotation names no host and is never echoed.
+        ("ns/host-0.rack-1", None, Some(r("ns", "host-0.rack-1"))),
+        ("NS/name", None, None),
+        ("ns/Name", None, None),
+        ("ns/-name", None, None),
+        ("ns/na me", None, None),
+        ("ns.x/name", None, None),
+        ("ns/name\u{0}", None, None),
     ];
+    let long_name = format!("ns/{}", "a".repeat(254));
+    assert_eq!(parse_host_ref(&long_name, None), None);
+    assert!(parse_host_ref(&format!("ns/{}", "a".repeat(253)), None).is_some());
+    assert_eq!(parse_host_ref(&format!("{}/n", "a".repeat(64)), None), None);
+    assert_eq!(parse_host_ref(&"x".repeat(256 * 1024), Some("dflt")), None);
     for (text, default, want) in cases {
         assert_eq!(
             parse_host_ref(text, default),
