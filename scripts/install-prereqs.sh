@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything hostcycle's tests and lab need on a fresh Debian bookworm machine.
 # Idempotent: each step checks first and does nothing when its result is already there.
-#   - Debian packages: etcd-server, golang-go, rsync, ipmitool, python3-venv, build helpers
+#   - Debian packages: etcd-server, golang-go, rsync, ipmitool, python3-venv, build helpers,
+#     and the rest of deploy/Dockerfile's runtime packages (openssh-client, ca-certificates),
+#     which crates/hostcycle/tests/runtime_image.rs runs as the image would
 #   - a Python venv with sushy-tools (Redfish emulator) and pyghmi (IPMI BMC)
 #   - kube-apiserver / kube-controller-manager / kube-scheduler v1.20.2 built from Debian's
 #     `kubernetes` source package (scripts/build-k8s.sh), cached under $HOSTCYCLE_K8S_BIN.
@@ -18,7 +20,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { printf '\033[1m[prereqs]\033[0m %s\n' "$*" >&2; }
 
 apt_packages=(etcd-server golang-go rsync ipmitool python3-venv python3-pip dpkg-dev openssl
-  golang-github-modern-go-reflect2-dev apache2-utils)
+  golang-github-modern-go-reflect2-dev apache2-utils openssh-client ca-certificates)
 # kubectl for lab users: Debian's kubernetes-client, unless the machine already has a kubectl
 # (its package would conflict with Debian's).
 if ! command -v kubectl >/dev/null 2>&1; then apt_packages+=(kubernetes-client); fi

@@ -36,17 +36,19 @@ enum Command {
     /// Print the CustomResourceDefinitions as YAML (generated from the Rust types).
     Crd,
     /// Print install manifests: the CRDs and the operator's ServiceAccount and RBAC; with
-    /// `--deploy`, the whole install (`deploy/`): also its Namespace, a Deployment of two
-    /// replicas and a Service for metrics.
+    /// `--deploy`, the whole install (`deploy/`): also its Namespace, a NetworkPolicy for the
+    /// metrics port, a PodDisruptionBudget, a Deployment of two replicas and a metrics Service.
     Manifests {
-        /// Install for `hostcycle operator --namespace NS`: the operator runs in NS and the
-        /// hosts, their Secrets and Events are granted by a Role and RoleBinding there instead
-        /// of cluster-wide (the reboot queue and remediation still need a ClusterRole for
-        /// Nodes, Pods and their cluster-scoped objects; leave them out with `--controllers`).
+        /// Install for `hostcycle operator --namespace NS`: the hosts, their Secrets and
+        /// Events of NS only, granted by a Role and RoleBinding in NS (NS must exist; the
+        /// install leaves it as it is). The operator still runs in `--operator-namespace`;
+        /// the reboot queue and remediation still need a ClusterRole for Nodes, Pods and their
+        /// cluster-scoped objects (leave them out with `--controllers`).
         #[arg(long)]
         namespace: Option<String>,
-        /// Namespace of the operator's ServiceAccount and leader Lease without `--namespace`.
-        #[arg(long, default_value = "hostcycle-system", conflicts_with = "namespace")]
+        /// The operator's own namespace: its ServiceAccount, Deployment and leader Lease (the
+        /// only Namespace the install creates). Must not be `--namespace`.
+        #[arg(long, default_value = "hostcycle-system")]
         operator_namespace: String,
         /// Controllers the operator runs (`hostcycle operator --controllers`): only their
         /// permissions are granted.
@@ -63,6 +65,10 @@ enum Command {
         /// a placeholder: no image is built or published from this repository).
         #[arg(long, requires = "deploy")]
         image: Option<String>,
+        /// The namespace whose pods the NetworkPolicy admits to the operator's metrics port
+        /// (by its `kubernetes.io/metadata.name` label); every other ingress is denied.
+        #[arg(long, default_value = hostcycle_operator::deploy::DEFAULT_METRICS_NAMESPACE, requires = "deploy")]
+        metrics_namespace: String,
         /// Write `crds.yaml` and `operator.yaml` into this directory instead of printing
         /// one stream.
         #[arg(long, requires = "deploy")]
@@ -140,11 +146,12 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             lease_name,
             deploy,
             image,
+            metrics_namespace,
             output_dir,
         } => {
             let rbac = hostcycle_operator::rbac::RbacOptions {
-                namespaced: namespace.is_some(),
-                namespace: namespace.unwrap_or(operator_namespace),
+                namespace: operator_namespace,
+                watch_namespace: namespace,
                 controllers,
                 lease_name,
             };
@@ -153,6 +160,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                     &hostcycle_operator::deploy::DeployOptions {
                         rbac,
                         image: image.unwrap_or_else(hostcycle_operator::deploy::default_image),
+                        metrics_namespace,
                     },
                     output_dir.as_deref(),
                 )

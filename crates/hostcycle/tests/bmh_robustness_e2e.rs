@@ -24,6 +24,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 const SECRET: &str = "bmc";
+/// The operator's own namespace in the namespaced installs (never the hosts').
+const OPERATOR_NS: &str = "hostcycle-system";
 const HARD: &str = r#"{"mode":"hard"}"#;
 
 /// A control plane, a fast Redfish fleet and the operator's ServiceAccount.
@@ -37,7 +39,8 @@ struct Rig {
 }
 
 impl Rig {
-    /// Installs exactly `options`' RBAC; the operator runs in `options.namespace`.
+    /// Installs exactly `options`' RBAC; the operator runs in `options.namespace` (its
+    /// ServiceAccount is there), and a watched namespace exists before the install.
     async fn start(systems: usize, options: &rbac::RbacOptions) -> Rig {
         common::init_logging();
         let cluster = LocalCluster::start(ClusterOptions::default())
@@ -45,6 +48,9 @@ impl Rig {
             .unwrap();
         let client = cluster.client();
         ensure_namespace(&client, &options.namespace).await;
+        if let Some(watched) = &options.watch_namespace {
+            ensure_namespace(&client, watched).await;
+        }
         common::install_rbac(&client, options).await;
         let kubeconfig = cluster
             .service_account_kubeconfig(&options.namespace, rbac::OPERATOR_NAME)
@@ -414,15 +420,16 @@ async fn both_replicas_are_ready_and_one_leads() {
     );
 }
 
-/// A namespaced install: the operator runs with exactly the Role `hostcycle manifests
-/// --namespace metal --controllers baremetalhost` generates (no cluster-wide rule), reboots
+/// A namespaced install: the operator runs as its ServiceAccount in its own namespace with
+/// exactly the Roles `hostcycle manifests --namespace metal --controllers baremetalhost`
+/// generates (the Lease's in its namespace, the hosts' in metal; no cluster-wide rule), reboots
 /// its hosts — one with a 253-character name, whose Events must be valid objects — and never
 /// touches a host in another namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn namespaced_install_runs_with_exactly_its_role() {
     let options = rbac::RbacOptions {
         controllers: vec![ControllerName::BareMetalHost],
-        ..rbac::RbacOptions::namespaced("metal")
+        ..rbac::RbacOptions::namespaced(OPERATOR_NS, "metal")
     };
     let mut rig = Rig::start(3, &options).await;
     ensure_namespace(&rig.client, "other").await;
@@ -439,7 +446,7 @@ async fn namespaced_install_runs_with_exactly_its_role() {
         "--namespace",
         "metal",
         "--lease-namespace",
-        "metal",
+        OPERATOR_NS,
         "--controllers",
         "baremetalhost",
     ]);
@@ -505,7 +512,7 @@ async fn namespaced_install_runs_with_exactly_its_role() {
 async fn a_missing_permission_is_named() {
     let options = rbac::RbacOptions {
         controllers: vec![ControllerName::BareMetalHost],
-        ..rbac::RbacOptions::namespaced("metal")
+        ..rbac::RbacOptions::namespaced(OPERATOR_NS, "metal")
     };
     let mut rig = Rig::start(1, &options).await;
     // Take the Secrets rule out of the generated Role.
@@ -526,7 +533,7 @@ async fn a_missing_permission_is_named() {
         "--namespace",
         "metal",
         "--lease-namespace",
-        "metal",
+        OPERATOR_NS,
         "--controllers",
         "baremetalhost",
     ]);

@@ -118,24 +118,37 @@ fn chart_options_render_what_hostcycle_manifests_renders() {
                 vec![format!("--controllers={list}")],
             );
             if namespaced {
-                set.extend(["namespaced=true".into(), "namespace.name=tenant-a".into()]);
+                set.push("watchNamespace=tenant-a".into());
                 flags.push("--namespace=tenant-a".into());
             }
             cases.push((set, flags));
         }
     }
-    // The operator's namespace, the image and the Lease.
+    // The operator's namespace, the image, the Lease and the metrics namespace.
     cases.push((
         vec![
             "namespace.name=ops".into(),
             "image.repository=registry.example/hostcycle".into(),
             "image.tag=1.2.3".into(),
             "leaseName=other-lease".into(),
+            "metricsNamespace=prometheus".into(),
         ],
         vec![
             "--operator-namespace=ops".into(),
             "--image=registry.example/hostcycle:1.2.3".into(),
             "--lease-name=other-lease".into(),
+            "--metrics-namespace=prometheus".into(),
+        ],
+    ));
+    // A namespaced install with the operator in a namespace of another name.
+    cases.push((
+        vec![
+            "namespace.name=ops".into(),
+            "watchNamespace=tenant-b".into(),
+        ],
+        vec![
+            "--operator-namespace=ops".into(),
+            "--namespace=tenant-b".into(),
         ],
     ));
     // Helm 3 renders every case; Helm 4 (the same template engine, a newer Helm) every third
@@ -306,6 +319,10 @@ fn the_chart_refuses_bad_values() {
             "image.pullPolicy=Sometimes",
             "replica=2",
             "namespace.name=Not_A_Namespace",
+            "watchNamespace=Not_A_Namespace",
+            "metricsNamespace=",
+            // The hosts' namespace is never the operator's (its ServiceAccount would be there).
+            "watchNamespace=hostcycle-system",
         ] {
             let chart = chart_dir();
             let output = run_raw(

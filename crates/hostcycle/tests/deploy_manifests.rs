@@ -1,13 +1,22 @@
 //! The install under `deploy/`: the checked-in files are exactly what `hostcycle manifests
-//! --deploy` generates, and the API server accepts every object in them as it is.
+//! --deploy` generates, and the API server accepts every object in them as it is. A
+//! namespaced install, applied with kubectl, gives the tenants of the watched namespace none
+//! of the operator's power and leaves their namespace as it was.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+mod install_tools;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hostcycle_operator::deploy::{CRDS_FILE, DeployOptions, OPERATOR_FILE, render};
 use hostcycle_testkit::{ClusterOptions, LocalCluster, wait_until};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -134,6 +143,20 @@ fn gvk_of(object: &Value) -> GroupVersionKind {
     GroupVersionKind::gvk(group, version, kind)
 }
 
+/// `object` as a server that does not serve `policy/v1` (Kubernetes 1.20, which the tests run)
+/// takes it: a PodDisruptionBudget as `policy/v1beta1`, whose fields are the same for what the
+/// install sets (`maxUnavailable`, `selector`). Everything else unchanged.
+async fn for_this_server(client: &kube::Client, object: &Value) -> Value {
+    let mut object = object.clone();
+    if object["apiVersion"] == "policy/v1" && object["kind"] == "PodDisruptionBudget" {
+        let served = kube::discovery::group(client, "policy").await.unwrap();
+        if !served.versions().any(|v| v == "v1") {
+            object["apiVersion"] = Value::String("policy/v1beta1".into());
+        }
+    }
+    object
+}
+
 /// Creates `object` as it is and checks that the server kept every field of it.
 async fn create_as_is(client: &kube::Client, object: &Value) {
     let gvk = gvk_of(object);
@@ -215,13 +238,15 @@ async fn every_object_of_deploy_is_accepted_by_the_api_server_as_it_is() {
         "RoleBinding",
         "ClusterRole",
         "ClusterRoleBinding",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
         "Deployment",
         "Service",
     ] {
         assert!(kinds.contains(&kind), "deploy/operator.yaml has a {kind}");
     }
     for object in &objects {
-        create_as_is(&client, object).await;
+        create_as_is(&client, &for_this_server(&client, object).await).await;
     }
 
     // The pod template passes admission too: the controller manager's ReplicaSet creates
@@ -254,5 +279,400 @@ async fn every_object_of_deploy_is_accepted_by_the_api_server_as_it_is() {
         let sc = spec.containers[0].security_context.clone().unwrap();
         assert_eq!(sc.read_only_root_filesystem, Some(true));
         assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    }
+}
+
+// ----- a namespaced install and the watched namespace's tenants ---------------------------
+
+const TENANT: &str = "tenant-a";
+const OPERATOR_NS: &str = "hostcycle-system";
+/// A user bound to the built-in `edit` ClusterRole in [`TENANT`]: what a tenant usually has.
+const EDITOR: &str = "tenant-editor";
+
+/// Who asks: a user, or a ServiceAccount `namespace/name` (with the groups the API server
+/// gives every ServiceAccount token).
+#[derive(Clone, Debug)]
+enum Who {
+    User(&'static str),
+    Account(String, String),
+}
+
+impl Who {
+    fn name(&self) -> String {
+        match self {
+            Who::User(name) => name.to_string(),
+            Who::Account(ns, name) => format!("system:serviceaccount:{ns}:{name}"),
+        }
+    }
+
+    fn groups(&self) -> Vec<String> {
+        match self {
+            Who::User(_) => vec!["system:authenticated".into()],
+            Who::Account(ns, _) => vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{ns}"),
+                "system:authenticated".into(),
+            ],
+        }
+    }
+}
+
+/// One thing to ask the authorizer: `verb` on `resource[/subresource]` (core group unless
+/// `group`), in `namespace` (cluster-scoped when `None`), optionally one object by name.
+#[derive(Clone, Debug)]
+struct Action {
+    verb: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    subresource: &'static str,
+    namespace: Option<&'static str>,
+    name: Option<String>,
+}
+
+fn action(verb: &'static str, resource: &'static str, namespace: Option<&'static str>) -> Action {
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+    Action {
+        verb,
+        group: "",
+        resource,
+        subresource,
+        namespace,
+        name: None,
+    }
+}
+
+impl Action {
+    fn named(mut self, name: &str) -> Action {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    fn describe(&self) -> String {
+        let sub = if self.subresource.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", self.subresource)
+        };
+        let name = self
+            .name
+            .as_deref()
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
+        let place = match self.namespace {
+            Some(ns) => format!("in namespace {ns}"),
+            None => "cluster-wide".into(),
+        };
+        format!("{} {}{sub}{name} {place}", self.verb, self.resource)
+    }
+}
+
+/// Whether the API server's authorizer (RBAC) allows `who` to do `action`: a
+/// SubjectAccessReview, what `kubectl auth can-i --as` asks.
+async fn allowed(client: &kube::Client, who: &Who, action: &Action) -> bool {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(who.name()),
+            groups: Some(who.groups()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(action.verb.into()),
+                group: Some(action.group.into()),
+                resource: Some(action.resource.into()),
+                subresource: Some(action.subresource.into()),
+                namespace: action.namespace.map(String::from),
+                name: action.name.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = api
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap_or_else(|e| panic!("SubjectAccessReview {who:?} {action:?}: {e}"));
+    answer.status.expect("a SubjectAccessReview status").allowed
+}
+
+/// The Debian kubectl 1.20 (the server's version) with the admin kubeconfig.
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    let [_, (_, kubectl)] = install_tools::kubectls();
+    let kubeconfig = format!("--kubeconfig={}", kubeconfig.display());
+    let mut all = vec![kubeconfig.as_str()];
+    all.extend(args);
+    install_tools::run_raw(&kubectl, &all)
+}
+
+fn labels_of(namespace: &Namespace) -> BTreeMap<String, String> {
+    namespace.metadata.labels.clone().unwrap_or_default()
+}
+
+/// `hostcycle manifests --deploy --namespace tenant-a` applied as documented (kubectl apply)
+/// to a cluster where the tenant's namespace exists, with labels of its own, and a tenant user
+/// holds `edit` there. Nothing of the operator lands in the tenant's namespace but the Role
+/// that grants the hosts and its binding to the ServiceAccount in hostcycle-system; the
+/// tenant's labels are unchanged. Neither the tenant's ServiceAccounts (what its pods can run
+/// as) nor the `edit` user can delete Nodes, patch them, evict or delete Pods elsewhere, read
+/// the operator's token, impersonate it or run a pod as it — while the operator's own
+/// ServiceAccount can do what the queue and remediation need.
+#[tokio::test]
+async fn a_namespaced_install_gives_the_watched_namespace_none_of_the_operators_power() {
+    let cluster = LocalCluster::start(ClusterOptions::default())
+        .await
+        .unwrap();
+    let client = cluster.client();
+    let kubeconfig = cluster.kubeconfig_path().to_path_buf();
+
+    // The tenant's namespace, as its owner labelled it, and an editor there.
+    let tenant_labels = BTreeMap::from([
+        ("team".to_string(), "a".to_string()),
+        (
+            "pod-security.kubernetes.io/enforce".to_string(),
+            "baseline".to_string(),
+        ),
+    ]);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let tenant: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": TENANT, "labels": tenant_labels },
+    }))
+    .unwrap();
+    namespaces
+        .create(&PostParams::default(), &tenant)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "tenant-editors", "namespace": TENANT },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": EDITOR }],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), TENANT)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let editor = Who::User(EDITOR);
+    // `edit` is aggregated by kube-controller-manager; its default ServiceAccount and token
+    // come from it too (pods need both on 1.20).
+    wait_until(
+        "the aggregated `edit` role to let the editor create pods",
+        Duration::from_secs(60),
+        || {
+            let (client, editor) = (client.clone(), editor.clone());
+            async move {
+                allowed(&client, &editor, &action("create", "pods", Some(TENANT)))
+                    .await
+                    .then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), TENANT);
+    wait_until(
+        "the tenant's default ServiceAccount and its token",
+        Duration::from_secs(60),
+        || {
+            let accounts = accounts.clone();
+            async move {
+                let account = accounts.get_opt("default").await.ok()??;
+                account.secrets.filter(|s| !s.is_empty()).map(|_| ())
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    // The install, rendered by the binary and applied with kubectl.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"))
+        .args([
+            "manifests",
+            "--deploy",
+            "--namespace",
+            TENANT,
+            "--output-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "hostcycle manifests --deploy --namespace {TENANT}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects: Vec<Value> = serde_saphyr::from_multiple(
+        &std::fs::read_to_string(dir.path().join(OPERATOR_FILE)).unwrap(),
+    )
+    .unwrap();
+    let mut items = Vec::new();
+    for object in &objects {
+        items.push(for_this_server(&client, object).await);
+    }
+    let in_tenant: Vec<String> = items
+        .iter()
+        .filter(|o| {
+            o["metadata"]["namespace"] == TENANT
+                || (o["kind"] == "Namespace" && o["metadata"]["name"] == TENANT)
+        })
+        .map(|o| format!("{} {}", o["kind"].as_str().unwrap(), o["metadata"]["name"]))
+        .collect();
+    assert_eq!(
+        in_tenant,
+        [
+            "Role \"hostcycle-operator\"",
+            "RoleBinding \"hostcycle-operator\""
+        ],
+        "only the hosts' Role and its binding go into the watched namespace"
+    );
+    let list = dir.path().join("install.json");
+    std::fs::write(
+        &list,
+        serde_json::to_vec(
+            &serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": items }),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let applied = kubectl(&kubeconfig, &["apply", "-f", list.to_str().unwrap()]);
+    assert!(
+        applied.status.success(),
+        "kubectl apply: {}{}",
+        String::from_utf8_lossy(&applied.stdout),
+        String::from_utf8_lossy(&applied.stderr)
+    );
+
+    // The tenant's namespace is as its owner left it; the operator's has its own labels.
+    assert_eq!(
+        labels_of(&namespaces.get(TENANT).await.unwrap()),
+        tenant_labels,
+        "the install changed the labels of the watched namespace"
+    );
+    let own = labels_of(&namespaces.get(OPERATOR_NS).await.unwrap());
+    assert_eq!(
+        own.get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("restricted")
+    );
+
+    // The operator's ServiceAccount and its token are in its own namespace only.
+    assert!(
+        accounts
+            .get_opt("hostcycle-operator")
+            .await
+            .unwrap()
+            .is_none(),
+        "a ServiceAccount hostcycle-operator in {TENANT}"
+    );
+    let operator_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let token = wait_until(
+        "the operator's ServiceAccount token",
+        Duration::from_secs(60),
+        || {
+            let operator_accounts = operator_accounts.clone();
+            async move {
+                let account = operator_accounts
+                    .get_opt("hostcycle-operator")
+                    .await
+                    .ok()??;
+                account.secrets?.first()?.name.clone()
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    let cluster_power = |token: &str| {
+        vec![
+            action("delete", "nodes", None),
+            action("patch", "nodes", None),
+            action("create", "pods/eviction", Some("kube-system")),
+            action("delete", "pods", Some("kube-system")),
+            action("get", "secrets", Some(OPERATOR_NS)).named(token),
+            action("list", "secrets", Some(OPERATOR_NS)),
+            action("create", "serviceaccounts/token", Some(OPERATOR_NS))
+                .named("hostcycle-operator"),
+            action("impersonate", "serviceaccounts", Some(OPERATOR_NS)).named("hostcycle-operator"),
+            action("create", "pods", Some(OPERATOR_NS)),
+            action("get", "secrets", Some("default")),
+        ]
+    };
+    // Every identity a tenant with `edit` has or can run a pod as.
+    let mut tenants = vec![editor.clone()];
+    for account in accounts.list(&ListParams::default()).await.unwrap() {
+        tenants.push(Who::Account(TENANT.into(), account.metadata.name.unwrap()));
+    }
+    let mut granted = Vec::new();
+    for who in &tenants {
+        for action in cluster_power(&token) {
+            if allowed(&client, who, &action).await {
+                granted.push(format!("{} may {}", who.name(), action.describe()));
+            }
+        }
+    }
+    assert!(
+        granted.is_empty(),
+        "tenants of {TENANT} hold the operator's power:\n  {}",
+        granted.join("\n  ")
+    );
+    // Not vacuous: the editor does hold `edit` in its namespace …
+    for action in [
+        action("create", "pods", Some(TENANT)),
+        action("impersonate", "serviceaccounts", Some(TENANT)),
+        action("get", "secrets", Some(TENANT)),
+    ] {
+        assert!(
+            allowed(&client, &editor, &action).await,
+            "the editor may {}",
+            action.describe()
+        );
+    }
+    // … and the operator's ServiceAccount holds what its controllers need: Nodes and
+    // evictions cluster-wide (queue, remediation), Secrets of the watched namespace only.
+    let operator = Who::Account(OPERATOR_NS.into(), "hostcycle-operator".into());
+    for (action, expected) in [
+        (action("delete", "nodes", None), true),
+        (action("create", "pods/eviction", Some("kube-system")), true),
+        (action("get", "secrets", Some(TENANT)), true),
+        (action("get", "secrets", Some("default")), false),
+    ] {
+        assert_eq!(
+            allowed(&client, &operator, &action).await,
+            expected,
+            "the operator may {}",
+            action.describe()
+        );
+    }
+
+    // A pod in the tenant's namespace naming the operator's ServiceAccount is refused: there
+    // is no such account there. The same pod with the default account is created.
+    let pod = |account: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": format!("probe-{account}"), "namespace": TENANT },
+            "spec": {
+                "serviceAccountName": account,
+                "containers": [{ "name": "c", "image": "example.invalid/probe" }],
+            },
+        })
+    };
+    for (account, created) in [("hostcycle-operator", false), ("default", true)] {
+        let file = dir.path().join(format!("pod-{account}.json"));
+        std::fs::write(&file, serde_json::to_vec(&pod(account)).unwrap()).unwrap();
+        let run = kubectl(
+            &kubeconfig,
+            &["--as", EDITOR, "create", "-f", file.to_str().unwrap()],
+        );
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(
+            run.status.success(),
+            created,
+            "the editor creating a pod as ServiceAccount {account}: {stderr}"
+        );
+        if !created {
+            assert!(
+                stderr.contains("not found") && stderr.contains("hostcycle-operator"),
+                "{stderr}"
+            );
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! The whole install as typed objects (`hostcycle manifests --deploy`): the CRDs, the
 //! operator's Namespace, ServiceAccount and least-privilege RBAC ([`crate::rbac`]), a
-//! Deployment of two replicas (only the Lease holder acts) and a Service for its metrics.
+//! NetworkPolicy that admits only the monitoring namespace to the metrics port, a
+//! PodDisruptionBudget, a Deployment of two replicas (only the Lease holder acts) and a
+//! Service for its metrics.
 //! The files under `deploy/` are this module's output, checked in; a test fails when they
 //! are stale.
 
@@ -14,6 +16,11 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
     ServicePort, ServiceSpec, WeightedPodAffinityTerm,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -28,10 +35,15 @@ pub const IMAGE_REPOSITORY: &str = "ghcr.io/hostcycle/hostcycle";
 pub const METRICS_PORT: i32 = 8080;
 /// Name of the container port and of the Service port.
 pub const METRICS_PORT_NAME: &str = "metrics";
-/// User and group the container runs as: distroless `nonroot`.
+/// User and group the container runs as: `nonroot` of `deploy/Dockerfile`'s runtime image.
 pub const RUN_AS_USER: i64 = 65532;
 /// Replicas of the Deployment: one leads, the other stands by with warm caches.
 pub const REPLICAS: i32 = 2;
+/// Default namespace whose pods may scrape `/metrics` (`hostcycle manifests
+/// --metrics-namespace`): kube-prometheus-stack's usual one.
+pub const DEFAULT_METRICS_NAMESPACE: &str = "monitoring";
+/// The label the API server puts on every namespace (Kubernetes 1.21 on) with its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// The default image: [`IMAGE_REPOSITORY`] tagged with this crate's version. A placeholder:
 /// nothing here builds or publishes it.
@@ -42,10 +54,12 @@ pub fn default_image() -> String {
 /// What to render.
 #[derive(Debug, Clone)]
 pub struct DeployOptions {
-    /// Namespace, controllers, Lease: the same options as `hostcycle manifests`.
+    /// Namespaces, controllers, Lease: the same options as `hostcycle manifests`.
     pub rbac: RbacOptions,
     /// Container image of the operator.
     pub image: String,
+    /// The namespace whose pods the NetworkPolicy admits to the metrics port.
+    pub metrics_namespace: String,
 }
 
 impl DeployOptions {
@@ -54,6 +68,7 @@ impl DeployOptions {
         DeployOptions {
             rbac: RbacOptions::cluster_wide("hostcycle-system"),
             image: default_image(),
+            metrics_namespace: DEFAULT_METRICS_NAMESPACE.to_string(),
         }
     }
 }
@@ -74,8 +89,10 @@ fn labels_with_component() -> BTreeMap<String, String> {
     labels
 }
 
-/// The operator's namespace. It enforces the Pod Security Standard `restricted` (clusters
-/// from 1.23 read the label; older ones ignore it), which the Deployment's pods satisfy.
+/// The operator's namespace — the only Namespace the install creates (a watched namespace
+/// must exist already and keeps its labels). It enforces the Pod Security Standard
+/// `restricted` (clusters from 1.23 read the label; older ones ignore it), which the
+/// Deployment's pods satisfy.
 pub fn namespace(name: &str) -> Namespace {
     let mut labels = labels();
     for mode in ["enforce", "audit", "warn"] {
@@ -103,8 +120,8 @@ pub fn operator_args(options: &RbacOptions) -> Vec<String> {
         format!("--lease-name={}", options.lease_name),
         format!("--metrics-addr=0.0.0.0:{METRICS_PORT}"),
     ];
-    if options.namespaced {
-        args.push(format!("--namespace={}", options.namespace));
+    if let Some(watched) = &options.watch_namespace {
+        args.push(format!("--namespace={watched}"));
     }
     if options.controllers != ControllerName::ALL {
         let names: Vec<String> = options.controllers.iter().map(|c| c.to_string()).collect();
@@ -282,6 +299,69 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
     }
 }
 
+/// Ingress to the operator's pods: only pods of the namespace `metrics_namespace` (by the
+/// name label the API server sets), only to the metrics port; everything else is denied.
+/// `/metrics` has no authentication of its own, so this is what keeps other tenants out.
+/// Probes still work: NetworkPolicy implementations admit the kubelet on the pod's own node.
+/// Egress is left alone (the API server and the BMCs are wherever they are).
+pub fn metrics_network_policy(namespace: &str, metrics_namespace: &str) -> NetworkPolicy {
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(format!("{OPERATOR_NAME}-metrics")),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels_with_component()),
+            ..Default::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels()),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".to_string()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            NAMESPACE_NAME_LABEL.to_string(),
+                            metrics_namespace.to_string(),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::String(METRICS_PORT_NAME.to_string())),
+                    protocol: Some("TCP".to_string()),
+                    ..Default::default()
+                }]),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// At most one replica evicted at a time: a node drain never takes both down, and with one
+/// replica (or both on one node) a drain still goes through — `minAvailable: 1` would block it.
+pub fn disruption_budget(namespace: &str) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(OPERATOR_NAME.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels_with_component()),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(labels()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The Service in front of every replica's `/metrics` (each replica exports its own
 /// `hostcycle_leader`).
 pub fn metrics_service(namespace: &str) -> Service {
@@ -308,13 +388,29 @@ pub fn metrics_service(namespace: &str) -> Service {
     }
 }
 
-/// Every object but the CRDs, in the order they are applied: the Namespace, the
-/// ServiceAccount and RBAC, the Deployment, the Service.
+/// Every object but the CRDs, in the order they are applied: the operator's Namespace, the
+/// ServiceAccount and RBAC, the NetworkPolicy and PodDisruptionBudget (in place before the
+/// pods), the Deployment, the Service.
 pub fn operator_objects(options: &DeployOptions) -> anyhow::Result<Vec<serde_json::Value>> {
     let ns = options.rbac.namespace.as_str();
+    if !rbac::is_dns_label(&options.metrics_namespace) {
+        anyhow::bail!(
+            "--metrics-namespace {:?} is not a valid namespace name (lower-case letters, \
+             digits and '-', at most 63 characters)",
+            options.metrics_namespace
+        );
+    }
     let mut objects =
         vec![serde_json::to_value(namespace(ns)).context("serializing the Namespace")?];
-    objects.extend(rbac::rbac_objects(&options.rbac).context("serializing the RBAC objects")?);
+    objects.extend(rbac::rbac_objects(&options.rbac)?);
+    objects.push(
+        serde_json::to_value(metrics_network_policy(ns, &options.metrics_namespace))
+            .context("serializing the NetworkPolicy")?,
+    );
+    objects.push(
+        serde_json::to_value(disruption_budget(ns))
+            .context("serializing the PodDisruptionBudget")?,
+    );
     objects.push(serde_json::to_value(deployment(options)).context("serializing the Deployment")?);
     objects.push(serde_json::to_value(metrics_service(ns)).context("serializing the Service")?);
     Ok(objects)
@@ -400,7 +496,7 @@ mod tests {
             "the Lease namespace is POD_NAMESPACE"
         );
 
-        let mut options = RbacOptions::namespaced("tenant-a");
+        let mut options = RbacOptions::namespaced("hostcycle-system", "tenant-a");
         options.controllers = vec![ControllerName::BareMetalHost];
         options.lease_name = "other-lease".into();
         let args = parse(&operator_args(&options));
@@ -464,6 +560,106 @@ mod tests {
             files
                 .iter()
                 .all(|(_, text)| text.starts_with(GENERATED_HEADER))
+        );
+    }
+
+    /// `/metrics` is unauthenticated: only the monitoring namespace's pods may reach it, and
+    /// only that port; the policy isolates the operator's pods (Ingress) and nothing else.
+    #[test]
+    fn metrics_are_admitted_only_from_the_monitoring_namespace() {
+        let mut options = DeployOptions::standard();
+        options.metrics_namespace = "prometheus".into();
+        let objects = operator_objects(&options).unwrap();
+        let policy = objects
+            .iter()
+            .find(|o| o["kind"] == "NetworkPolicy")
+            .expect("a NetworkPolicy");
+        assert_eq!(policy["apiVersion"], "networking.k8s.io/v1");
+        assert_eq!(policy["metadata"]["namespace"], "hostcycle-system");
+        let spec = &policy["spec"];
+        let pods = &deployment(&options)
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap();
+        for (key, value) in spec["podSelector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(
+                pods.labels.as_ref().unwrap().get(key).map(String::as_str),
+                value.as_str(),
+                "the policy selects the operator's pods by {key}"
+            );
+        }
+        assert_eq!(spec["policyTypes"], serde_json::json!(["Ingress"]));
+        assert_eq!(
+            spec["ingress"],
+            serde_json::json!([{
+                "from": [{ "namespaceSelector": { "matchLabels": {
+                    "kubernetes.io/metadata.name": "prometheus"
+                } } }],
+                "ports": [{ "port": "metrics", "protocol": "TCP" }],
+            }]),
+            "one rule: the monitoring namespace, the metrics port; nothing else"
+        );
+        options.metrics_namespace = "Not A Namespace".into();
+        let error = operator_objects(&options).unwrap_err().to_string();
+        assert!(error.contains("--metrics-namespace"), "{error}");
+    }
+
+    /// Drains evict one replica at a time and are never blocked, whatever the replicas.
+    #[test]
+    fn a_disruption_budget_lets_drains_take_one_replica_at_a_time() {
+        let objects = operator_objects(&DeployOptions::standard()).unwrap();
+        let budget = objects
+            .iter()
+            .find(|o| o["kind"] == "PodDisruptionBudget")
+            .expect("a PodDisruptionBudget");
+        assert_eq!(budget["apiVersion"], "policy/v1");
+        assert_eq!(budget["metadata"]["namespace"], "hostcycle-system");
+        assert_eq!(budget["spec"]["maxUnavailable"], 1);
+        assert!(budget["spec"].get("minAvailable").is_none());
+        assert_eq!(
+            budget["spec"]["selector"]["matchLabels"],
+            serde_json::to_value(
+                deployment(&DeployOptions::standard())
+                    .spec
+                    .unwrap()
+                    .selector
+            )
+            .unwrap()["matchLabels"]
+        );
+    }
+
+    /// A namespaced install: the only Namespace object is the operator's own; the watched
+    /// namespace gets the hosts' Role and its binding, nothing else.
+    #[test]
+    fn a_namespaced_install_puts_nothing_of_the_operators_in_the_watched_namespace() {
+        let options = DeployOptions {
+            rbac: RbacOptions::namespaced("hostcycle-system", "tenant-a"),
+            ..DeployOptions::standard()
+        };
+        let objects = operator_objects(&options).unwrap();
+        let namespaces: Vec<&serde_json::Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "Namespace")
+            .map(|o| &o["metadata"]["name"])
+            .collect();
+        assert_eq!(namespaces, ["hostcycle-system"]);
+        let in_tenant: Vec<&str> = objects
+            .iter()
+            .filter(|o| o["metadata"]["namespace"] == "tenant-a")
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(in_tenant, ["Role", "RoleBinding"]);
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        assert_eq!(deployment["metadata"]["namespace"], "hostcycle-system");
+        let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert!(
+            args.as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "--namespace=tenant-a"),
+            "{args}"
         );
     }
 }

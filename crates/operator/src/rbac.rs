@@ -35,11 +35,13 @@ fn labels() -> BTreeMap<String, String> {
 /// What to generate RBAC for.
 #[derive(Debug, Clone)]
 pub struct RbacOptions {
-    /// The operator's namespace: its ServiceAccount and its leader Lease.
+    /// The operator's own namespace: its ServiceAccount, Deployment and leader Lease. Nothing
+    /// else runs there, so no tenant can run a pod as the operator's ServiceAccount.
     pub namespace: String,
-    /// The operator runs with `--namespace` set to `namespace`: hosts, their Secrets and
-    /// their Events are granted by a Role there instead of cluster-wide.
-    pub namespaced: bool,
+    /// `hostcycle operator --namespace`: the one namespace whose hosts, Secrets and Events are
+    /// granted, by a Role there bound to the ServiceAccount in [`RbacOptions::namespace`].
+    /// `None`: every namespace, by the ClusterRole.
+    pub watch_namespace: Option<String>,
     /// The controllers the operator runs (`--controllers`).
     pub controllers: Vec<ControllerName>,
     /// `--lease-name`.
@@ -51,16 +53,16 @@ impl RbacOptions {
     pub fn cluster_wide(namespace: &str) -> Self {
         RbacOptions {
             namespace: namespace.to_string(),
-            namespaced: false,
+            watch_namespace: None,
             controllers: ControllerName::ALL.to_vec(),
             lease_name: DEFAULT_LEASE_NAME.to_string(),
         }
     }
 
-    /// Hosts only in `namespace`, where the operator runs too.
-    pub fn namespaced(namespace: &str) -> Self {
+    /// The operator in `namespace`, managing the hosts of `watch_namespace` only.
+    pub fn namespaced(namespace: &str, watch_namespace: &str) -> Self {
         RbacOptions {
-            namespaced: true,
+            watch_namespace: Some(watch_namespace.to_string()),
             ..RbacOptions::cluster_wide(namespace)
         }
     }
@@ -68,6 +70,46 @@ impl RbacOptions {
     fn runs(&self, controller: ControllerName) -> bool {
         self.controllers.contains(&controller)
     }
+
+    /// Refuses an install that would put the operator's ServiceAccount where the hosts live:
+    /// whoever may create pods in the watched namespace could then run one as the operator
+    /// and use its cluster-wide grants (delete Nodes, evict any Pod).
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (what, name) in std::iter::once(("operator namespace", &self.namespace)).chain(
+            self.watch_namespace
+                .iter()
+                .map(|ns| ("watched namespace", ns)),
+        ) {
+            if !is_dns_label(name) {
+                anyhow::bail!(
+                    "the {what} {name:?} is not a valid namespace name (lower-case letters, \
+                     digits and '-', at most 63 characters, starting and ending with a letter \
+                     or digit)"
+                );
+            }
+        }
+        if self.watch_namespace.as_deref() == Some(self.namespace.as_str()) {
+            anyhow::bail!(
+                "--namespace {0} is also the operator's namespace: anyone who may create pods \
+                 in {0} could run one as the operator's ServiceAccount; give the operator a \
+                 namespace of its own with --operator-namespace (default hostcycle-system)",
+                self.namespace
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A Kubernetes namespace name (RFC 1123 label).
+pub fn is_dns_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first() != Some(&b'-')
+        && bytes.last() != Some(&b'-')
 }
 
 /// Rules on the hosts' namespace(s): what every controller needs of BareMetalHosts, and the
@@ -110,24 +152,27 @@ pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
     let mut rules = vec![
         // Events about Nodes (in kube-system), queue entries, Machines and remediations.
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-        // Reboot queue: read the configuration; create `default` when it is missing.
+        // Reboot queue: read the configuration (from the watch, never by `get`); create
+        // `default` when it is missing.
         rule(
             &["hostcycle.io"],
             &["rebootqueues"],
-            &["get", "list", "watch", "create"],
+            &["list", "watch", "create"],
         ),
-        // Reboot queue: entries are read and removed when done; `spec` is never written.
+        // Reboot queue: entries are watched and removed when done; `spec` is never written.
         rule(
             &["hostcycle.io"],
             &["rebootqueueentries"],
-            &["get", "list", "watch", "delete"],
+            &["list", "watch", "delete"],
         ),
-        // Reboot queue: the controller's record of each entry and of the queue.
+        // Reboot queue: each entry's record is replaced (PUT, with its resourceVersion), the
+        // queue's summary merge-patched.
         rule(
             &["hostcycle.io"],
-            &["rebootqueueentries/status", "rebootqueues/status"],
-            &["update", "patch"],
+            &["rebootqueueentries/status"],
+            &["update"],
         ),
+        rule(&["hostcycle.io"], &["rebootqueues/status"], &["patch"]),
         // Reboot queue: readiness, cordon and uncordon. Remediation: release a fenced
         // node (delete, only once its host is off) and restore its labels when it is back.
         rule(
@@ -137,7 +182,7 @@ pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
         ),
         // Reboot queue: drain (list and watch a node's pods, delete those whose eviction
         // a PodDisruptionBudget refuses in an unprotected namespace, or unprotected Job pods).
-        rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
+        rule(&[""], &["pods"], &["list", "watch", "delete"]),
         rule(&[""], &["pods/eviction"], &["create"]),
         // Reboot queue: namespace labels for protectedNamespaces.
         rule(&[""], &["namespaces"], &["list"]),
@@ -162,10 +207,11 @@ pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
         },
     ));
     if remediation {
+        // The request's record is replaced (PUT, with its resourceVersion).
         rules.push(rule(
             &["hostcycle.io"],
             &["hostremediations/status"],
-            &["update", "patch"],
+            &["update"],
         ));
     }
     rules
@@ -205,18 +251,23 @@ fn named_cluster_role(rules: Vec<PolicyRule>) -> ClusterRole {
     }
 }
 
-/// The operator's Role in its own namespace: the Lease, and with `namespaced` the hosts,
-/// their Secrets and Events.
+/// The operator's Role in its own namespace: the leader Lease only.
 pub fn role(options: &RbacOptions) -> Role {
-    let mut rules = Vec::new();
-    if options.namespaced {
-        rules.extend(host_rules(&options.controllers));
-    }
-    rules.extend(lease_rules(&options.lease_name));
+    named_role(&options.namespace, lease_rules(&options.lease_name))
+}
+
+/// The Role in the watched namespace of a namespaced install: the hosts, their Secrets and
+/// Events there. `None` for a cluster-wide install.
+pub fn host_role(options: &RbacOptions) -> Option<Role> {
+    let namespace = options.watch_namespace.as_deref()?;
+    Some(named_role(namespace, host_rules(&options.controllers)))
+}
+
+fn named_role(namespace: &str, rules: Vec<PolicyRule>) -> Role {
     Role {
         metadata: ObjectMeta {
             name: Some(OPERATOR_NAME.into()),
-            namespace: Some(options.namespace.clone()),
+            namespace: Some(namespace.into()),
             labels: Some(labels()),
             ..Default::default()
         },
@@ -233,7 +284,9 @@ fn subject(namespace: &str) -> Subject {
     }
 }
 
-pub fn role_binding(namespace: &str) -> RoleBinding {
+/// Binds the Role `hostcycle-operator` of `namespace` to the ServiceAccount of the operator's
+/// namespace `operator_namespace` (the same namespace but for a namespaced install's hosts).
+pub fn role_binding(namespace: &str, operator_namespace: &str) -> RoleBinding {
     RoleBinding {
         metadata: ObjectMeta {
             name: Some(OPERATOR_NAME.into()),
@@ -246,7 +299,7 @@ pub fn role_binding(namespace: &str) -> RoleBinding {
             kind: "Role".into(),
             name: OPERATOR_NAME.into(),
         },
-        subjects: Some(vec![subject(namespace)]),
+        subjects: Some(vec![subject(operator_namespace)]),
     }
 }
 
@@ -325,25 +378,36 @@ fn with_type_meta<T: serde::Serialize>(
     Ok(v)
 }
 
-/// The operator's ServiceAccount and RBAC as JSON values, ready to serialize: cluster-wide
-/// rules only for what cannot be namespaced, the Lease in a Role of the operator's namespace,
-/// and with `namespaced` the hosts' rules in that Role too.
-pub fn rbac_objects(options: &RbacOptions) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+/// The operator's ServiceAccount and RBAC as JSON values, ready to serialize: the
+/// ServiceAccount and the Lease's Role in the operator's namespace; with a watched namespace,
+/// the hosts' Role there (bound to that ServiceAccount); cluster-wide rules only for what
+/// cannot be namespaced, and only for the controllers that need them. Refuses what
+/// [`RbacOptions::check`] refuses.
+pub fn rbac_objects(options: &RbacOptions) -> anyhow::Result<Vec<serde_json::Value>> {
     const RBAC: &str = "rbac.authorization.k8s.io/v1";
+    options.check()?;
     let ns = options.namespace.as_str();
     let mut objects = vec![with_type_meta(
         &service_account(ns),
         "v1",
         "ServiceAccount",
     )?];
-    let mut cluster = if options.namespaced {
-        Vec::new()
-    } else {
-        host_rules(&options.controllers)
+    objects.push(with_type_meta(&role(options), RBAC, "Role")?);
+    objects.push(with_type_meta(&role_binding(ns, ns), RBAC, "RoleBinding")?);
+    let mut cluster = match host_role(options) {
+        Some(hosts) => {
+            let watched = hosts.metadata.namespace.clone().unwrap_or_default();
+            objects.push(with_type_meta(&hosts, RBAC, "Role")?);
+            objects.push(with_type_meta(
+                &role_binding(&watched, ns),
+                RBAC,
+                "RoleBinding",
+            )?);
+            Vec::new()
+        }
+        None => host_rules(&options.controllers),
     };
     cluster.extend(cluster_rules(&options.controllers));
-    objects.push(with_type_meta(&role(options), RBAC, "Role")?);
-    objects.push(with_type_meta(&role_binding(ns), RBAC, "RoleBinding")?);
     if !cluster.is_empty() {
         objects.push(with_type_meta(
             &named_cluster_role(cluster),
@@ -450,7 +514,7 @@ mod tests {
     fn leases_are_granted_only_in_the_operator_namespace_and_by_name() {
         for options in [
             RbacOptions::cluster_wide("ops"),
-            RbacOptions::namespaced("ops"),
+            RbacOptions::namespaced("ops", "metal"),
         ] {
             let objs = rbac_objects(&options).unwrap();
             assert!(grants(&rules_of(&objs, "ClusterRole"), "leases").is_empty());
@@ -481,30 +545,87 @@ mod tests {
     #[test]
     #[allow(clippy::unwrap_used)]
     fn namespaced_install_grants_hosts_and_secrets_by_a_role_only() {
-        let mut options = RbacOptions::namespaced("metal");
+        let mut options = RbacOptions::namespaced("ops", "metal");
         options.controllers = vec![ControllerName::BareMetalHost];
         let objs = rbac_objects(&options).unwrap();
-        let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        let placed: Vec<(&str, &str)> = objs
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap(),
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
         assert_eq!(
-            kinds,
-            ["ServiceAccount", "Role", "RoleBinding"],
-            "no cluster-wide rule"
+            placed,
+            [
+                ("ServiceAccount", "ops"),
+                ("Role", "ops"),
+                ("RoleBinding", "ops"),
+                ("Role", "metal"),
+                ("RoleBinding", "metal"),
+            ],
+            "no cluster-wide rule; nothing of the operator's own in the watched namespace"
         );
-        let role = rules_of(&objs, "Role");
-        assert_eq!(grants(&role, "secrets"), ["get", "list", "watch"]);
-        assert_eq!(grants(&role, "baremetalhosts/status"), ["update"]);
+        let in_ns = |ns: &str| -> Vec<serde_json::Value> {
+            objs.iter()
+                .filter(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == ns)
+                .flat_map(|o| o["rules"].as_array().unwrap().clone())
+                .collect()
+        };
+        let hosts = in_ns("metal");
+        assert_eq!(grants(&hosts, "secrets"), ["get", "list", "watch"]);
+        assert_eq!(grants(&hosts, "baremetalhosts/status"), ["update"]);
+        assert!(grants(&hosts, "leases").is_empty());
+        let own = in_ns("ops");
+        assert!(grants(&own, "secrets").is_empty());
+        assert!(grants(&own, "baremetalhosts").is_empty());
+        // The watched namespace's binding names the ServiceAccount of the operator's.
+        assert_eq!(objs[4]["subjects"][0]["namespace"], "ops");
+        assert_eq!(objs[4]["roleRef"]["kind"], "Role");
 
-        // With the queue and remediation, only what cannot be namespaced is cluster-wide.
-        let objs = rbac_objects(&RbacOptions::namespaced("metal")).unwrap();
+        // With the queue and remediation, only what cannot be namespaced is cluster-wide,
+        // bound to the ServiceAccount in the operator's namespace.
+        let objs = rbac_objects(&RbacOptions::namespaced("ops", "metal")).unwrap();
         let cluster = rules_of(&objs, "ClusterRole");
         assert!(grants(&cluster, "secrets").is_empty());
         assert!(grants(&cluster, "baremetalhosts").is_empty());
         assert!(!grants(&cluster, "nodes").is_empty());
         assert!(!grants(&rules_of(&objs, "Role"), "baremetalhosts").is_empty());
+        let binding = objs
+            .iter()
+            .find(|o| o["kind"] == "ClusterRoleBinding")
+            .unwrap();
+        assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    }
+
+    /// The operator's ServiceAccount never lives where the hosts are, and names are checked.
+    #[test]
+    fn the_watched_namespace_is_never_the_operators() {
+        let error = rbac_objects(&RbacOptions::namespaced("metal", "metal"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--operator-namespace"), "{error}");
+        let error = rbac_objects(&RbacOptions::namespaced("ops", "Metal_1"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("\"Metal_1\" is not a valid namespace"),
+            "{error}"
+        );
+        for good in ["a", "metal-1", &"x".repeat(63)] {
+            assert!(is_dns_label(good), "{good}");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", &"x".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
     }
 
     /// Only the verbs the code calls: hosts are patched (never updated), their status is
-    /// replaced (never read or patched through /status), Events are created and patched.
+    /// replaced (never read or patched through /status), Events are created and patched;
+    /// Pods, queues and entries are never read one by one (watches serve them); the queue's
+    /// status is patched, entries' and remediations' statuses replaced.
     #[test]
     #[allow(clippy::unwrap_used)]
     fn unused_verbs_are_not_granted() {
@@ -520,5 +641,20 @@ mod tests {
             events.iter().all(|v| v == "create" || v == "patch"),
             "{events:?}"
         );
+        for (resource, verbs) in [
+            ("pods", &["list", "watch", "delete"][..]),
+            ("pods/eviction", &["create"]),
+            ("nodes", &["get", "list", "watch", "patch", "delete"]),
+            ("namespaces", &["list"]),
+            ("rebootqueues", &["list", "watch", "create"]),
+            ("rebootqueues/status", &["patch"]),
+            ("rebootqueueentries", &["list", "watch", "delete"]),
+            ("rebootqueueentries/status", &["update"]),
+            ("hostremediations", &["get", "list", "watch", "patch"]),
+            ("hostremediations/status", &["update"]),
+            ("machines/status", &["patch"]),
+        ] {
+            assert_eq!(grants(&rules, resource), verbs, "{resource}");
+        }
     }
 }
