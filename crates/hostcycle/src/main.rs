@@ -69,6 +69,20 @@ enum Command {
         /// (by its `kubernetes.io/metadata.name` label); every other ingress is denied.
         #[arg(long, default_value = hostcycle_operator::deploy::DEFAULT_METRICS_NAMESPACE, requires = "deploy")]
         metrics_namespace: String,
+        /// The operator's `--bmc-networks`: where BMC credentials may be sent (CIDRs, IPs,
+        /// DNS names, `.suffix`es, or `any`). Without it the installed operator manages no
+        /// host until it is set (docs/security.md).
+        #[arg(long, value_delimiter = ',', requires = "deploy")]
+        bmc_networks: Vec<hostcycle_bmc::destination::BmcNetwork>,
+        /// The operator's `--allow-plain-http-bmc`.
+        #[arg(long, requires = "deploy")]
+        allow_plain_http_bmc: bool,
+        /// The operator's `--bmc-credentials-label` (`KEY=VALUE`).
+        #[arg(long, requires = "deploy")]
+        bmc_credentials_label: Option<String>,
+        /// The operator's `--remediation-request-namespaces` (default `same-as-host`).
+        #[arg(long, requires = "deploy")]
+        remediation_request_namespaces: Option<hostcycle_core::remediation::RequestNamespaces>,
         /// Write `crds.yaml` and `operator.yaml` into this directory instead of printing
         /// one stream.
         #[arg(long, requires = "deploy")]
@@ -147,6 +161,10 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             deploy,
             image,
             metrics_namespace,
+            bmc_networks,
+            allow_plain_http_bmc,
+            bmc_credentials_label,
+            remediation_request_namespaces,
             output_dir,
         } => {
             let rbac = hostcycle_operator::rbac::RbacOptions {
@@ -161,6 +179,13 @@ async fn run(cli: Cli) -> std::process::ExitCode {
                         rbac,
                         image: image.unwrap_or_else(hostcycle_operator::deploy::default_image),
                         metrics_namespace,
+                        policy: hostcycle_operator::deploy::OperatorPolicy {
+                            bmc_networks: bmc_networks.iter().map(ToString::to_string).collect(),
+                            allow_plain_http_bmc,
+                            bmc_credentials_label,
+                            remediation_request_namespaces: remediation_request_namespaces
+                                .map(|r| r.to_string()),
+                        },
                     },
                     output_dir.as_deref(),
                 )

@@ -140,6 +140,21 @@ fn chart_options_render_what_hostcycle_manifests_renders() {
             "--metrics-namespace=prometheus".into(),
         ],
     ));
+    // The security flags (docs/security.md).
+    cases.push((
+        vec![
+            "bmcNetworks={10.0.0.0/24,.bmc.example}".into(),
+            "allowPlainHttpBmc=true".into(),
+            "bmcCredentialsLabel=hostcycle.io/bmc-credentials=true".into(),
+            "remediationRequestNamespaces=same-as-host\\,remediators".into(),
+        ],
+        vec![
+            "--bmc-networks=10.0.0.0/24,.bmc.example".into(),
+            "--allow-plain-http-bmc".into(),
+            "--bmc-credentials-label=hostcycle.io/bmc-credentials=true".into(),
+            "--remediation-request-namespaces=same-as-host,remediators".into(),
+        ],
+    ));
     // A namespaced install with the operator in a namespace of another name.
     cases.push((
         vec![

@@ -60,6 +60,41 @@ pub struct DeployOptions {
     pub image: String,
     /// The namespace whose pods the NetworkPolicy admits to the metrics port.
     pub metrics_namespace: String,
+    /// Who may make the operator act, and where credentials go (docs/security.md).
+    pub policy: OperatorPolicy,
+}
+
+/// The operator's security flags, rendered into the Deployment's arguments as given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorPolicy {
+    /// `--bmc-networks`; none: the operator sends credentials nowhere until set.
+    pub bmc_networks: Vec<String>,
+    /// `--allow-plain-http-bmc`.
+    pub allow_plain_http_bmc: bool,
+    /// `--bmc-credentials-label` (`KEY=VALUE`).
+    pub bmc_credentials_label: Option<String>,
+    /// `--remediation-request-namespaces`; `None`: the operator's default (`same-as-host`).
+    pub remediation_request_namespaces: Option<String>,
+}
+
+impl OperatorPolicy {
+    /// The flags, in a fixed order.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if !self.bmc_networks.is_empty() {
+            args.push(format!("--bmc-networks={}", self.bmc_networks.join(",")));
+        }
+        if self.allow_plain_http_bmc {
+            args.push("--allow-plain-http-bmc".to_string());
+        }
+        if let Some(label) = &self.bmc_credentials_label {
+            args.push(format!("--bmc-credentials-label={label}"));
+        }
+        if let Some(rule) = &self.remediation_request_namespaces {
+            args.push(format!("--remediation-request-namespaces={rule}"));
+        }
+        args
+    }
 }
 
 impl DeployOptions {
@@ -69,6 +104,7 @@ impl DeployOptions {
             rbac: RbacOptions::cluster_wide("hostcycle-system"),
             image: default_image(),
             metrics_namespace: DEFAULT_METRICS_NAMESPACE.to_string(),
+            policy: OperatorPolicy::default(),
         }
     }
 }
@@ -225,7 +261,11 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
         name: "operator".to_string(),
         image: Some(options.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_string()),
-        args: Some(operator_args(&options.rbac)),
+        args: Some({
+            let mut args = operator_args(&options.rbac);
+            args.extend(options.policy.args());
+            args
+        }),
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
