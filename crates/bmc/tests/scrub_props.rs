@@ -264,6 +264,8 @@ proptest! {
             }))
             .collect();
         prop_assume!(forms.iter().all(|f| !text.contains(f.as_str())));
+        // Nor the password as a request line carries it (URL parsing reads `\` as `/`).
+        prop_assume!(!text.contains(&password.replace('\\', "/")));
         prop_assume!(!text.to_ascii_lowercase().contains("x-auth-token"));
         prop_assert_eq!(scrub_secret(&text, &username, &password), text);
     }
