@@ -95,6 +95,9 @@ pub mod queue_condition {
     pub const BLOCKED: &str = "Blocked";
     /// Reason of `Blocked=True`.
     pub const CANNOT_REBOOT: &str = "CannotReboot";
+    /// Reason of `Blocked=True` when the node is rebooted by command and its address (from
+    /// its Node status) is not an IP address or a DNS name: the commands are not run with it.
+    pub const UNSAFE_NODE_ADDRESS: &str = "UnsafeNodeAddress";
 }
 
 /// Reasons of the Events the reboot queue emits (on the entry and, where it concerns the
@@ -117,6 +120,10 @@ pub mod queue_event_reason {
     pub const REBOOT_COMMAND_FAILED: &str = "RebootCommandFailed";
     /// Warning: the reboot cannot be requested (no BareMetalHost, no command, ...).
     pub const REBOOT_BLOCKED: &str = "RebootBlocked";
+    /// Warning: the node is rebooted by command and its address (from its Node status) is
+    /// neither an IP address nor a DNS name — one starting with `-` would be read as an
+    /// option: the reboot and boot-check commands are not run with it.
+    pub const UNSAFE_NODE_ADDRESS: &str = "UnsafeNodeAddress";
     /// Normal: the node booted after the reboot.
     pub const BOOT_CONFIRMED: &str = "BootConfirmed";
     /// Warning: no boot confirmed within `bootTimeoutSeconds`; the entry keeps waiting.

@@ -5,6 +5,9 @@
 //! - boot check: `boot_check_command… <node> <unix-time>`; the node counts as booted after
 //!   that time only when the command exits 0 and prints `true`.
 //!
+//! A node starting with `-` is refused when the driver is made: it would be read as an
+//! option. (The reboot queue accepts only IP addresses and DNS names.)
+//!
 //! Commands run without a shell, with a timeout; the child is killed on timeout or drop.
 //! They get a cleared environment holding only [`COMMAND_ENVIRONMENT`] (the operator's own
 //! variables may hold secrets), and at most 64 KiB of each output stream is kept.
@@ -122,6 +125,15 @@ impl CommandDriver {
             return Err(BmcError::Config(
                 "the command driver needs a node name".into(),
             ));
+        }
+        // The node is appended to the commands' argv: ssh-like tools read an argument
+        // starting with `-` as an option (`-oProxyCommand=…` runs a command).
+        if node.starts_with('-') {
+            return Err(BmcError::Config(format!(
+                "the node {:?} starts with '-': the commands would read it as an option; they \
+                 are not run with it (give an IP address or a DNS name)",
+                text::clip_to(&node, 64)
+            )));
         }
         if config.command_timeout.is_zero() {
             return Err(BmcError::Config(

@@ -95,12 +95,12 @@ pub enum CredentialsError {
     #[error("the BMC credentials Secret has no name (spec.bmc.credentialsName is empty)")]
     NoSecretName,
 
-    #[error("could not read BMC credentials Secret {namespace}/{name}: {source}")]
+    #[error("could not read BMC credentials Secret {namespace}/{name}: {detail}")]
     Api {
         namespace: String,
         name: String,
-        #[source]
-        source: kube::Error,
+        /// What the API call said (see [`api_detail`]).
+        detail: String,
     },
 
     #[error("could not read the BMC password file {path}: {detail}")]
@@ -162,10 +162,10 @@ pub async fn load_credentials(
     let secret = secrets
         .get_opt(name)
         .await
-        .map_err(|source| CredentialsError::Api {
+        .map_err(|e| CredentialsError::Api {
             namespace: namespace.to_string(),
             name: name.to_string(),
-            source,
+            detail: api_detail(&e),
         })?;
     match secret {
         Some(secret) => credentials_from_secret(&secret),
@@ -173,6 +173,19 @@ pub async fn load_credentials(
             namespace: namespace.to_string(),
             name: name.to_string(),
         }),
+    }
+}
+
+/// A failed Secret read in words. An answer that could not be deserialized is described
+/// without the parser's message: that quotes bytes of the answer and where they are (a piece
+/// of a value, the position of keys).
+fn api_detail(error: &kube::Error) -> String {
+    match error {
+        kube::Error::SerdeError(_) => "the API server's answer could not be read as a Secret \
+             (the parser's details are withheld: they may quote the Secret's data); check the \
+             API server and any proxy in front of it"
+            .to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -300,6 +313,104 @@ mod tests {
         let err = credentials_from_secret(&s).unwrap_err();
         let text = format!("{err} {err:?}");
         assert!(!text.contains("admin-user"), "{text}");
+    }
+
+    /// Someone who may read a host but not its Secret learns from the host's status which
+    /// required key is missing or unusable — never which other keys the Secret has, how long
+    /// any value is, or a piece of one. Each case is a Secret with decoy keys beside (or
+    /// instead of) the required ones.
+    #[test]
+    fn messages_name_only_the_required_key() {
+        const DECOY_KEYS: [&str; 4] = ["Password", "login", "ssh-privatekey", "bmc-token"];
+        const DECOY_VALUES: [&[u8]; 4] = [
+            b"dcy-Qz7x-Pw-Kr2m",
+            b"dcy-Rt9v-Lq",
+            b"MIIEvQIBADANBgkq",
+            b"dcy-Tk3j-Wn8b",
+        ];
+        let decoys = || DECOY_KEYS.iter().copied().zip(DECOY_VALUES.iter().copied());
+        let with = |extra: &[(&'static str, &'static [u8])]| {
+            let mut data: Vec<(&str, &[u8])> = decoys().collect();
+            data.extend_from_slice(extra);
+            secret(&data)
+        };
+        let username: &[u8] = b"adm-Xq4z";
+        let password: &[u8] = b"Hj8-Zv2q-Kc5w";
+        let cases: Vec<(Secret, &str)> = vec![
+            (with(&[]), "username"),
+            (with(&[("username", username)]), "password"),
+            (with(&[("password", password)]), "username"),
+            (
+                with(&[("username", b"  \n"), ("password", password)]),
+                "username",
+            ),
+            (
+                with(&[("username", username), ("password", b"\t")]),
+                "password",
+            ),
+            (
+                with(&[("username", b"adm-\xffXq4z"), ("password", password)]),
+                "username",
+            ),
+            (
+                with(&[("username", username), ("password", b"Hj8-\xfeZv2q")]),
+                "password",
+            ),
+            // Decoys only in stringData.
+            (
+                Secret {
+                    metadata: secret(&[]).metadata,
+                    string_data: Some(
+                        decoys()
+                            .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v).into()))
+                            .chain([("username".to_string(), "adm-Xq4z".to_string())])
+                            .collect(),
+                    ),
+                    ..Default::default()
+                },
+                "password",
+            ),
+        ];
+        for (secret, key) in cases {
+            let err = credentials_from_secret(&secret).unwrap_err();
+            let text = format!("{err} | {err:?}");
+            assert!(text.contains(&format!("`{key}`")), "names `{key}`: {text}");
+            assert!(text.contains("hosts/bmc-creds"), "names the Secret: {text}");
+            for decoy in DECOY_KEYS {
+                assert!(!text.contains(decoy), "reveals key {decoy}: {text}");
+            }
+            // No piece of any value (4 bytes is the shortest run that could identify one).
+            for value in DECOY_VALUES.into_iter().chain([username, password]) {
+                for piece in value.windows(4) {
+                    let piece = String::from_utf8_lossy(piece);
+                    assert!(!text.contains(piece.as_ref()), "reveals {piece:?}: {text}");
+                }
+            }
+            // No size: the messages hold no number (but the one in "UTF-8").
+            let message = err.to_string().replace("UTF-8", "");
+            assert!(
+                !message.chars().any(|c| c.is_ascii_digit()),
+                "a number in: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_secret_is_described_without_the_parsers_message() {
+        let parsed = serde_json::from_str::<Secret>(r#"{"data": {"password": "Hj8-Zv2q!Kc5w"}}"#);
+        let err = CredentialsError::Api {
+            namespace: "hosts".into(),
+            name: "bmc-creds".into(),
+            detail: api_detail(&kube::Error::SerdeError(parsed.unwrap_err())),
+        };
+        let text = format!("{err} | {err:?}");
+        assert!(
+            text.starts_with("could not read BMC credentials Secret hosts/bmc-creds: the API"),
+            "{text}"
+        );
+        for detail in ["symbol", "offset", "column", "Zv2q"] {
+            assert!(!text.contains(detail), "{detail:?} in: {text}");
+        }
     }
 
     #[test]

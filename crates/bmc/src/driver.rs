@@ -1,12 +1,14 @@
 //! The one interface every BMC driver implements.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::credentials::BmcCredentials;
 use crate::error::BmcError;
+use crate::text::Secrets;
 
 /// A host's power state as the BMC reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -116,12 +118,17 @@ impl PowerOutcome {
 
     /// The outcome without the password in its texts ([`crate::text::scrub_secret`]): the
     /// reason of a hard fallback may list what the BMC sent (its reset types, its error).
-    pub fn scrubbed(mut self, username: &str, password: &str) -> Self {
+    pub fn scrubbed(self, username: &str, password: &str) -> Self {
+        self.scrubbed_of(&crate::text::Secrets::new(username, password))
+    }
+
+    /// [`PowerOutcome::scrubbed`] for all the secrets of a connection (session tokens too).
+    pub fn scrubbed_of(mut self, secrets: &crate::text::Secrets<'_>) -> Self {
         for text in [&mut self.action, &mut self.hard_fallback, &mut self.output]
             .into_iter()
             .flatten()
         {
-            let clean = crate::text::scrub_secret(text, username, password);
+            let clean = crate::text::scrub(text, secrets);
             if clean != *text {
                 *text = clean;
             }
@@ -232,6 +239,11 @@ pub trait BmcOperations: Send + Sync + fmt::Debug {
     fn credentials(&self) -> Option<&BmcCredentials> {
         None
     }
+    /// The session tokens the BMC handed out (the current one and a few before it): scrubbed
+    /// like the password.
+    fn session_tokens(&self) -> Vec<Arc<str>> {
+        Vec::new()
+    }
     async fn read_power_state(&self) -> Result<PowerState, BmcError>;
     async fn request_power_on(&self) -> Result<PowerOutcome, BmcError>;
     async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
@@ -253,14 +265,14 @@ impl<T: BmcOperations> PowerDriver for T {
         let what = || format!("reading the power state of {}", self.describe());
         within(self.call_deadline(), what, self.read_power_state())
             .await
-            .map_err(|e| contained_error(e, self.credentials()))
+            .map_err(|e| contained_error(e, self))
     }
 
     async fn power_on(&self) -> Result<PowerOutcome, BmcError> {
         let what = || format!("power on of {}", self.describe());
         contained(
             within(self.call_deadline(), what, self.request_power_on()).await,
-            self.credentials(),
+            self,
         )
     }
 
@@ -268,7 +280,7 @@ impl<T: BmcOperations> PowerDriver for T {
         let what = || format!("{mode} power off of {}", self.describe());
         contained(
             within(self.call_deadline(), what, self.request_power_off(mode)).await,
-            self.credentials(),
+            self,
         )
     }
 
@@ -276,7 +288,7 @@ impl<T: BmcOperations> PowerDriver for T {
         let what = || format!("{mode} reboot of {}", self.describe());
         contained(
             within(self.call_deadline(), what, self.request_reboot(mode)).await,
-            self.credentials(),
+            self,
         )
     }
 
@@ -284,30 +296,38 @@ impl<T: BmcOperations> PowerDriver for T {
         let what = || format!("logging out of {}", self.describe());
         within(self.call_deadline(), what, self.end_session())
             .await
-            .map_err(|e| contained_error(e, self.credentials()))
+            .map_err(|e| contained_error(e, self))
     }
 }
 
-/// An error fit to leave the driver: without the password, then cut (scrubbing first, so a
-/// cut never leaves part of a password behind).
-fn contained_error(error: BmcError, credentials: Option<&BmcCredentials>) -> BmcError {
-    match credentials {
-        Some(c) => error.scrubbed(c.username(), c.password()).bounded(),
+/// An error fit to leave the driver: without the password and session tokens, then cut
+/// (scrubbing first, so a cut never leaves part of a secret behind).
+fn contained_error<D: BmcOperations + ?Sized>(error: BmcError, driver: &D) -> BmcError {
+    match driver.credentials() {
+        Some(c) => {
+            let tokens = driver.session_tokens();
+            let secrets = Secrets::new(c.username(), c.password()).with_tokens(&tokens);
+            error.scrubbed_of(&secrets).bounded()
+        }
         None => error.bounded(),
     }
 }
 
 /// A power call's result fit to leave the driver (see [`contained_error`]).
-fn contained(
+fn contained<D: BmcOperations + ?Sized>(
     result: Result<PowerOutcome, BmcError>,
-    credentials: Option<&BmcCredentials>,
+    driver: &D,
 ) -> Result<PowerOutcome, BmcError> {
     match result {
-        Ok(outcome) => Ok(match credentials {
-            Some(c) => outcome.scrubbed(c.username(), c.password()).bounded(),
+        Ok(outcome) => Ok(match driver.credentials() {
+            Some(c) => {
+                let tokens = driver.session_tokens();
+                let secrets = Secrets::new(c.username(), c.password()).with_tokens(&tokens);
+                outcome.scrubbed_of(&secrets).bounded()
+            }
             None => outcome.bounded(),
         }),
-        Err(e) => Err(contained_error(e, credentials)),
+        Err(e) => Err(contained_error(e, driver)),
     }
 }
 

@@ -192,9 +192,14 @@ impl BmcError {
     /// reset types, a redirect's or a session's location, an error page. Drivers that hold
     /// credentials return errors through this (before [`BmcError::bounded`], so a cut never
     /// leaves part of a password behind).
-    pub fn scrubbed(mut self, username: &str, password: &str) -> BmcError {
+    pub fn scrubbed(self, username: &str, password: &str) -> BmcError {
+        self.scrubbed_of(&crate::text::Secrets::new(username, password))
+    }
+
+    /// [`BmcError::scrubbed`] for all the secrets of a connection (session tokens too).
+    pub fn scrubbed_of(mut self, secrets: &crate::text::Secrets<'_>) -> BmcError {
         self.for_each_text(&mut |text: &mut String| {
-            let clean = crate::text::scrub_secret(text, username, password);
+            let clean = crate::text::scrub(text, secrets);
             if clean != *text {
                 *text = clean;
             }

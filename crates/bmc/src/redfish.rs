@@ -32,6 +32,9 @@ mod session;
 const SESSIONS_PATH: &str = "/redfish/v1/SessionService/Sessions";
 const SYSTEMS_PATH: &str = "/redfish/v1/Systems";
 const X_AUTH_TOKEN: &str = "X-Auth-Token";
+/// Session tokens remembered for scrubbing: the current one and a few before it (a logout's
+/// or an expired session's error may quote its token after the driver let go of it).
+const REMEMBERED_TOKENS: usize = 4;
 /// Longest BMC error text kept in an error message.
 const MAX_MESSAGE_BYTES: usize = 300;
 
@@ -145,6 +148,8 @@ pub struct RedfishDriver {
     credentials: BmcCredentials,
     options: RedfishOptions,
     auth: RwLock<AuthState>,
+    /// The last [`REMEMBERED_TOKENS`] session tokens, newest last: scrubbed from BMC text.
+    tokens: RwLock<Vec<Arc<str>>>,
     /// Serialises logins so concurrent calls do not open several sessions.
     login_lock: Mutex<()>,
     system_path: OnceCell<String>,
@@ -246,6 +251,7 @@ impl RedfishDriver {
             credentials,
             options,
             auth: RwLock::new(auth),
+            tokens: RwLock::default(),
             login_lock: Mutex::new(()),
             system_path: OnceCell::new(),
         }
@@ -271,19 +277,44 @@ impl RedfishDriver {
         Ok(url)
     }
 
-    /// Text from the BMC made fit for an error or a log: no password, about 1 KiB at most.
-    fn bmc_text(&self, bmc_text: &str) -> String {
-        text::from_bmc(
-            bmc_text,
-            self.credentials.username(),
-            self.credentials.password(),
-        )
+    /// The secrets to keep out of text, with `tokens` (from [`Self::remembered_tokens`]).
+    fn secrets<'a>(&'a self, tokens: &'a [Arc<str>]) -> text::Secrets<'a> {
+        text::Secrets::new(self.credentials.username(), self.credentials.password())
+            .with_tokens(tokens)
     }
 
-    /// An error fit for a log line or a retry: without the password (the driver's callers get
-    /// errors scrubbed anyway; this is for what is logged on the way).
+    fn remembered_tokens(&self) -> Vec<Arc<str>> {
+        match self.tokens.read() {
+            Ok(tokens) => tokens.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Remembers a new session token for scrubbing, forgetting the oldest beyond
+    /// [`REMEMBERED_TOKENS`].
+    fn remember_token(&self, token: &Arc<str>) {
+        let mut tokens = match self.tokens.write() {
+            Ok(tokens) => tokens,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        tokens.retain(|t| t != token);
+        tokens.push(token.clone());
+        let excess = tokens.len().saturating_sub(REMEMBERED_TOKENS);
+        tokens.drain(..excess);
+    }
+
+    /// Text from the BMC made fit for an error or a log: no password, no session token,
+    /// about 1 KiB at most.
+    fn bmc_text(&self, bmc_text: &str) -> String {
+        let tokens = self.remembered_tokens();
+        text::from_bmc_without(bmc_text, &self.secrets(&tokens))
+    }
+
+    /// An error fit for a log line or a retry: without the password or a session token (the
+    /// driver's callers get errors scrubbed anyway; this is for what is logged on the way).
     fn scrub_error(&self, error: BmcError) -> BmcError {
-        error.scrubbed(self.credentials.username(), self.credentials.password())
+        let tokens = self.remembered_tokens();
+        error.scrubbed_of(&self.secrets(&tokens))
     }
 
     fn auth_state(&self) -> AuthState {
@@ -343,6 +374,8 @@ impl RedfishDriver {
                 .and_then(|v| v.to_str().ok());
             if let Some(token) = token {
                 let token: Arc<str> = Arc::from(token);
+                // Before anything can quote it.
+                self.remember_token(&token);
                 let location = self.session_url(&reply);
                 tracing::debug!(endpoint = %self.endpoint, "opened a Redfish session");
                 self.set_auth_state(AuthState::Session {
@@ -504,7 +537,10 @@ impl RedfishDriver {
                 method: method.to_string(),
                 path: path.to_string(),
                 status: status.as_u16(),
-                message: redfish_message(&reply.body, &self.credentials),
+                message: {
+                    let tokens = self.remembered_tokens();
+                    redfish_message(&reply.body, &self.secrets(&tokens))
+                },
                 retry_after: reply
                     .headers
                     .get(RETRY_AFTER)
@@ -750,6 +786,10 @@ impl BmcOperations for RedfishDriver {
         Some(&self.credentials)
     }
 
+    fn session_tokens(&self) -> Vec<Arc<str>> {
+        self.remembered_tokens()
+    }
+
     async fn end_session(&self) -> Result<(), BmcError> {
         self.logout().await
     }
@@ -835,8 +875,9 @@ impl Drop for RedfishDriver {
 }
 
 /// `": message (extended; info)"` from a Redfish error body, or a cleaned-up text excerpt;
-/// without the password (scrubbed before the text is cut, so no part of it is left).
-fn redfish_message(body: &[u8], credentials: &BmcCredentials) -> String {
+/// without the password or a session token (scrubbed before the text is cut, so no part of
+/// them is left).
+fn redfish_message(body: &[u8], secrets: &text::Secrets<'_>) -> String {
     #[derive(Deserialize)]
     struct ErrorBody {
         error: ErrorDetail,
@@ -860,19 +901,15 @@ fn redfish_message(body: &[u8], credentials: &BmcCredentials) -> String {
             parts.join("; ")
         }
         // Scrubbed before the whitespace is squeezed: the password may contain some.
-        Err(_) => text::scrub_secret(
-            &String::from_utf8_lossy(body),
-            credentials.username(),
-            credentials.password(),
-        )
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" "),
+        Err(_) => text::scrub(&String::from_utf8_lossy(body), secrets)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
     };
     if text.is_empty() {
         return String::new();
     }
-    let text = text::scrub_secret(&text, credentials.username(), credentials.password());
+    let text = text::scrub(&text, secrets);
     format!(": {}", text::clip_to(&text, MAX_MESSAGE_BYTES))
 }
 
@@ -925,7 +962,8 @@ mod tests {
         let body = br#"{"error":{"code":"Base.1.0.GeneralError","message":"nope",
             "@Message.ExtendedInfo":[{"Message":"ResetType not supported"}]}}"#;
         let credentials = BmcCredentials::new("admin", "Sekr1t-xyzzy").unwrap();
-        let message = |body: &[u8]| redfish_message(body, &credentials);
+        let secrets = text::Secrets::new(credentials.username(), credentials.password());
+        let message = |body: &[u8]| redfish_message(body, &secrets);
         assert_eq!(message(body), ": nope; ResetType not supported");
         assert_eq!(
             message(b"<html>\n  <b>Bad</b> </html>"),
@@ -947,7 +985,8 @@ mod tests {
             escaped.as_slice(),
             b"<p>login failed for Sekr1t xyzzy</p>\n\n",
         ] {
-            let message = redfish_message(body, &credentials);
+            let secrets = text::Secrets::new(credentials.username(), credentials.password());
+            let message = redfish_message(body, &secrets);
             assert!(!message.contains("Sekr"), "{message}");
         }
     }

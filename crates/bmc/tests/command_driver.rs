@@ -154,6 +154,41 @@ async fn arguments_are_not_interpreted_by_a_shell() {
     assert!(!marker.exists());
 }
 
+/// A node that would read as an option (`-oProxyCommand=…` to ssh) never reaches the
+/// commands: the driver is not made, and a recording command never runs.
+#[tokio::test]
+async fn a_node_starting_with_a_hyphen_is_never_passed_to_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = script(
+        dir.path(),
+        "record",
+        &format!("echo \"$@\" >> {}/argv\necho true", dir.path().display()),
+    );
+    let config = CommandDriverConfig {
+        reboot_command: vec![record.display().to_string()],
+        boot_check_command: vec![record.display().to_string()],
+        command_timeout: Duration::from_secs(5),
+    };
+    let long = format!("-o{}", "x".repeat(10_000));
+    for node in ["-oProxyCommand=touch /tmp/pwned", "-", "--", long.as_str()] {
+        let err = CommandDriver::new(config.clone(), node).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, BmcError::Config(_)), "{err:?}");
+        assert!(text.contains("starts with '-'"), "{text}");
+        assert!(
+            text.len() < 300,
+            "the node is clipped: {} bytes",
+            text.len()
+        );
+    }
+    assert!(!dir.path().join("argv").exists(), "a command ran");
+    // A node with a hyphen inside is fine.
+    let driver = CommandDriver::new(config, "node-1").unwrap();
+    driver.reboot(PowerOffMode::Hard).await.unwrap();
+    let argv = std::fs::read_to_string(dir.path().join("argv")).unwrap();
+    assert_eq!(argv, "node-1\n");
+}
+
 #[tokio::test]
 async fn a_failing_reboot_command_is_an_error_with_its_output() {
     let dir = tempfile::tempdir().unwrap();

@@ -657,6 +657,71 @@ async fn redirects_and_sessions_holding_the_password_are_scrubbed() {
     assert_contained(&err);
 }
 
+/// The session token a BMC hands out in the tests below: long enough to be searched for.
+const TOKEN: &str = "tok-Zq81x7Yw3k";
+
+/// A BMC that opens sessions with [`TOKEN`], echoes each request's headers (the token among
+/// them) in its error pages, and quotes the token — as it is and JSON-escaped — when it
+/// refuses the logout: neither errors nor logs show the token, though the driver no longer
+/// holds the session when the logout fails.
+#[tokio::test]
+async fn session_tokens_echoed_by_the_bmc_are_scrubbed() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(SESSIONS))
+        .respond_with(
+            ResponseTemplate::new(201)
+                .insert_header("X-Auth-Token", TOKEN)
+                .insert_header("Location", format!("{SESSIONS}/1").as_str()),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(SYSTEM))
+        .respond_with(Echo(500))
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .respond_with(ResponseTemplate::new(500).set_body_json(json!({ "error": {
+            "message": format!("cannot delete session {TOKEN}"),
+            "@Message.ExtendedInfo": [{ "Message": "token \\u0074ok-Zq81x7Yw3k in use" }],
+        }})))
+        .mount(&server)
+        .await;
+    let logs = logs_of(async {
+        let driver = driver_at(
+            &format!("redfish+http://{}{SYSTEM}", server.address()),
+            fast_options(),
+            RedfishAuthMode::Session,
+        );
+        let err = driver.power_state().await.unwrap_err();
+        let text = format!("{err} {err:?}");
+        assert!(text.contains("x-auth-token: <redacted>"), "{text}");
+        assert!(
+            !text.contains(TOKEN),
+            "the session token leaked into: {text}"
+        );
+        assert_contained(&err);
+        let err = driver.close().await.unwrap_err();
+        let text = format!("{err} {err:?}");
+        assert!(text.contains("cannot delete session <redacted>"), "{text}");
+        assert!(
+            !text.contains(TOKEN),
+            "the session token leaked into: {text}"
+        );
+        assert!(
+            !text.contains("Zq81x7Yw3k"),
+            "the session token leaked into: {text}"
+        );
+    })
+    .await;
+    assert!(logs.contains("x-auth-token: <redacted>"), "{logs}");
+    assert!(
+        !logs.contains("Zq81x7Yw3k"),
+        "the session token leaked into the logs: {logs}"
+    );
+}
+
 /// Log lines written while `run` runs (this thread, every level).
 async fn logs_of<F: std::future::Future<Output = ()>>(run: F) -> String {
     #[derive(Clone, Default)]

@@ -1362,6 +1362,89 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
     ]);
 }
 
+/// A node rebooted by command whose address (from its Node status, written by its kubelet)
+/// is not an IP or a DNS name waits, `Blocked` with `UnsafeNodeAddress`: it is never drained
+/// for a command that must not run. Nodes rebooted through their BareMetalHost are not
+/// concerned (no command gets their address).
+#[test]
+fn a_node_rebooted_by_command_with_an_unsafe_address_waits_unsafe_node_address() {
+    let with_address = |name: &str, address: &str| NodeView {
+        address: address.to_string(),
+        ..node(name)
+    };
+    let refusal = |address: &str, why: &str| WaitReason::UnsafeNodeAddress {
+        address: format!("{address:?}"),
+        why: why.to_string(),
+    };
+    let option = "it starts with '-' (a command reads it as an option)";
+    let commands = with_commands(None);
+    let by_command = with_commands(Some(RebootMethod::Command));
+    run(vec![
+        Case {
+            name: "no host, commands set: `-o…` waits (without a slot); a safe IP starts",
+            config: commands.clone(),
+            nodes: vec![
+                with_address("w1", "-oProxyCommand=x"),
+                with_address("w2", "10.0.0.2"),
+            ],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            targets: vec![("w1", RebootTarget::NoHost), ("w2", RebootTarget::NoHost)],
+            remediating: vec![],
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, refusal("-oProxyCommand=x", option))],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "method Command, even with a host; offline (no targets) too",
+            config: by_command.clone(),
+            nodes: vec![with_address("w1", "$(x)"), with_address("w2", "-x")],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            targets: vec![("w1", RebootTarget::Host(host_ref("w1")))],
+            remediating: vec![],
+            want: Want {
+                waiting: vec![
+                    (
+                        1,
+                        refusal(
+                            "$(x)",
+                            "it holds '$', which is neither a lowercase letter, a digit, '-' nor '.'",
+                        ),
+                    ),
+                    (2, refusal("-x", option)),
+                ],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "rebooted through the host: the address is not used",
+            config: commands.clone(),
+            nodes: vec![with_address("w1", "-oProxyCommand=x")],
+            entries: vec![entry(1, "w1")],
+            targets: vec![("w1", RebootTarget::Host(host_ref("w1")))],
+            remediating: vec![],
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+        },
+    ]);
+    let blocked = refusal("-x", option).blocked().unwrap();
+    assert_eq!(blocked.event_reason, "UnsafeNodeAddress");
+    assert_eq!(blocked.condition_reason, "UnsafeNodeAddress");
+    let text = refusal("-x", option).to_string();
+    assert!(
+        text.starts_with("cannot be rebooted by command: its address \"-x\" (from the Node's"),
+        "{text}"
+    );
+    let other = WaitReason::CannotReboot { why: "x".into() }
+        .blocked()
+        .unwrap();
+    assert_eq!(other.event_reason, "RebootBlocked");
+    assert_eq!(WaitReason::Disabled.blocked(), None);
+}
+
 /// (name, config, target, the method or words the reason must contain)
 type MethodCase<'a> = (
     &'a str,

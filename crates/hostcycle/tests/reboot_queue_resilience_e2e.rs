@@ -251,6 +251,77 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
     .await;
 }
 
+/// A node whose kubelet writes an InternalIP starting with `-` — what a compromised node
+/// could do to turn `rebootCommand <address>` into `ssh -oProxyCommand=…` — is never passed
+/// to a command: its entry waits `Blocked` (reason `UnsafeNodeAddress`) with an
+/// `UnsafeNodeAddress` Warning naming the node, and the node is not drained; the other node
+/// (a plain IP) goes through the queue meanwhile, its address passed as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_address_starting_with_a_hyphen_never_reaches_the_commands() {
+    const HOSTILE: &str = "-oProxyCommand=touch /tmp/hostcycle-pwned";
+    let hosts = [worker_at("u-0", HOSTILE), worker("u-1")];
+    let lab = QueueLab::start(&hosts, fast_queue()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("argv.log");
+    // Both commands record their argv; the boot check says "booted" at once.
+    let record = script(
+        dir.path(),
+        "record.sh",
+        &format!("echo \"$@\" >> {}\necho true\n", log.display()),
+    );
+    lab.patch_queue(json!({ "reboot": {
+        "method": "Command",
+        "rebootCommand": [record],
+        "bootCheckCommand": [record],
+        "bootCheckIntervalSeconds": 1,
+    }}))
+    .await;
+    assert_eq!(
+        lab.node("u-0").await.status.unwrap().addresses.unwrap()[0].address,
+        HOSTILE,
+        "the API server keeps what the kubelet wrote"
+    );
+    let hostile_entry = lab.queue("u-0").await;
+    lab.queue("u-1").await;
+
+    let blocked = lab
+        .wait_entry("u-0", "Blocked (UnsafeNodeAddress)", REBOOT_TIMEOUT, |e| {
+            e.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Blocked" && c.status == "True" && c.reason == "UnsafeNodeAddress"
+                })
+            })
+        })
+        .await;
+    let message = blocked.status.as_ref().unwrap().message.clone();
+    assert!(
+        message.contains("cannot be rebooted by command") && message.contains("starts with '-'"),
+        "{message}"
+    );
+    lab.wait_event_reasons_about(&hostile_entry, &["UnsafeNodeAddress"])
+        .await;
+    let notes = lab.events_about(&hostile_entry).await;
+    assert!(
+        notes
+            .iter()
+            .any(|(r, note)| r == "UnsafeNodeAddress" && note.contains("node u-0")),
+        "{notes:?}"
+    );
+    // The other node is not held back: rebooted by command with its IP.
+    lab.wait_entry_gone("u-1", REBOOT_TIMEOUT).await;
+    let argv = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(argv.lines().any(|l| l.starts_with("192.0.2.11")), "{argv}");
+    // Still waiting, never drained, and no command ever got the hostile value.
+    let entry = lab.entry("u-0").await.unwrap();
+    assert_eq!(entry.phase(), EntryPhase::Queued);
+    assert!(!cordoned(&lab.node("u-0").await), "u-0 was never cordoned");
+    assert!(
+        !argv.contains("-oProxyCommand") && !argv.contains("u-0"),
+        "a command got the hostile address: {argv}"
+    );
+    assert!(!Path::new("/tmp/hostcycle-pwned").exists());
+}
+
 /// Reboot commands that hang, and one that does not, side by side (`maxConcurrentReboots` 3):
 /// - h-0's command hangs before it reaches the BMC: killed after `commandTimeoutSeconds`, run
 ///   again only once the boot check said the node had not booted, killed again, then

@@ -15,7 +15,9 @@ pub fn bounded(text: &str, max: usize) -> String {
 
 /// An API error with what was attempted: a refusal by RBAC names the verb, the resource and
 /// where, in words ("forbidden: cannot list secrets in all namespaces"), followed by the API
-/// server's own message.
+/// server's own message. An answer about Secrets that could not be deserialized is reported
+/// without the parser's message: it quotes bytes of the answer and their position (a piece
+/// of a value, where keys are).
 pub fn api_error(error: &kube::Error, verb: &str, resource: &str, namespace: &str) -> String {
     let scope = if namespace.is_empty() {
         "in all namespaces".to_string()
@@ -23,6 +25,11 @@ pub fn api_error(error: &kube::Error, verb: &str, resource: &str, namespace: &st
         format!("in namespace {namespace}")
     };
     match error {
+        kube::Error::SerdeError(_) if resource == "secrets" => format!(
+            "{verb} {resource} {scope}: the API server's answer could not be read (the \
+             parser's details are withheld: they may quote the Secret's data); check the API \
+             server and any proxy in front of it"
+        ),
         kube::Error::Api(status) if status.code == 403 => bounded(
             &format!(
                 "forbidden: cannot {verb} {resource} {scope} (grant it with `hostcycle manifests`): {}",
@@ -73,6 +80,25 @@ mod tests {
             text.starts_with("forbidden: cannot get secrets in namespace ns1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_unreadable_secret_is_reported_without_the_parsers_message() {
+        let parsed = serde_json::from_str::<k8s_openapi::api::core::v1::Secret>(
+            r#"{"data": {"password": "Hj8-Zv2q!Kc5w"}}"#,
+        );
+        let error = kube::Error::SerdeError(parsed.expect_err("data that is not base64"));
+        let text = api_error(&error, "get", "secrets", "hosts");
+        assert!(
+            text.starts_with("get secrets in namespace hosts: the API server's answer could not"),
+            "{text}"
+        );
+        for detail in ["symbol", "offset", "column", "Zv2q"] {
+            assert!(!text.contains(detail), "{detail:?} in: {text}");
+        }
+        // Other resources keep the parser's message (it helps and holds no secret).
+        let text = api_error(&error, "list", "nodes", "");
+        assert!(text.contains("offset"), "{text}");
     }
 
     #[test]

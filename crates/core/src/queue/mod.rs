@@ -11,9 +11,11 @@
 //!   an eviction's answer means, when the drain is done or timed out, how long it backs off.
 //! - [`reboot`]: one node's reboot — when to request it, what proves the node booted.
 //! - [`host`]: how a Node finds its BareMetalHost.
+//! - [`address`]: which node addresses the reboot and boot-check commands may get.
 //!
 //! Nothing here does I/O; the controller feeds snapshots in and carries the results out.
 
+pub mod address;
 mod config;
 pub mod drain;
 pub mod host;
@@ -22,7 +24,7 @@ pub mod reboot;
 mod snapshot;
 
 pub use config::{BackoffConfig, QueueConfig, RebootConfig};
-pub use plan::{Dequeue, DequeueReason, Plan, WaitReason, Waiting, plan, resolve_method};
+pub use plan::{Blocked, Dequeue, DequeueReason, Plan, WaitReason, Waiting, plan, resolve_method};
 pub use snapshot::{
     CONTROL_PLANE_LABEL, EntryRef, EntryView, MASTER_LABEL, NodeView, QueueSnapshot, RebootTarget,
 };

@@ -7,6 +7,9 @@ use std::fmt;
 use hostcycle_api::queue::{EntryPhase, RebootMethod};
 use jiff::Timestamp;
 
+use hostcycle_api::reasons::{queue_condition, queue_event_reason};
+
+use super::address::{check_command_address, shown_address};
 use super::snapshot::{EntryRef, EntryView, QueueSnapshot, RebootTarget};
 
 /// Why an entry leaves the queue without (further) processing.
@@ -83,6 +86,13 @@ pub enum WaitReason {
     CannotReboot {
         why: String,
     },
+    /// The node is rebooted by command, and its address (from its Node status) is not one
+    /// the commands may get ([`super::address::check_command_address`]).
+    UnsafeNodeAddress {
+        /// The address as shown in messages (quoted, clipped).
+        address: String,
+        why: String,
+    },
     /// A remediation is working on the node (fencing or recovering it).
     BeingRemediated,
 }
@@ -138,6 +148,11 @@ impl fmt::Display for WaitReason {
                 if nodes.len() == 1 { "s" } else { "" }
             ),
             Self::CannotReboot { why } => write!(f, "cannot be rebooted: {why}"),
+            Self::UnsafeNodeAddress { address, why } => write!(
+                f,
+                "cannot be rebooted by command: its address {address} (from the Node's status) \
+                 is not an IP address or a DNS name: {why}; the commands are not run with it"
+            ),
             Self::BeingRemediated => f.write_str(
                 "the node is being remediated; the queue drains and reboots it once the \
                  remediation is over",
@@ -163,6 +178,29 @@ impl WaitReason {
             other => other.to_string(),
         }
     }
+
+    /// For a node that cannot be rebooted: the reason of its entry's `Blocked` condition and
+    /// of the Warning Event saying so. `None` for every other wait.
+    pub fn blocked(&self) -> Option<Blocked> {
+        match self {
+            Self::CannotReboot { .. } => Some(Blocked {
+                condition_reason: queue_condition::CANNOT_REBOOT,
+                event_reason: queue_event_reason::REBOOT_BLOCKED,
+            }),
+            Self::UnsafeNodeAddress { .. } => Some(Blocked {
+                condition_reason: queue_condition::UNSAFE_NODE_ADDRESS,
+                event_reason: queue_event_reason::UNSAFE_NODE_ADDRESS,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// How an entry whose node cannot be rebooted says so (see [`WaitReason::blocked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked {
+    pub condition_reason: &'static str,
+    pub event_reason: &'static str,
 }
 
 fn list(names: &[String]) -> String {
@@ -318,7 +356,7 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
                 last_failure: entry.last_drain_failure.clone(),
             })
         } else {
-            cannot_reboot(snapshot, &entry.node).map(|why| WaitReason::CannotReboot { why })
+            cannot_reboot(snapshot, &entry.node)
         };
         match wait {
             Some(reason) => out.waiting.push(Waiting {
@@ -442,10 +480,26 @@ fn is_api_server(snapshot: &QueueSnapshot, node: &str) -> bool {
     snapshot.nodes.get(node).is_some_and(|n| n.api_server)
 }
 
-/// Why the node cannot be rebooted with the configured method, if the controller knows.
-fn cannot_reboot(snapshot: &QueueSnapshot, node: &str) -> Option<String> {
-    let target = snapshot.reboot_targets.get(node)?;
-    resolve_method(&snapshot.config.reboot, target).err()
+/// Why the node cannot be rebooted with the configured method, if the controller knows: no
+/// way to reboot it, or (by command) an address the commands must not get.
+fn cannot_reboot(snapshot: &QueueSnapshot, node: &str) -> Option<WaitReason> {
+    let method = match snapshot.reboot_targets.get(node) {
+        Some(target) => match resolve_method(&snapshot.config.reboot, target) {
+            Ok(method) => Some(method),
+            Err(why) => return Some(WaitReason::CannotReboot { why }),
+        },
+        // Without the hosts (an offline plan) only a configured method is known.
+        None => snapshot.config.reboot.method,
+    };
+    if method != Some(RebootMethod::Command) {
+        return None;
+    }
+    let address = &snapshot.nodes.get(node)?.address;
+    let why = check_command_address(address).err()?;
+    Some(WaitReason::UnsafeNodeAddress {
+        address: shown_address(address),
+        why: why.to_string(),
+    })
 }
 
 /// The reboot method for a node: the configured one, else BMC when it has a usable host,

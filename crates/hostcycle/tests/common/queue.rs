@@ -45,12 +45,24 @@ pub struct QueueLab {
 pub struct HostSpec {
     pub name: &'static str,
     pub control_plane: bool,
+    /// The InternalIP its simulated kubelet writes; `None`: `192.0.2.<10 + index>`.
+    pub internal_ip: Option<&'static str>,
 }
 
 pub const fn worker(name: &'static str) -> HostSpec {
     HostSpec {
         name,
         control_plane: false,
+        internal_ip: None,
+    }
+}
+
+/// A worker whose kubelet writes `internal_ip` as its InternalIP (any text).
+pub const fn worker_at(name: &'static str, internal_ip: &'static str) -> HostSpec {
+    HostSpec {
+        name,
+        control_plane: false,
+        internal_ip: Some(internal_ip),
     }
 }
 
@@ -58,6 +70,7 @@ pub const fn api_server(name: &'static str) -> HostSpec {
     HostSpec {
         name,
         control_plane: true,
+        internal_ip: None,
     }
 }
 
@@ -103,7 +116,9 @@ impl QueueLab {
                 SimHost {
                     node_name: h.name.to_string(),
                     control_plane: h.control_plane,
-                    internal_ip: format!("192.0.2.{}", 10 + i),
+                    internal_ip: h
+                        .internal_ip
+                        .map_or_else(|| format!("192.0.2.{}", 10 + i), str::to_string),
                     bmc: connector
                         .connect_str(
                             &lab.redfish.system_address(i).unwrap(),

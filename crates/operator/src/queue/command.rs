@@ -11,10 +11,15 @@
 //!   `bootCheckIntervalSeconds` (a failed run is retried like the reboot command) until it
 //!   exits 0 and prints `true`.
 //!
-//! No shell; children are killed on timeout, and when the worker is cancelled.
+//! No shell; children are killed on timeout, and when the worker is cancelled. The address
+//! comes from the Node's status (its kubelet writes it): a job is only made for an IP
+//! address or a DNS name ([`CommandJob::checked`]), never for a value a command would read
+//! as an option (`-oProxyCommand=…`).
 
+use hostcycle_api::reasons::queue_event_reason;
 use hostcycle_bmc::{BmcError, CommandDriver, CommandDriverConfig};
 use hostcycle_core::queue::RebootConfig;
+use hostcycle_core::queue::address::unsafe_address_refusal;
 use hostcycle_core::queue::reboot::{
     AfterFailedCommand, after_failed_command, next_command_attempt,
 };
@@ -25,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Report, ReportKind};
 
 /// One command reboot to carry out.
+#[derive(Debug)]
 pub struct CommandJob {
     pub entry: String,
     pub entry_uid: String,
@@ -38,11 +44,44 @@ pub struct CommandJob {
     pub run_attempt: Option<u32>,
 }
 
+/// Why a node's commands are not run: the reason of the Warning Event and the entry's
+/// message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A job whose address may be passed to the commands: the only kind [`run`] takes.
+#[derive(Debug)]
+pub struct CheckedJob(CommandJob);
+
+impl CheckedJob {
+    pub fn job(&self) -> &CommandJob {
+        &self.0
+    }
+}
+
+impl CommandJob {
+    /// The job, if its address is an IP address or a DNS name; else why its commands must
+    /// not run (an address starting with `-` would be read as an option by ssh-like tools).
+    pub fn checked(self) -> Result<CheckedJob, Refusal> {
+        match unsafe_address_refusal(&self.node, &self.address) {
+            None => Ok(CheckedJob(self)),
+            Some(message) => Err(Refusal {
+                reason: queue_event_reason::UNSAFE_NODE_ADDRESS,
+                message,
+            }),
+        }
+    }
+}
+
 pub async fn run(
-    job: CommandJob,
+    job: CheckedJob,
     reports: mpsc::UnboundedSender<Report>,
     cancel: CancellationToken,
 ) {
+    let job = job.0;
     tokio::select! {
         _ = cancel.cancelled() => {}
         _ = work(&job, &reports) => {}
@@ -190,4 +229,99 @@ async fn boot_check(driver: &CommandDriver, job: &CommandJob) -> Result<bool, St
 
 fn command_error(e: &BmcError) -> String {
     e.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn job(address: &str, reboot_command: Vec<String>) -> CommandJob {
+        CommandJob {
+            entry: "entry-1".into(),
+            entry_uid: "uid-1".into(),
+            node: "worker-3".into(),
+            address: address.into(),
+            rebooting_since: Timestamp::UNIX_EPOCH,
+            config: RebootConfig {
+                reboot_command: reboot_command.clone(),
+                boot_check_command: reboot_command,
+                command_timeout: Duration::from_secs(10),
+                boot_check_interval: Duration::from_millis(10),
+                ..hostcycle_core::queue::QueueConfig::default().reboot
+            },
+            run_attempt: Some(1),
+        }
+    }
+
+    /// A node whose address starts with `-` gets no job: the commands never see it, and the
+    /// refusal says which node and why, as an `UnsafeNodeAddress` Warning.
+    #[test]
+    fn an_option_like_address_gets_no_job() {
+        for address in ["-oProxyCommand=x", "-", "a b", "$(x)", "a;b", "`x`", ""] {
+            let refusal = job(address, vec!["/bin/true".into()])
+                .checked()
+                .unwrap_err();
+            assert_eq!(refusal.reason, "UnsafeNodeAddress", "{address:?}");
+            assert!(
+                refusal
+                    .message
+                    .starts_with("node worker-3 cannot be rebooted by command"),
+                "{}",
+                refusal.message
+            );
+        }
+        let refusal = job("-oProxyCommand=x", vec![]).checked().unwrap_err();
+        assert!(
+            refusal.message.contains("starts with '-'"),
+            "{}",
+            refusal.message
+        );
+        for address in ["10.0.0.3", "fd00::3", "worker-3.example"] {
+            let checked = job(address, vec![]).checked().unwrap();
+            assert_eq!(checked.job().address, address);
+        }
+    }
+
+    /// A checked job runs the reboot command with the address as its last argument.
+    #[tokio::test]
+    async fn a_checked_job_passes_its_address_to_the_command() {
+        let dir =
+            std::env::temp_dir().join(format!("hostcycle-command-argv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("argv");
+        let script = dir.join("record.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nprintf '%s|' \"$@\" >> {}\necho true\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let checked = job("10.0.0.3", vec![script.display().to_string()])
+            .checked()
+            .unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let worker = tokio::spawn(run(checked, tx, cancel.clone()));
+        let mut kinds = Vec::new();
+        while let Some(report) = rx.recv().await {
+            let done = matches!(report.kind, ReportKind::BootCheck { booted: true, .. });
+            kinds.push(format!("{:?}", report.kind));
+            if done {
+                break;
+            }
+        }
+        cancel.cancel();
+        worker.await.unwrap();
+        assert!(kinds[0].contains("RebootCommandSucceeded"), "{kinds:?}");
+        let argv = std::fs::read_to_string(&log).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(argv.starts_with("10.0.0.3|"), "{argv}");
+    }
 }

@@ -19,6 +19,7 @@ use hostcycle_api::queue::{
 };
 use hostcycle_api::reasons::{queue_condition, queue_event_reason as reason};
 use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
+use hostcycle_core::queue::address::unsafe_address_refusal;
 use hostcycle_core::queue::drain::{add, drain_deadline, elapsed, next_backoff};
 use hostcycle_core::queue::reboot::{
     AfterDrain, BmcRebootStep, COMMAND_MARKER_ANNOTATION, CancelStep, REQUEST_MARKER_ANNOTATION,
@@ -26,8 +27,8 @@ use hostcycle_core::queue::reboot::{
     reboot_command_step,
 };
 use hostcycle_core::queue::{
-    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, WaitReason,
-    plan, resolve_method,
+    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, plan,
+    resolve_method,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
@@ -626,28 +627,34 @@ impl Controller {
         }
         // Waiting messages: many entries may need one at once (a burst of `rq add`), and
         // none of them is a step of a reboot, so they are written concurrently.
-        // An entry whose node cannot be rebooted (a binding in doubt names both candidates)
-        // also says so with the `Blocked` condition and a Warning, once per distinct reason.
+        // An entry whose node cannot be rebooted (a binding in doubt names both candidates, or
+        // an address the commands must not get) also says so with the `Blocked` condition and
+        // a Warning, once per distinct reason.
         let mut messages = Vec::new();
         let mut warnings = Vec::new();
         for waiting in &plan.waiting {
             if let Some(entry) = by_name.get(&waiting.entry.name) {
                 let text = format!("waiting: {}", waiting.reason.summary());
                 let status = entry.status.clone().unwrap_or_default();
-                let blocked = matches!(waiting.reason, WaitReason::CannotReboot { .. });
+                let blocking = waiting.reason.blocked();
+                let blocked = blocking.is_some();
                 let was_blocked = status
                     .conditions
                     .iter()
                     .any(|c| c.type_ == queue_condition::BLOCKED && c.status == "True");
                 if status.message != text || status.phase.is_none() || blocked != was_blocked {
                     let created = entry.meta().creation_timestamp.as_ref().map(|t| t.0);
-                    if blocked {
-                        warnings.push((entry.clone(), waiting.reason.to_string()));
+                    if let Some(blocking) = blocking {
+                        warnings.push((
+                            entry.clone(),
+                            blocking.event_reason,
+                            waiting.reason.to_string(),
+                        ));
                     }
-                    let condition = blocked.then(|| Condition {
+                    let condition = blocking.map(|blocking| Condition {
                         type_: queue_condition::BLOCKED.into(),
                         status: "True".into(),
-                        reason: queue_condition::CANNOT_REBOOT.into(),
+                        reason: blocking.condition_reason.into(),
                         message: bounded_message(&waiting.reason.to_string()),
                         last_transition_time: Time(
                             Timestamp::from_second(now.as_second()).unwrap_or(now),
@@ -666,11 +673,11 @@ impl Controller {
                 }
             }
         }
-        for (entry, why) in warnings {
+        for (entry, event_reason, why) in warnings {
             self.event_entry(
                 &entry,
                 EventKind::Warning,
-                reason::REBOOT_BLOCKED,
+                event_reason,
                 &format!("node {} cannot be rebooted now: {why}", entry.spec.node),
             )
             .await;
@@ -994,6 +1001,25 @@ impl Controller {
                 return;
             }
         };
+        // Checked again at the irreversible step (the plan checked before the drain): the
+        // kubelet may have rewritten the address meanwhile.
+        if method == RebootMethod::Command
+            && let Some(text) = snapshot
+                .nodes
+                .get(node)
+                .and_then(|n| unsafe_address_refusal(node, &n.address))
+        {
+            self.event_entry(
+                entry,
+                EventKind::Warning,
+                reason::UNSAFE_NODE_ADDRESS,
+                &text,
+            )
+            .await;
+            self.back_off(entry, config, now, &text, "unsafe_node_address")
+                .await;
+            return;
+        }
         let drained_in = entry
             .status
             .as_ref()
@@ -1047,7 +1073,8 @@ impl Controller {
                 if let Some(host) = &host {
                     self.mark_command_reboot(&written, host).await;
                 }
-                self.spawn_command(&written, &snapshot, Some(1))
+                // Not refused: the address was checked above, in the same snapshot.
+                self.spawn_command(&written, &snapshot, Some(1)).await;
             }
         }
         if let Some(d) = drained_in {
@@ -1144,8 +1171,10 @@ impl Controller {
                     RebootCommandStep::Run { attempt } if cancel_note.is_none() => Some(attempt),
                     _ => None,
                 };
-                self.spawn_command(&entry, snapshot, run);
-                if let Some(note) = cancel_note {
+                let refused = self.spawn_command(&entry, snapshot, run).await;
+                // The refusal stays the message (it is what blocks the entry); alternating
+                // messages would repeat its Warning every round.
+                if let Some(note) = cancel_note.filter(|_| !refused) {
                     self.set_message(&entry, note).await;
                 }
             }
@@ -1345,26 +1374,30 @@ impl Controller {
         }
     }
 
-    fn spawn_command(
+    /// Starts the command worker of a rebooting entry, unless its node's address is one the
+    /// commands must not get: then nothing runs, the entry's message and a Warning (once per
+    /// distinct message) say why, the boot timeout still applies, and `true` is returned.
+    async fn spawn_command(
         &mut self,
         entry: &RebootQueueEntry,
         snapshot: &QueueSnapshot,
         run_attempt: Option<u32>,
-    ) {
-        let Some(uid) = entry.uid() else { return };
+    ) -> bool {
+        let Some(uid) = entry.uid() else {
+            return false;
+        };
         if self.workers.contains_key(&uid) {
-            return;
+            return false;
         }
         let node = &entry.spec.node;
         let Some(address) = snapshot.nodes.get(node).map(|n| n.address.clone()) else {
-            return;
+            return false;
         };
         let rebooting_since = entry
             .status
             .as_ref()
             .and_then(|s| s.last_transition_time)
             .unwrap_or_else(Timestamp::now);
-        let cancel = self.work.child_token();
         let job = CommandJob {
             entry: entry.name_any(),
             entry_uid: uid.clone(),
@@ -1374,7 +1407,32 @@ impl Controller {
             config: snapshot.config.reboot.clone(),
             run_attempt,
         };
-        let span = tracing::info_span!("reboot_command", node = %job.node, entry = %job.entry);
+        let job = match job.checked() {
+            Ok(job) => job,
+            Err(refusal) => {
+                if entry.status.as_ref().map(|s| s.message.as_str()) != Some(&refusal.message) {
+                    tracing::warn!(node = %node, entry = %entry.name_any(), "{}", refusal.message);
+                    self.set_message(entry, &refusal.message).await;
+                    self.event_entry(entry, EventKind::Warning, refusal.reason, &refusal.message)
+                        .await;
+                    self.shared
+                        .publish(
+                            &node_ref(node),
+                            EventKind::Warning,
+                            refusal.reason,
+                            &refusal.message,
+                        )
+                        .await;
+                }
+                return true;
+            }
+        };
+        let cancel = self.work.child_token();
+        let span = tracing::info_span!(
+            "reboot_command",
+            node = %job.job().node,
+            entry = %job.job().entry
+        );
         let handle = tokio::spawn(
             command::run(job, self.reports_tx.clone(), cancel.clone()).instrument(span),
         );
@@ -1386,6 +1444,7 @@ impl Controller {
                 handle,
             },
         );
+        false
     }
 
     /// Adds the suffixless reboot annotation and the request marker in one patch.
