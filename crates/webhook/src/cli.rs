@@ -360,4 +360,76 @@ mod tests {
         );
         assert_eq!(install.failure_policy(), FailurePolicy::Fail);
     }
+
+    #[test]
+    fn abuse_limits_and_the_probe_port_have_defaults() {
+        let args = parse(&["webhook", "--tls-cert-file=c", "--tls-key-file=k"]).unwrap();
+        let serve = args.serve;
+        assert_eq!(serve.probe_addr, "0.0.0.0:9440".parse().unwrap());
+        assert_eq!(serve.header_timeout, Duration::from_secs(5));
+        assert_eq!(serve.idle_timeout, Duration::from_secs(120));
+        assert_eq!(serve.max_connections, 256);
+        assert_eq!(serve.max_concurrent_reviews, 8);
+        assert!(!serve.allow.restrict_bmc_on_create);
+
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--probe-addr=127.0.0.1:1234",
+            "--header-timeout=2s",
+            "--max-concurrent-reviews=3",
+        ])
+        .unwrap();
+        assert_eq!(args.serve.probe_addr.port(), 1234);
+        assert_eq!(args.serve.header_timeout, Duration::from_secs(2));
+        assert_eq!(args.serve.max_concurrent_reviews, 3);
+    }
+
+    #[test]
+    fn restricting_bmc_on_create_needs_an_allow_list() {
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--restrict-bmc-on-create",
+        ])
+        .unwrap();
+        let err = args.serve.allow.check().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--allow-user, --allow-group or --allow-service-account"),
+            "{err}"
+        );
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--restrict-bmc-on-create",
+            "--allow-user=alice",
+        ])
+        .unwrap();
+        args.serve.allow.check().unwrap();
+        assert!(args.serve.allow.policy().restrict_bmc_on_create);
+
+        let args = parse(&["webhook", "manifests", "--restrict-bmc-on-create"]).unwrap();
+        let Some(WebhookCommand::Manifests(manifests)) = args.command else {
+            panic!("manifests subcommand");
+        };
+        assert!(manifests.install().is_err());
+        let args = parse(&[
+            "webhook",
+            "manifests",
+            "--restrict-bmc-on-create",
+            "--allow-group=power-admins",
+            "--pdb-version=v1beta1",
+        ])
+        .unwrap();
+        let Some(WebhookCommand::Manifests(manifests)) = args.command else {
+            panic!("manifests subcommand");
+        };
+        let install = manifests.install().unwrap();
+        assert!(install.restrict_bmc_on_create);
+        assert_eq!(install.pdb_version, PdbVersion::V1beta1);
+    }
 }
