@@ -112,6 +112,7 @@ fn webhook_duration_flags_refuse_huge_values() {
         "--request-timeout",
         "--tls-reload-interval",
         "--idle-timeout",
+        "--header-timeout",
     ] {
         for value in HUGE {
             assert_refused(&[

@@ -21,8 +21,8 @@ use hostcycle_testkit::{
     ClusterOptions, LocalCluster, ManagedProcess, client_from_kubeconfig, free_port, wait_until,
 };
 use hostcycle_webhook::manifests::{
-    Endpoint, FailurePolicy, Registration, WEBHOOK_ENTRY_NAME, WebhookInstall, register,
-    webhook_objects,
+    Endpoint, FailurePolicy, PdbVersion, Registration, WEBHOOK_ENTRY_NAME, WebhookInstall,
+    register, webhook_objects,
 };
 use hostcycle_webhook::{ACCEPTED_VALUES, VALIDATE_PATH};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -54,8 +54,11 @@ impl Webhook {
         let ca = TestCa::new("webhook-e2e-ca").unwrap();
         let files = ca.write_server_cert(dir, name, &["127.0.0.1"]).unwrap();
         let port = free_port().unwrap();
+        // Not the default 0.0.0.0:9440: tests run side by side.
+        let probe_port = free_port().unwrap();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"));
         cmd.args(["webhook", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--probe-addr", &format!("127.0.0.1:{probe_port}")])
             .arg("--tls-cert-file")
             .arg(&files.cert)
             .arg("--tls-key-file")
@@ -622,12 +625,94 @@ async fn webhook_limits_power_requests_to_listed_identities() {
         .await
         .unwrap();
 
-    // The install objects `hostcycle webhook manifests` prints are accepted as they are.
+    // The host's BMC and metal3's paused / detached annotations are guarded too: an
+    // unlisted user may neither point the host at another BMC nor pause it; a listed one may.
+    let control = "changing spec.bmc and adding, removing or changing the \
+         baremetalhost.metal3.io/paused and baremetalhost.metal3.io/detached annotations are \
+         allowed only to users [alice], groups [power-admins], ServiceAccounts \
+         [hostcycle-system:hostcycle-operator, tenant:rebooter]";
+    let message = denied(
+        merge(
+            &mallory,
+            "h1",
+            json!({"spec": {"bmc": {"address": "redfish+http://127.0.0.1:2/redfish/v1/Systems/1"}}}),
+        )
+        .await,
+        403,
+    );
+    assert_eq!(
+        message,
+        format!(
+            "user \"mallory\" may not change spec.bmc.address on BareMetalHost {NS}/h1: {control}"
+        )
+    );
+    let message = denied(
+        merge(
+            &mallory,
+            "h1",
+            json!({"spec": {"bmc": {"credentialsName": "other-credentials"}}}),
+        )
+        .await,
+        403,
+    );
+    assert!(
+        message.starts_with("user \"mallory\" may not change spec.bmc.credentialsName on"),
+        "{message}"
+    );
+    let message = denied(
+        annotate(&mallory, "h1", "baremetalhost.metal3.io/paused", Some("")).await,
+        403,
+    );
+    assert_eq!(
+        message,
+        format!(
+            "user \"mallory\" may not add baremetalhost.metal3.io/paused on BareMetalHost \
+             {NS}/h1: {control}"
+        )
+    );
+    annotate(&alice, "h1", "baremetalhost.metal3.io/detached", Some(""))
+        .await
+        .expect("alice may detach a host");
+    let message = denied(
+        annotate(&mallory, "h1", "baremetalhost.metal3.io/detached", None).await,
+        403,
+    );
+    assert!(
+        message.contains("may not remove baremetalhost.metal3.io/detached"),
+        "{message}"
+    );
+    annotate(&bob, "h1", "baremetalhost.metal3.io/detached", None)
+        .await
+        .expect("power-admins may reattach it");
+    merge(
+        &rebooter,
+        "h1",
+        json!({"spec": {"bmc": {"disableCertificateVerification": true}}}),
+    )
+    .await
+    .expect("a listed ServiceAccount may change the BMC");
+
+    // The install objects `hostcycle webhook manifests` prints are accepted as they are
+    // (the PodDisruptionBudget as policy/v1beta1: this control plane is Kubernetes 1.20).
     let mut install = WebhookInstall::new("hostcycle-system");
     install.allow_users = vec!["alice".to_string()];
     install.ca_bundle_pem = Some(webhook.ca_pem.clone());
+    install.pdb_version = PdbVersion::V1beta1;
     let objects = webhook_objects(&install).unwrap();
-    assert_eq!(objects.len(), 3);
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "ValidatingWebhookConfiguration"
+        ]
+    );
     for object in objects {
         dry_run_create(&admin, object).await;
     }

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use hostcycle_bmc::cli::parse_duration;
 use tokio_util::sync::CancellationToken;
 
-use crate::manifests::{FailurePolicy, WebhookInstall, webhook_yaml};
+use crate::manifests::{FailurePolicy, PdbVersion, WebhookInstall, webhook_yaml};
 use crate::policy::{Policy, ServiceAccountName, operator_service_account};
 use crate::server::{App, ServerOptions, serve};
 
@@ -35,9 +35,11 @@ pub enum WebhookCommand {
 /// Who may request power changes. Any `--allow-*` flag turns the allow-list on.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AllowArgs {
-    /// A user who may add, remove or change `reboot.metal3.io` annotations and set
-    /// `spec.online` to false (repeatable). Any `--allow-*` flag restricts these changes to
-    /// the listed identities plus `--operator-service-account`.
+    /// A user who may add, remove or change `reboot.metal3.io` annotations, set
+    /// `spec.online` to false, change `spec.bmc` and add, remove or change the
+    /// `baremetalhost.metal3.io/paused` and `/detached` annotations (repeatable). Any
+    /// `--allow-*` flag restricts these changes to the listed identities plus
+    /// `--operator-service-account`.
     #[arg(long = "allow-user", value_name = "USER")]
     pub allow_users: Vec<String>,
     /// A group whose members may (repeatable), e.g. `system:masters` or
@@ -53,6 +55,11 @@ pub struct AllowArgs {
     /// [default: hostcycle-system:hostcycle-operator; for `manifests`, NAMESPACE:hostcycle-operator].
     #[arg(long, value_name = "NAMESPACE:NAME")]
     pub operator_service_account: Option<ServiceAccountName>,
+    /// With the allow-list on, also restrict setting `spec.bmc` when a host is created: only
+    /// listed identities may then create hosts with a BMC (enrolling hosts, GitOps tools and
+    /// `clusterctl move` included). Off: creating a host is governed by RBAC alone.
+    #[arg(long)]
+    pub restrict_bmc_on_create: bool,
 }
 
 impl AllowArgs {
@@ -62,28 +69,45 @@ impl AllowArgs {
             && self.allow_service_accounts.is_empty())
     }
 
+    /// Refuses flags that would do nothing.
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.restrict_bmc_on_create || self.has_allow_list(),
+            "--restrict-bmc-on-create restricts to the allow-list, and none is given: add \
+             --allow-user, --allow-group or --allow-service-account"
+        );
+        Ok(())
+    }
+
     /// The policy these flags ask for.
     pub fn policy(&self) -> Policy {
         if !self.has_allow_list() {
             return Policy::validate_only();
         }
-        Policy::allow_list(
-            self.allow_users.iter().cloned(),
-            self.allow_groups.iter().cloned(),
-            self.allow_service_accounts.iter().cloned(),
-            [self
-                .operator_service_account
-                .clone()
-                .unwrap_or_else(operator_service_account)],
-        )
+        Policy {
+            restrict_bmc_on_create: self.restrict_bmc_on_create,
+            ..Policy::allow_list(
+                self.allow_users.iter().cloned(),
+                self.allow_groups.iter().cloned(),
+                self.allow_service_accounts.iter().cloned(),
+                [self
+                    .operator_service_account
+                    .clone()
+                    .unwrap_or_else(operator_service_account)],
+            )
+        }
     }
 }
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// Address to serve HTTPS on.
+    /// Address to serve HTTPS on (reviews, `/healthz`, `/metrics`).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub listen: SocketAddr,
+    /// Address to serve the kubelet's probes on, plain HTTP: `/healthz` (liveness) and
+    /// `/readyz` (readiness). A port of their own, so probes never wait behind reviews.
+    #[arg(long, default_value = "0.0.0.0:9440")]
+    pub probe_addr: SocketAddr,
     /// PEM certificate chain to serve (re-read when it changes).
     #[arg(long, required = true, value_name = "FILE")]
     pub tls_cert_file: Option<PathBuf>,
@@ -99,13 +123,22 @@ pub struct ServeArgs {
     /// Deadline to receive a request's body.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
-    /// An idle connection is closed after this long (longer than the API server's own 90 s,
-    /// so it closes first).
+    /// A new connection must finish its TLS handshake and send a complete request header
+    /// within this long, or it is closed.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// An idle keep-alive connection is closed after this long (longer than the API
+    /// server's own 90 s, so it closes first).
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
-    /// Connections served at once.
+    /// Connections open at once. At the limit a new connection replaces the oldest one not
+    /// serving a request, or is closed at once when all are.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Reviews parsed and decided at once; bodies being received share a budget of this
+    /// many times `--max-request-bytes`. Beyond, after a 1 s wait: HTTP 503.
+    #[arg(long, default_value_t = 8)]
+    pub max_concurrent_reviews: usize,
     #[command(flatten)]
     pub allow: AllowArgs,
 }
@@ -130,12 +163,17 @@ pub struct ManifestsArgs {
     /// `caBundle`.
     #[arg(long)]
     pub cert_manager: bool,
+    /// API version of the PodDisruptionBudget: `v1` (Kubernetes ≥ 1.21) or `v1beta1`
+    /// (older clusters; removed in 1.25).
+    #[arg(long, value_enum, default_value = "v1")]
+    pub pdb_version: PdbVersion,
     #[command(flatten)]
     pub allow: AllowArgs,
 }
 
 impl ManifestsArgs {
     pub fn install(&self) -> anyhow::Result<WebhookInstall> {
+        self.allow.check()?;
         let mut install = WebhookInstall::new(&self.namespace);
         if let Some(image) = &self.image {
             install.image = image.clone();
@@ -146,8 +184,10 @@ impl ManifestsArgs {
         if let Some(sa) = &self.allow.operator_service_account {
             install.operator_service_account = sa.clone();
         }
+        install.restrict_bmc_on_create = self.allow.restrict_bmc_on_create;
         install.failure_policy = self.failure_policy;
         install.cert_manager = self.cert_manager;
+        install.pdb_version = self.pdb_version;
         if let Some(path) = &self.ca_bundle_file {
             let pem = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
@@ -177,13 +217,17 @@ async fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let (Some(cert_file), Some(key_file)) = (args.tls_cert_file, args.tls_key_file) else {
         anyhow::bail!("--tls-cert-file and --tls-key-file are required");
     };
+    args.allow.check()?;
     let policy = args.allow.policy();
     let options = ServerOptions {
+        probe_listen: Some(args.probe_addr),
         max_body_bytes: args.max_request_bytes,
         request_timeout: args.request_timeout,
         tls_reload_interval: args.tls_reload_interval,
         max_connections: args.max_connections.max(1),
+        header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,
+        max_concurrent_reviews: args.max_concurrent_reviews.max(1),
         ..ServerOptions::new(args.listen, cert_file, key_file)
     };
     let shutdown = CancellationToken::new();
@@ -197,9 +241,15 @@ async fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         Some(list) => list.describe(),
         None => "everyone RBAC lets edit hosts (no allow-list)".to_string(),
     };
+    let probes = running
+        .probe_addr
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     tracing::info!(
         address = %running.local_addr,
+        %probes,
         power_requests_allowed_to = %allowed,
+        restrict_bmc_on_create = policy.restrict_bmc_on_create,
         "webhook serving"
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -309,5 +359,77 @@ mod tests {
             "ops:hostcycle-operator"
         );
         assert_eq!(install.failure_policy(), FailurePolicy::Fail);
+    }
+
+    #[test]
+    fn abuse_limits_and_the_probe_port_have_defaults() {
+        let args = parse(&["webhook", "--tls-cert-file=c", "--tls-key-file=k"]).unwrap();
+        let serve = args.serve;
+        assert_eq!(serve.probe_addr, "0.0.0.0:9440".parse().unwrap());
+        assert_eq!(serve.header_timeout, Duration::from_secs(5));
+        assert_eq!(serve.idle_timeout, Duration::from_secs(120));
+        assert_eq!(serve.max_connections, 256);
+        assert_eq!(serve.max_concurrent_reviews, 8);
+        assert!(!serve.allow.restrict_bmc_on_create);
+
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--probe-addr=127.0.0.1:1234",
+            "--header-timeout=2s",
+            "--max-concurrent-reviews=3",
+        ])
+        .unwrap();
+        assert_eq!(args.serve.probe_addr.port(), 1234);
+        assert_eq!(args.serve.header_timeout, Duration::from_secs(2));
+        assert_eq!(args.serve.max_concurrent_reviews, 3);
+    }
+
+    #[test]
+    fn restricting_bmc_on_create_needs_an_allow_list() {
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--restrict-bmc-on-create",
+        ])
+        .unwrap();
+        let err = args.serve.allow.check().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--allow-user, --allow-group or --allow-service-account"),
+            "{err}"
+        );
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            "--restrict-bmc-on-create",
+            "--allow-user=alice",
+        ])
+        .unwrap();
+        args.serve.allow.check().unwrap();
+        assert!(args.serve.allow.policy().restrict_bmc_on_create);
+
+        let args = parse(&["webhook", "manifests", "--restrict-bmc-on-create"]).unwrap();
+        let Some(WebhookCommand::Manifests(manifests)) = args.command else {
+            panic!("manifests subcommand");
+        };
+        assert!(manifests.install().is_err());
+        let args = parse(&[
+            "webhook",
+            "manifests",
+            "--restrict-bmc-on-create",
+            "--allow-group=power-admins",
+            "--pdb-version=v1beta1",
+        ])
+        .unwrap();
+        let Some(WebhookCommand::Manifests(manifests)) = args.command else {
+            panic!("manifests subcommand");
+        };
+        let install = manifests.install().unwrap();
+        assert!(install.restrict_bmc_on_create);
+        assert_eq!(install.pdb_version, PdbVersion::V1beta1);
     }
 }

@@ -8,18 +8,24 @@
 //!   edited (the operator's own annotation removals included).
 //! - **Who** (with an allow-list): adding, removing or changing a reboot annotation, and
 //!   setting `spec.online` to false (an update from true, or a create with false), are
-//!   allowed only to listed identities. Other edits of a host are not restricted.
+//!   allowed only to listed identities; so are changing `spec.bmc` (`address`,
+//!   `credentialsName`, `disableCertificateVerification`) of an existing host, and adding,
+//!   removing or changing metal3's `paused` and `detached` annotations (a create with one
+//!   counts as adding it). Setting `spec.bmc` on a create is restricted only with
+//!   [`Policy::restrict_bmc_on_create`]. Other edits of a host are not restricted.
 //!
 //! Only CREATE and UPDATE of `baremetalhosts.metal3.io` are looked at; anything else sent to
 //! the webhook is allowed.
 
 use std::collections::BTreeMap;
 
-use hostcycle_api::{RebootAnnotationKind, classify_reboot_annotation};
+use hostcycle_api::{
+    DETACHED_ANNOTATION, PAUSED_ANNOTATION, RebootAnnotationKind, classify_reboot_annotation,
+};
 use serde_json::Value;
 
 use crate::policy::Policy;
-use crate::review::{AdmissionRequest, AdmissionResponse, Operation, Status};
+use crate::review::{AdmissionRequest, AdmissionResponse, Operation, ParsedReview, Status};
 use crate::values::{ACCEPTED_VALUES, check_reboot_value};
 
 pub const HOST_GROUP: &str = "metal3.io";
@@ -37,9 +43,10 @@ pub enum Outcome {
     NotChecked,
     /// A reboot annotation value was refused (HTTP 400 in the status).
     InvalidValue,
-    /// A power request by an identity not on the allow-list (HTTP 403).
+    /// A restricted change by an identity not on the allow-list (HTTP 403).
     Unauthorized,
-    /// The review lacked what the operation needs (no object): refused, HTTP 400.
+    /// The review lacked what the operation needs (no object), or its objects are not
+    /// shaped like BareMetalHosts: refused, HTTP 400.
     Malformed,
 }
 
@@ -120,13 +127,33 @@ impl Verdict {
     }
 }
 
-/// A change that asks for power to go off, restricted by the allow-list.
+/// A change the allow-list restricts: a power request (a reboot annotation, `spec.online`
+/// to false), or a change of what controls the host's power (its BMC, metal3's `paused` and
+/// `detached` annotations).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PowerChange {
     AddAnnotation(String),
     RemoveAnnotation(String),
     ChangeAnnotation(String),
     SetOffline,
+    /// A `spec.bmc` field of an existing host changed (the field's name).
+    ChangeBmc(&'static str),
+    /// A new host has a `spec.bmc` field set (only with [`Policy::restrict_bmc_on_create`]).
+    SetBmc(&'static str),
+}
+
+impl PowerChange {
+    /// Whether it asks for power (a reboot annotation, `spec.online` to false) rather than
+    /// changing what controls it.
+    pub fn is_power_request(&self) -> bool {
+        match self {
+            Self::AddAnnotation(key)
+            | Self::RemoveAnnotation(key)
+            | Self::ChangeAnnotation(key) => classify_reboot_annotation(key).is_some(),
+            Self::SetOffline => true,
+            Self::ChangeBmc(_) | Self::SetBmc(_) => false,
+        }
+    }
 }
 
 impl std::fmt::Display for PowerChange {
@@ -136,36 +163,69 @@ impl std::fmt::Display for PowerChange {
             Self::RemoveAnnotation(key) => write!(f, "remove {key}"),
             Self::ChangeAnnotation(key) => write!(f, "change {key}"),
             Self::SetOffline => f.write_str("set spec.online to false"),
+            Self::ChangeBmc(field) => write!(f, "change spec.bmc.{field}"),
+            Self::SetBmc(field) => write!(f, "set spec.bmc.{field}"),
         }
     }
 }
 
+/// The `spec.bmc` fields the allow-list guards: together they say which machine the host's
+/// power requests reach and how.
+pub const BMC_FIELDS: [&str; 3] = [
+    "address",
+    "credentialsName",
+    "disableCertificateVerification",
+];
+
 /// The reboot annotations of an object, by key.
 fn reboot_annotations(object: &Value) -> BTreeMap<&str, &Value> {
+    annotations_where(object, |key| classify_reboot_annotation(key).is_some())
+}
+
+/// metal3's `paused` and `detached` annotations of an object, by key: either stops the host
+/// from being managed (and so from being powered as its spec says).
+fn control_annotations(object: &Value) -> BTreeMap<&str, &Value> {
+    annotations_where(object, |key| {
+        key == PAUSED_ANNOTATION || key == DETACHED_ANNOTATION
+    })
+}
+
+fn annotations_where(object: &Value, keep: impl Fn(&str) -> bool) -> BTreeMap<&str, &Value> {
     object
         .pointer("/metadata/annotations")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
-        .filter(|(key, _)| classify_reboot_annotation(key).is_some())
+        .filter(|(key, _)| keep(key))
         .map(|(key, value)| (key.as_str(), value))
         .collect()
 }
 
-/// `spec.online`, false when absent (Go's zero value, as metal3 reads it).
-fn online(object: &Value) -> bool {
-    object
-        .pointer("/spec/online")
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
+/// A `spec.bmc` field as metal3 reads it: absent and null are Go's zero value (`""`,
+/// `false`), so writing the zero value out is no change.
+fn bmc_field(object: &Value, field: &str) -> Value {
+    let zero = if field == "disableCertificateVerification" {
+        Value::Bool(false)
+    } else {
+        Value::String(String::new())
+    };
+    match object
+        .get("spec")
+        .and_then(|spec| spec.get("bmc"))
+        .and_then(|bmc| bmc.get(field))
+    {
+        None | Some(Value::Null) => zero,
+        Some(value) => value.clone(),
+    }
 }
 
-/// The power requests `old` → `new` makes (`old` is `None` for a create).
-pub fn power_changes(old: Option<&Value>, new: &Value) -> Vec<PowerChange> {
-    let before = old.map(reboot_annotations).unwrap_or_default();
-    let after = reboot_annotations(new);
-    let mut changes = Vec::new();
-    for (key, value) in &after {
+/// Annotation changes `before` → `after`: added, changed, then removed.
+fn annotation_changes(
+    before: &BTreeMap<&str, &Value>,
+    after: &BTreeMap<&str, &Value>,
+    changes: &mut Vec<PowerChange>,
+) {
+    for (key, value) in after {
         match before.get(key) {
             None => changes.push(PowerChange::AddAnnotation(key.to_string())),
             Some(previous) if previous != value => {
@@ -177,11 +237,48 @@ pub fn power_changes(old: Option<&Value>, new: &Value) -> Vec<PowerChange> {
     for key in before.keys().filter(|key| !after.contains_key(*key)) {
         changes.push(PowerChange::RemoveAnnotation(key.to_string()));
     }
+}
+
+/// `spec.online`, false when absent (Go's zero value, as metal3 reads it).
+fn online(object: &Value) -> bool {
+    object
+        .pointer("/spec/online")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The changes `old` → `new` makes that the allow-list restricts (`old` is `None` for a
+/// create): reboot annotations, `spec.online` to false, metal3's `paused` and `detached`
+/// annotations, and — on an update — `spec.bmc`.
+pub fn power_changes(old: Option<&Value>, new: &Value) -> Vec<PowerChange> {
+    let mut changes = Vec::new();
+    let before = old.map(reboot_annotations).unwrap_or_default();
+    annotation_changes(&before, &reboot_annotations(new), &mut changes);
     let was_online = old.map(online);
     if !online(new) && was_online != Some(false) {
         changes.push(PowerChange::SetOffline);
     }
+    let before = old.map(control_annotations).unwrap_or_default();
+    annotation_changes(&before, &control_annotations(new), &mut changes);
+    if let Some(old) = old {
+        changes.extend(
+            BMC_FIELDS
+                .into_iter()
+                .filter(|field| bmc_field(old, field) != bmc_field(new, field))
+                .map(PowerChange::ChangeBmc),
+        );
+    }
     changes
+}
+
+/// The `spec.bmc` fields a new host sets (to other than Go's zero value).
+fn bmc_set_on_create(new: &Value) -> Vec<PowerChange> {
+    let empty = Value::Object(Default::default());
+    BMC_FIELDS
+        .into_iter()
+        .filter(|field| bmc_field(new, field) != bmc_field(&empty, field))
+        .map(PowerChange::SetBmc)
+        .collect()
 }
 
 /// Why one reboot annotation's value (or key) is unusable, in words, cut to a readable length
@@ -215,12 +312,74 @@ fn listed<T: ToString>(items: &[T]) -> String {
     words.join(", ")
 }
 
+/// Why `user` may not make `changes`, and who may: the changes, then what the allow-list
+/// covers of the kinds refused.
+fn refusal(
+    user: &str,
+    changes: &[PowerChange],
+    host: &str,
+    policy: &Policy,
+    allowed: &str,
+) -> String {
+    let power = changes.iter().any(PowerChange::is_power_request);
+    let control = changes.iter().any(|c| !c.is_power_request());
+    let bmc = if policy.restrict_bmc_on_create {
+        "setting or changing spec.bmc"
+    } else {
+        "changing spec.bmc"
+    };
+    let control_text = format!(
+        "{bmc} and adding, removing or changing the {PAUSED_ANNOTATION} and \
+         {DETACHED_ANNOTATION} annotations"
+    );
+    let changes = listed(changes);
+    if power && !control {
+        format!(
+            "user {user:?} may not {changes} on BareMetalHost {host}: adding, removing or \
+             changing reboot.metal3.io annotations and setting spec.online to false are allowed \
+             only to {allowed}"
+        )
+    } else if power {
+        format!(
+            "user {user:?} may not {changes} on BareMetalHost {host}: adding, removing or \
+             changing reboot.metal3.io annotations, setting spec.online to false, and \
+             {control_text} are allowed only to {allowed}"
+        )
+    } else {
+        format!(
+            "user {user:?} may not {changes} on BareMetalHost {host}: {control_text} are \
+             allowed only to {allowed}"
+        )
+    }
+}
+
+/// Decides a review read from a body: one whose host objects are not shaped like
+/// BareMetalHosts is refused naming the fields (only when the review is one the webhook
+/// checks); any other is [`decide`]d.
+pub fn decide_review(policy: &Policy, review: &ParsedReview) -> Verdict {
+    let request = &review.request;
+    if is_checked(request) && !review.shape_problems.is_empty() {
+        return Verdict::malformed(format!(
+            "the {} review of BareMetalHost {} is not shaped like a BareMetalHost: {}",
+            request.operation.as_str(),
+            request.object_name(),
+            listed(&review.shape_problems)
+        ));
+    }
+    decide(policy, request)
+}
+
+/// Whether the webhook looks at a request: a create or update of a host (not a subresource).
+fn is_checked(request: &AdmissionRequest) -> bool {
+    request.resource.group == HOST_GROUP
+        && request.resource.resource == HOST_RESOURCE
+        && request.sub_resource.as_deref().unwrap_or("").is_empty()
+        && matches!(request.operation, Operation::Create | Operation::Update)
+}
+
 /// Decides one admission request.
 pub fn decide(policy: &Policy, request: &AdmissionRequest) -> Verdict {
-    let is_host = request.resource.group == HOST_GROUP
-        && request.resource.resource == HOST_RESOURCE
-        && request.sub_resource.as_deref().unwrap_or("").is_empty();
-    if !is_host || !matches!(request.operation, Operation::Create | Operation::Update) {
+    if !is_checked(request) {
         return Verdict::allowed(Outcome::NotChecked, Vec::new(), Vec::new());
     }
     let host = request.object_name();
@@ -258,18 +417,21 @@ pub fn decide(policy: &Policy, request: &AdmissionRequest) -> Verdict {
         }
     }
 
-    let changes = power_changes(old, new);
+    let mut changes = power_changes(old, new);
+    if old.is_none() && policy.restrict_bmc_on_create {
+        changes.extend(bmc_set_on_create(new));
+    }
     let refused_by = policy
         .allow
         .as_ref()
         .filter(|list| !changes.is_empty() && !list.allows(&request.user_info));
     if let Some(list) = refused_by {
-        let mut message = format!(
-            "user {:?} may not {} on BareMetalHost {host}: adding, removing or changing \
-             reboot.metal3.io annotations and setting spec.online to false are allowed only to {}",
-            request.user_info.username,
-            listed(&changes),
-            list.describe()
+        let mut message = refusal(
+            &request.user_info.username,
+            &changes,
+            &host,
+            policy,
+            &list.describe(),
         );
         if !invalid.is_empty() {
             message.push_str(&format!(

@@ -2,13 +2,14 @@
 //! (`hostcycle webhook`, docs/webhook.md).
 //!
 //! - [`values`] and [`decide`]: the decision, pure — reboot annotation values the controller
-//!   and metal3 both accept, and (with an allow-list) who may request power changes;
-//! - [`review`]: the `AdmissionReview` wire format (v1 and v1beta1);
+//!   and metal3 both accept, and (with an allow-list) who may request power changes, change
+//!   a host's BMC or pause or detach it;
+//! - [`review`]: the `AdmissionReview` wire format (v1 and v1beta1), read typed and bounded;
 //! - [`server`]: HTTPS with rustls (ring), certificate files reloaded when they change,
-//!   bounded bodies and deadlines;
+//!   limits that keep it answering under abuse, and a probe port of its own;
 //! - [`manifests`]: the optional install objects (ValidatingWebhookConfiguration, Service,
-//!   Deployment) and [`manifests::register`], which applies a configuration with the
-//!   admissionregistration version the API server serves;
+//!   Deployment, PodDisruptionBudget, NetworkPolicy) and [`manifests::register`], which
+//!   applies a configuration with the admissionregistration version the API server serves;
 //! - [`cli`]: `hostcycle webhook`.
 
 pub mod cli;

@@ -1,8 +1,8 @@
 //! The webhook's optional install objects (`hostcycle webhook manifests`): a Service, a
-//! Deployment running `hostcycle webhook` with its certificate Secret mounted, the
-//! ValidatingWebhookConfiguration, and optionally cert-manager's Issuer and Certificate —
-//! and [`register`], which applies a configuration with the admissionregistration version
-//! the API server serves.
+//! Deployment running `hostcycle webhook` with its certificate Secret mounted, a
+//! PodDisruptionBudget, a NetworkPolicy, the ValidatingWebhookConfiguration, and optionally
+//! cert-manager's Issuer and Certificate — and [`register`], which applies a configuration
+//! with the admissionregistration version the API server serves.
 //!
 //! These objects are not part of `deploy/` (the webhook is off by default); they sit next to
 //! it in the operator's namespace and reuse its image and locked-down pod settings.
@@ -45,6 +45,9 @@ pub const TLS_DIR: &str = "/etc/hostcycle/webhook-tls";
 /// The container's port (`hostcycle webhook --listen`).
 pub const PORT: i32 = 9443;
 pub const PORT_NAME: &str = "webhook";
+/// The container's probe port (`hostcycle webhook --probe-addr`), plain HTTP.
+pub const PROBE_PORT: i32 = 9440;
+pub const PROBE_PORT_NAME: &str = "probes";
 /// How long the API server waits for an answer: a reboot annotation edit waits at most this
 /// long when the webhook hangs.
 pub const TIMEOUT_SECONDS: i32 = 5;
@@ -81,6 +84,17 @@ impl FailurePolicy {
     }
 }
 
+/// The PodDisruptionBudget's API version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PdbVersion {
+    /// `policy/v1`, Kubernetes ≥ 1.21.
+    #[value(name = "v1")]
+    V1,
+    /// `policy/v1beta1`, Kubernetes < 1.25.
+    #[value(name = "v1beta1")]
+    V1beta1,
+}
+
 /// Where the API server reaches the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
@@ -115,6 +129,14 @@ fn labels() -> BTreeMap<String, String> {
             "hostcycle".to_string(),
         ),
     ])
+}
+
+/// The label selecting the webhook's pods.
+fn selector() -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        "app.kubernetes.io/name".to_string(),
+        WEBHOOK_NAME.to_string(),
+    )])
 }
 
 fn strings(items: &[&str]) -> Option<Vec<String>> {
@@ -235,6 +257,9 @@ pub struct WebhookInstall {
     /// Also a cert-manager Issuer and Certificate writing [`TLS_SECRET`], and the cainjector
     /// annotation on the configuration.
     pub cert_manager: bool,
+    /// `--restrict-bmc-on-create` (with an allow-list).
+    pub restrict_bmc_on_create: bool,
+    pub pdb_version: PdbVersion,
 }
 
 impl WebhookInstall {
@@ -253,6 +278,8 @@ impl WebhookInstall {
             failure_policy: None,
             ca_bundle_pem: None,
             cert_manager: false,
+            restrict_bmc_on_create: false,
+            pdb_version: PdbVersion::V1,
         }
     }
 
@@ -268,12 +295,13 @@ impl WebhookInstall {
     }
 }
 
-/// The container's arguments: `hostcycle webhook` on [`PORT`] with the mounted certificate
-/// and the allow-list.
+/// The container's arguments: `hostcycle webhook` on [`PORT`] (probes on [`PROBE_PORT`])
+/// with the mounted certificate and the allow-list.
 pub fn webhook_args(install: &WebhookInstall) -> Vec<String> {
     let mut args = vec![
         "webhook".to_string(),
         format!("--listen=0.0.0.0:{PORT}"),
+        format!("--probe-addr=0.0.0.0:{PROBE_PORT}"),
         format!("--tls-cert-file={TLS_DIR}/tls.crt"),
         format!("--tls-key-file={TLS_DIR}/tls.key"),
     ];
@@ -300,6 +328,9 @@ pub fn webhook_args(install: &WebhookInstall) -> Vec<String> {
             "--operator-service-account={}",
             install.operator_service_account
         ));
+        if install.restrict_bmc_on_create {
+            args.push("--restrict-bmc-on-create".to_string());
+        }
     }
     args
 }
@@ -311,12 +342,13 @@ fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
     ])
 }
 
-fn https_probe(period: i32, failures: i32) -> Probe {
+/// A probe of the probe port: plain HTTP, never queued behind reviews.
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
-            path: Some("/healthz".to_string()),
-            port: IntOrString::String(PORT_NAME.to_string()),
-            scheme: Some("HTTPS".to_string()),
+            path: Some(path.to_string()),
+            port: IntOrString::String(PROBE_PORT_NAME.to_string()),
+            scheme: Some("HTTP".to_string()),
             ..Default::default()
         }),
         period_seconds: Some(period),
@@ -337,17 +369,25 @@ pub fn deployment(install: &WebhookInstall) -> Deployment {
         image: Some(install.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_string()),
         args: Some(webhook_args(install)),
-        ports: Some(vec![ContainerPort {
-            name: Some(PORT_NAME.to_string()),
-            container_port: PORT,
-            protocol: Some("TCP".to_string()),
-            ..Default::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(PORT_NAME.to_string()),
+                container_port: PORT,
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some(PROBE_PORT_NAME.to_string()),
+                container_port: PROBE_PORT,
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            },
+        ]),
         liveness_probe: Some(Probe {
             initial_delay_seconds: Some(5),
-            ..https_probe(10, 3)
+            ..probe("/healthz", 10, 3)
         }),
-        readiness_probe: Some(https_probe(5, 2)),
+        readiness_probe: Some(probe("/readyz", 5, 2)),
         resources: Some(ResourceRequirements {
             requests: Some(quantities("10m", "32Mi")),
             limits: Some(quantities("500m", "128Mi")),
@@ -362,10 +402,7 @@ pub fn deployment(install: &WebhookInstall) -> Deployment {
         }]),
         ..Default::default()
     };
-    let selector = BTreeMap::from([(
-        "app.kubernetes.io/name".to_string(),
-        WEBHOOK_NAME.to_string(),
-    )]);
+    let selector = selector();
     let pod = PodSpec {
         // The webhook decides from the review alone: it never calls the API server.
         automount_service_account_token: Some(false),
@@ -435,10 +472,7 @@ pub fn service(namespace: &str) -> Service {
         },
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_string()),
-            selector: Some(BTreeMap::from([(
-                "app.kubernetes.io/name".to_string(),
-                WEBHOOK_NAME.to_string(),
-            )])),
+            selector: Some(selector()),
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.to_string()),
                 port: 443,
@@ -450,6 +484,48 @@ pub fn service(namespace: &str) -> Service {
         }),
         ..Default::default()
     }
+}
+
+/// Keeps one replica up through voluntary disruptions (node drains): one pod may be evicted
+/// at a time. A pod that is not Ready may always be evicted (`v1`), so a broken replica never
+/// blocks a drain.
+pub fn pod_disruption_budget(namespace: &str, version: PdbVersion) -> serde_json::Value {
+    let mut spec = json!({
+        "maxUnavailable": 1,
+        "selector": { "matchLabels": selector() },
+    });
+    if version == PdbVersion::V1 {
+        // Kubernetes ≥ 1.26 reads it (older ones drop it): unhealthy pods never block.
+        spec["unhealthyPodEvictionPolicy"] = json!("AlwaysAllow");
+    }
+    json!({
+        "apiVersion": match version {
+            PdbVersion::V1 => "policy/v1",
+            PdbVersion::V1beta1 => "policy/v1beta1",
+        },
+        "kind": "PodDisruptionBudget",
+        "metadata": { "name": WEBHOOK_NAME, "namespace": namespace, "labels": labels() },
+        "spec": spec,
+    })
+}
+
+/// Lets into the webhook's pods only the review port, from anywhere (the API server is not
+/// a pod: no selector can name it, so the port must stay open to the control plane's
+/// addresses), and lets nothing out (the webhook calls nobody). The probe port is left out:
+/// other pods cannot reach it, and the kubelet's probes come from the node, which most
+/// network plugins let through regardless of NetworkPolicy.
+pub fn network_policy(namespace: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": { "name": WEBHOOK_NAME, "namespace": namespace, "labels": labels() },
+        "spec": {
+            "podSelector": { "matchLabels": selector() },
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{ "ports": [{ "protocol": "TCP", "port": PORT }] }],
+            "egress": [],
+        },
+    })
 }
 
 /// cert-manager objects: a self-signed CA (its own Issuer and Certificate, ten years) and a CA
@@ -526,8 +602,8 @@ pub fn install_registration(install: &WebhookInstall) -> Registration {
 }
 
 /// Every object, in the order they are applied: cert-manager's (when asked for), the
-/// Service, the Deployment, then the configuration (last: the API server calls the webhook
-/// as soon as it exists).
+/// Service, the Deployment, its PodDisruptionBudget and NetworkPolicy, then the configuration
+/// (last: the API server calls the webhook as soon as it exists).
 pub fn webhook_objects(install: &WebhookInstall) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut objects = Vec::new();
     if install.cert_manager {
@@ -537,6 +613,11 @@ pub fn webhook_objects(install: &WebhookInstall) -> anyhow::Result<Vec<serde_jso
         serde_json::to_value(service(&install.namespace)).context("serializing the Service")?,
     );
     objects.push(serde_json::to_value(deployment(install)).context("serializing the Deployment")?);
+    objects.push(pod_disruption_budget(
+        &install.namespace,
+        install.pdb_version,
+    ));
+    objects.push(network_policy(&install.namespace));
     objects.push(
         serde_json::to_value(configuration(&install_registration(install)))
             .context("serializing the ValidatingWebhookConfiguration")?,
@@ -679,10 +760,12 @@ mod tests {
                 "Certificate",
                 "Service",
                 "Deployment",
+                "PodDisruptionBudget",
+                "NetworkPolicy",
                 "ValidatingWebhookConfiguration"
             ]
         );
-        let webhook_config = &objects[6];
+        let webhook_config = &objects[8];
         assert_eq!(
             webhook_config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
             "ops/hostcycle-webhook",
@@ -715,9 +798,32 @@ mod tests {
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
         assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
-        let probe = container.readiness_probe.clone().unwrap().http_get.unwrap();
-        assert_eq!(probe.scheme.as_deref(), Some("HTTPS"));
-        assert_eq!(probe.path.as_deref(), Some("/healthz"));
+        // Probes go to the probe port (plain HTTP), never queued behind reviews.
+        let readiness = container.readiness_probe.clone().unwrap().http_get.unwrap();
+        assert_eq!(readiness.scheme.as_deref(), Some("HTTP"));
+        assert_eq!(readiness.path.as_deref(), Some("/readyz"));
+        assert_eq!(
+            readiness.port,
+            IntOrString::String(PROBE_PORT_NAME.to_string())
+        );
+        let liveness = container.liveness_probe.clone().unwrap().http_get.unwrap();
+        assert_eq!(liveness.scheme.as_deref(), Some("HTTP"));
+        assert_eq!(liveness.path.as_deref(), Some("/healthz"));
+        assert_eq!(
+            liveness.port,
+            IntOrString::String(PROBE_PORT_NAME.to_string())
+        );
+        let ports: Vec<(Option<&str>, i32)> = container
+            .ports
+            .as_deref()
+            .unwrap()
+            .iter()
+            .map(|p| (p.name.as_deref(), p.container_port))
+            .collect();
+        assert_eq!(
+            ports,
+            [(Some(PORT_NAME), PORT), (Some(PROBE_PORT_NAME), PROBE_PORT)]
+        );
         let volume = &pod.volumes.unwrap()[0];
         assert_eq!(
             volume.secret.clone().unwrap().secret_name.as_deref(),
@@ -728,5 +834,87 @@ mod tests {
             yaml.contains("kind: ValidatingWebhookConfiguration"),
             "{yaml}"
         );
+    }
+
+    #[test]
+    fn the_probe_port_and_restrict_flag_reach_the_deployment_args() {
+        let args = parse(&webhook_args(&WebhookInstall::new("ops")));
+        assert_eq!(args.probe_addr.port(), PROBE_PORT as u16);
+        assert!(!args.allow.restrict_bmc_on_create);
+
+        let mut install = with_allow_list();
+        install.restrict_bmc_on_create = true;
+        let args = parse(&webhook_args(&install));
+        assert!(args.allow.restrict_bmc_on_create);
+        assert!(args.allow.policy().restrict_bmc_on_create);
+    }
+
+    #[test]
+    fn a_network_policy_lets_in_the_review_port_only_and_nothing_out() {
+        let objects = webhook_objects(&WebhookInstall::new("ops")).unwrap();
+        let policy = objects
+            .iter()
+            .find(|o| o["kind"] == "NetworkPolicy")
+            .expect("a NetworkPolicy");
+        assert_eq!(policy["apiVersion"], "networking.k8s.io/v1");
+        assert_eq!(policy["metadata"]["namespace"], "ops");
+        assert_eq!(
+            policy["spec"]["podSelector"]["matchLabels"],
+            json!({"app.kubernetes.io/name": WEBHOOK_NAME}),
+            "the Deployment's pods"
+        );
+        let deployment = deployment(&WebhookInstall::new("ops"));
+        let pod_labels = deployment
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .labels
+            .unwrap();
+        assert_eq!(pod_labels["app.kubernetes.io/name"], WEBHOOK_NAME);
+        assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+        // From anywhere (no `from`: the API server is not a pod), to the review port only.
+        assert_eq!(
+            policy["spec"]["ingress"],
+            json!([{"ports": [{"protocol": "TCP", "port": PORT}]}])
+        );
+        assert!(
+            !policy.to_string().contains(&PROBE_PORT.to_string()),
+            "the probe port is not opened to other pods: {policy}"
+        );
+        assert_eq!(
+            policy["spec"]["egress"],
+            json!([]),
+            "the webhook calls nobody"
+        );
+    }
+
+    #[test]
+    fn a_pod_disruption_budget_keeps_one_replica_through_drains() {
+        let objects = webhook_objects(&WebhookInstall::new("ops")).unwrap();
+        let pdb = objects
+            .iter()
+            .find(|o| o["kind"] == "PodDisruptionBudget")
+            .expect("a PodDisruptionBudget");
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert_eq!(pdb["metadata"]["namespace"], "ops");
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"],
+            json!({"app.kubernetes.io/name": WEBHOOK_NAME})
+        );
+        // One of the two replicas may go at a time: drains proceed, one always answers.
+        const { assert!(REPLICAS >= 2) };
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+        assert!(pdb["spec"].get("minAvailable").is_none());
+        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+
+        let mut old = WebhookInstall::new("ops");
+        old.pdb_version = PdbVersion::V1beta1;
+        let pdb = pod_disruption_budget(&old.namespace, old.pdb_version);
+        assert_eq!(pdb["apiVersion"], "policy/v1beta1");
+        assert!(pdb["spec"].get("unhealthyPodEvictionPolicy").is_none());
+        let yaml = webhook_yaml(&old).unwrap();
+        assert!(yaml.contains("apiVersion: policy/v1beta1"), "{yaml}");
     }
 }

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -19,10 +20,19 @@ pub struct ReloadLabels {
     pub result: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    /// `refused` (every slot serving a request), `evicted` (closed to make room for a new
+    /// one) or `no_request` (no complete request header within the pre-request limit).
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct WebhookMetrics {
     pub reviews: Family<ReviewLabels, Counter>,
     pub certificate_reloads: Family<ReloadLabels, Counter>,
+    pub open_connections: Gauge,
+    pub connections_closed: Family<ClosedLabels, Counter>,
 }
 
 impl WebhookMetrics {
@@ -39,7 +49,25 @@ impl WebhookMetrics {
             "Serving certificate reloads after the files changed, by result",
             metrics.certificate_reloads.clone(),
         );
+        registry.register(
+            "hostcycle_webhook_open_connections",
+            "Connections open on the review port",
+            metrics.open_connections.clone(),
+        );
+        registry.register(
+            "hostcycle_webhook_connections_closed",
+            "Review port connections closed by the webhook to protect itself, by reason",
+            metrics.connections_closed.clone(),
+        );
         metrics
+    }
+
+    pub fn closed(&self, reason: &str) {
+        self.connections_closed
+            .get_or_create(&ClosedLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     pub fn review(&self, operation: &str, outcome: &str) {

@@ -1,4 +1,5 @@
-//! Who may request power changes when the allow-list is on.
+//! Who may request power changes (and change a host's BMC, or pause or detach it) when the
+//! allow-list is on.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -59,8 +60,9 @@ impl FromStr for ServiceAccountName {
     }
 }
 
-/// The identities that may add, remove or change `reboot.metal3.io` annotations and set
-/// `spec.online` to false.
+/// The identities that may add, remove or change `reboot.metal3.io` annotations, set
+/// `spec.online` to false, change `spec.bmc` and add, remove or change metal3's `paused` and
+/// `detached` annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowList {
     pub users: BTreeSet<String>,
@@ -119,12 +121,19 @@ pub struct Policy {
     /// `None`: everyone whose RBAC lets them edit a host may request power changes (values
     /// are still checked). `Some`: only these identities may.
     pub allow: Option<AllowList>,
+    /// With an allow-list, also restrict setting `spec.bmc` on a create: only listed
+    /// identities may then create hosts with a BMC. Off by default: creating a host is how
+    /// hosts are enrolled, and RBAC on `create` already says who may.
+    pub restrict_bmc_on_create: bool,
 }
 
 impl Policy {
     /// Values checked, no allow-list.
     pub fn validate_only() -> Self {
-        Policy { allow: None }
+        Policy {
+            allow: None,
+            restrict_bmc_on_create: false,
+        }
     }
 
     /// An allow-list of `users`, `groups` and `service_accounts`, plus `default_accounts`
@@ -145,6 +154,7 @@ impl Policy {
                     .chain(default_accounts)
                     .collect(),
             }),
+            restrict_bmc_on_create: false,
         }
     }
 }

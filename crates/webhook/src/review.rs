@@ -9,17 +9,6 @@ pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
 pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
 pub const KIND: &str = "AdmissionReview";
 
-/// An `AdmissionReview` as the API server sends it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmissionReview {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    pub request: Option<AdmissionRequest>,
-}
-
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct GroupVersionResource {
     #[serde(default)]
@@ -154,11 +143,42 @@ pub enum ReviewError {
     WrongKind(String),
     #[error("the AdmissionReview carries no request")]
     NoRequest,
+    #[error("the AdmissionReview's objects are not shaped like BareMetalHosts: {}", .0.join("; "))]
+    WrongShape(Vec<String>),
 }
 
-/// Parses a request body; the version is kept for the answer.
+/// A review as read from a body: the request, reduced to what the decision reads, and where
+/// its objects are not shaped like BareMetalHosts.
+#[derive(Debug, Clone)]
+pub struct ParsedReview {
+    /// The request's version, answered in kind.
+    pub api_version: String,
+    /// `object` and `oldObject` hold only `metadata.name`, `metadata.namespace`,
+    /// `metadata.generateName`, the reboot, paused and detached annotations, `spec.online`
+    /// and `spec.bmc`'s `address`, `credentialsName` and `disableCertificateVerification`;
+    /// `userInfo.extra` is dropped.
+    pub request: AdmissionRequest,
+    /// Fields of `object` / `oldObject` of the wrong type, e.g. `request.object: expected a
+    /// JSON object, found an array`. The API server checks hosts against their CRD's
+    /// schema, so these come only from something else posting to the webhook.
+    pub shape_problems: Vec<String>,
+}
+
+/// Parses a request body; the version is kept for the answer. Objects of the wrong shape
+/// are an error here ([`read_review`] reports them alongside the request instead).
 pub fn parse_review(body: &[u8]) -> Result<(String, AdmissionRequest), ReviewError> {
-    let review: AdmissionReview = serde_json::from_slice(body).map_err(ReviewError::NotAReview)?;
+    let parsed = read_review(body)?;
+    if !parsed.shape_problems.is_empty() {
+        return Err(ReviewError::WrongShape(parsed.shape_problems));
+    }
+    Ok((parsed.api_version, parsed.request))
+}
+
+/// Reads a request body into typed fields, skipping everything the decision does not read
+/// without building it (serde's `IgnoredAny`): a body costs its own bytes and a few small
+/// strings, never a JSON tree several times its size.
+pub fn read_review(body: &[u8]) -> Result<ParsedReview, ReviewError> {
+    let review: wire::Review = serde_json::from_slice(body).map_err(ReviewError::NotAReview)?;
     if review.api_version != API_VERSION_V1 && review.api_version != API_VERSION_V1BETA1 {
         return Err(ReviewError::UnsupportedVersion(review.api_version));
     }
@@ -166,7 +186,437 @@ pub fn parse_review(body: &[u8]) -> Result<(String, AdmissionRequest), ReviewErr
         return Err(ReviewError::WrongKind(review.kind));
     }
     let request = review.request.ok_or(ReviewError::NoRequest)?;
-    Ok((review.api_version, request))
+    let mut shape_problems = Vec::new();
+    let object = request
+        .object
+        .into_value("request.object", &mut shape_problems);
+    let old_object = request
+        .old_object
+        .into_value("request.oldObject", &mut shape_problems);
+    Ok(ParsedReview {
+        api_version: review.api_version,
+        request: AdmissionRequest {
+            uid: request.uid,
+            resource: request.resource,
+            sub_resource: request.sub_resource,
+            name: request.name,
+            namespace: request.namespace,
+            operation: request.operation,
+            user_info: UserInfo {
+                username: request.user_info.username,
+                uid: request.user_info.uid,
+                groups: request.user_info.groups.0,
+                extra: BTreeMap::new(),
+            },
+            object,
+            old_object,
+            dry_run: request.dry_run,
+        },
+        shape_problems,
+    })
+}
+
+/// The wire format, typed: only the fields the decision reads, each of the expected type or
+/// recorded as a shape problem (so the review can still be answered with its `uid`).
+mod wire {
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use hostcycle_api::{DETACHED_ANNOTATION, PAUSED_ANNOTATION, classify_reboot_annotation};
+    use serde::Deserialize;
+    use serde::de::value::MapAccessDeserializer;
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    use super::{GroupVersionResource, Operation};
+
+    /// Most groups a user may have: the list is kept, so it is bounded (4096 of the shortest
+    /// strings cost ~100 KiB).
+    pub const MAX_GROUPS: usize = 4096;
+    /// Most bytes of kept annotations (keys and values) per object: the API server allows
+    /// 256 KiB for all of an object's annotations.
+    pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Review {
+        #[serde(default)]
+        pub api_version: String,
+        #[serde(default)]
+        pub kind: String,
+        #[serde(default)]
+        pub request: Option<Request>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Request {
+        pub uid: String,
+        #[serde(default)]
+        pub resource: GroupVersionResource,
+        #[serde(default)]
+        pub sub_resource: Option<String>,
+        #[serde(default)]
+        pub name: Option<String>,
+        #[serde(default)]
+        pub namespace: Option<String>,
+        pub operation: Operation,
+        #[serde(default)]
+        pub user_info: User,
+        #[serde(default)]
+        pub object: Shaped<Host>,
+        #[serde(default)]
+        pub old_object: Shaped<Host>,
+        #[serde(default)]
+        pub dry_run: Option<bool>,
+    }
+
+    /// `userInfo` without `extra`, which nothing reads.
+    #[derive(Default, Deserialize)]
+    pub struct User {
+        #[serde(default)]
+        pub username: String,
+        #[serde(default)]
+        pub uid: String,
+        #[serde(default)]
+        pub groups: Groups,
+    }
+
+    #[derive(Default)]
+    pub struct Groups(pub Vec<String>);
+
+    impl<'de> Deserialize<'de> for Groups {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct GroupsVisitor;
+            impl<'de> Visitor<'de> for GroupsVisitor {
+                type Value = Groups;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    write!(f, "a list of at most {MAX_GROUPS} group names")
+                }
+                fn visit_unit<E: serde::de::Error>(self) -> Result<Groups, E> {
+                    Ok(Groups::default())
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Groups, A::Error> {
+                    let mut groups = Vec::new();
+                    while let Some(group) = seq.next_element::<String>()? {
+                        if groups.len() == MAX_GROUPS {
+                            return Err(serde::de::Error::custom(format!(
+                                "request.userInfo.groups has more than {MAX_GROUPS} entries"
+                            )));
+                        }
+                        groups.push(group);
+                    }
+                    Ok(Groups(groups))
+                }
+            }
+            deserializer.deserialize_any(GroupsVisitor)
+        }
+    }
+
+    /// A field as found: absent (or null), of the expected type, or something else, which
+    /// was skipped unread.
+    #[derive(Default)]
+    pub enum Shaped<T> {
+        #[default]
+        Absent,
+        Found(T),
+        /// What it was instead: "a string", "an array", ...
+        Wrong(&'static str),
+    }
+
+    impl<T: Expected> Shaped<T> {
+        /// The value, or `None` with a problem recorded when it had the wrong type.
+        fn take(self, path: &str, problems: &mut Vec<String>) -> Option<T> {
+            match self {
+                Shaped::Absent => None,
+                Shaped::Found(value) => Some(value),
+                Shaped::Wrong(found) => {
+                    problems.push(format!("{path}: expected {}, found {found}", T::EXPECTED));
+                    None
+                }
+            }
+        }
+    }
+
+    /// What a [`Shaped`] field accepts.
+    pub trait Expected: Sized {
+        const EXPECTED: &'static str;
+        fn from_bool(_: bool) -> Option<Self> {
+            None
+        }
+        fn from_str(_: &str) -> Option<Self> {
+            None
+        }
+        /// Reads a JSON object; `Ok(None)` when this is not one of the types that are.
+        fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    }
+
+    impl Expected for String {
+        const EXPECTED: &'static str = "a string";
+        fn from_str(text: &str) -> Option<Self> {
+            Some(text.to_string())
+        }
+    }
+
+    impl Expected for bool {
+        const EXPECTED: &'static str = "a boolean";
+        fn from_bool(value: bool) -> Option<Self> {
+            Some(value)
+        }
+    }
+
+    impl<'de, T: Expected> Deserialize<'de> for Shaped<T> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_any(ShapedVisitor(PhantomData))
+        }
+    }
+
+    struct ShapedVisitor<T>(PhantomData<T>);
+
+    impl<T: Expected> ShapedVisitor<T> {
+        fn found(value: Option<T>, instead: &'static str) -> Shaped<T> {
+            value.map_or(Shaped::Wrong(instead), Shaped::Found)
+        }
+    }
+
+    impl<'de, T: Expected> Visitor<'de> for ShapedVisitor<T> {
+        type Value = Shaped<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(T::EXPECTED)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Shaped<T>, E> {
+            Ok(Shaped::Absent)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Shaped<T>, E> {
+            Ok(Shaped::Absent)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Shaped<T>, D::Error> {
+            Shaped::deserialize(d)
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Shaped<T>, E> {
+            Ok(Self::found(T::from_bool(v), "a boolean"))
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Shaped<T>, E> {
+            Ok(Shaped::Wrong("a number"))
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Shaped<T>, E> {
+            Ok(Shaped::Wrong("a number"))
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Shaped<T>, E> {
+            Ok(Shaped::Wrong("a number"))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Shaped<T>, E> {
+            Ok(Self::found(T::from_str(v), "a string"))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shaped<T>, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Shaped::Wrong("an array"))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Shaped<T>, A::Error> {
+            Ok(Self::found(T::from_map(map)?, "a JSON object"))
+        }
+    }
+
+    /// Implements [`Expected`] for a struct read from a JSON object.
+    macro_rules! object {
+        ($type:ty) => {
+            impl Expected for $type {
+                const EXPECTED: &'static str = "a JSON object";
+                fn from_map<'de, A: MapAccess<'de>>(map: A) -> Result<Option<Self>, A::Error> {
+                    <$type>::deserialize(MapAccessDeserializer::new(map)).map(Some)
+                }
+            }
+        };
+    }
+
+    /// A BareMetalHost, reduced to what the decision reads.
+    #[derive(Default, Deserialize)]
+    pub struct Host {
+        #[serde(default)]
+        metadata: Shaped<Metadata>,
+        #[serde(default)]
+        spec: Shaped<Spec>,
+    }
+    object!(Host);
+
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Metadata {
+        #[serde(default)]
+        name: Shaped<String>,
+        #[serde(default)]
+        namespace: Shaped<String>,
+        #[serde(default)]
+        generate_name: Shaped<String>,
+        #[serde(default)]
+        annotations: Shaped<Annotations>,
+    }
+    object!(Metadata);
+
+    #[derive(Default, Deserialize)]
+    struct Spec {
+        #[serde(default)]
+        online: Shaped<bool>,
+        #[serde(default)]
+        bmc: Shaped<Bmc>,
+    }
+    object!(Spec);
+
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Bmc {
+        #[serde(default)]
+        address: Shaped<String>,
+        #[serde(default)]
+        credentials_name: Shaped<String>,
+        #[serde(default)]
+        disable_certificate_verification: Shaped<bool>,
+    }
+    object!(Bmc);
+
+    /// The annotations the decision reads (reboot, paused, detached); the others are skipped.
+    #[derive(Default)]
+    struct Annotations {
+        kept: BTreeMap<String, Shaped<String>>,
+    }
+
+    /// Whether the decision reads an annotation.
+    fn kept_annotation(key: &str) -> bool {
+        classify_reboot_annotation(key).is_some()
+            || key == PAUSED_ANNOTATION
+            || key == DETACHED_ANNOTATION
+    }
+
+    impl Expected for Annotations {
+        const EXPECTED: &'static str = "a JSON object";
+        fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
+            let mut kept = BTreeMap::new();
+            let mut bytes = 0usize;
+            while let Some(key) = map.next_key::<String>()? {
+                if !kept_annotation(&key) {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                let value = map.next_value::<Shaped<String>>()?;
+                bytes += key.len()
+                    + match &value {
+                        Shaped::Found(text) => text.len(),
+                        _ => 0,
+                    };
+                if bytes > MAX_ANNOTATION_BYTES {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_ANNOTATION_BYTES} bytes of reboot, paused and detached \
+                         annotations on one object (the API server allows {MAX_ANNOTATION_BYTES} \
+                         for all of them)"
+                    )));
+                }
+                kept.insert(key, value);
+            }
+            Ok(Some(Annotations { kept }))
+        }
+    }
+
+    impl Shaped<Host> {
+        /// The object as the decision reads it (a JSON object with only the fields it
+        /// reads), or `None` when absent or not an object.
+        pub fn into_value(self, path: &str, problems: &mut Vec<String>) -> Option<Value> {
+            let host = self.take(path, problems)?;
+            let mut object = Map::new();
+            if let Some(metadata) = host.metadata.take(&format!("{path}.metadata"), problems) {
+                object.insert(
+                    "metadata".to_string(),
+                    metadata.into_value(&format!("{path}.metadata"), problems),
+                );
+            }
+            if let Some(spec) = host.spec.take(&format!("{path}.spec"), problems) {
+                object.insert(
+                    "spec".to_string(),
+                    spec.into_value(&format!("{path}.spec"), problems),
+                );
+            }
+            Some(Value::Object(object))
+        }
+    }
+
+    fn put<T: Expected + Into<Value>>(
+        object: &mut Map<String, Value>,
+        key: &str,
+        field: Shaped<T>,
+        path: &str,
+        problems: &mut Vec<String>,
+    ) {
+        if let Some(value) = field.take(&format!("{path}.{key}"), problems) {
+            object.insert(key.to_string(), value.into());
+        }
+    }
+
+    impl Metadata {
+        fn into_value(self, path: &str, problems: &mut Vec<String>) -> Value {
+            let mut object = Map::new();
+            put(&mut object, "name", self.name, path, problems);
+            put(&mut object, "namespace", self.namespace, path, problems);
+            put(
+                &mut object,
+                "generateName",
+                self.generate_name,
+                path,
+                problems,
+            );
+            let annotations_path = format!("{path}.annotations");
+            if let Some(annotations) = self.annotations.take(&annotations_path, problems) {
+                let mut kept = Map::new();
+                for (key, value) in annotations.kept {
+                    let path = format!("{annotations_path}[{key:?}]");
+                    // null is kept as it is: the decision refuses it as not a string.
+                    match value {
+                        Shaped::Absent => {
+                            kept.insert(key, Value::Null);
+                        }
+                        other => {
+                            if let Some(text) = other.take(&path, problems) {
+                                kept.insert(key, Value::String(text));
+                            }
+                        }
+                    }
+                }
+                object.insert("annotations".to_string(), Value::Object(kept));
+            }
+            Value::Object(object)
+        }
+    }
+
+    impl Spec {
+        fn into_value(self, path: &str, problems: &mut Vec<String>) -> Value {
+            let mut object = Map::new();
+            put(&mut object, "online", self.online, path, problems);
+            let bmc_path = format!("{path}.bmc");
+            if let Some(bmc) = self.bmc.take(&bmc_path, problems) {
+                let mut fields = Map::new();
+                put(&mut fields, "address", bmc.address, &bmc_path, problems);
+                put(
+                    &mut fields,
+                    "credentialsName",
+                    bmc.credentials_name,
+                    &bmc_path,
+                    problems,
+                );
+                put(
+                    &mut fields,
+                    "disableCertificateVerification",
+                    bmc.disable_certificate_verification,
+                    &bmc_path,
+                    problems,
+                );
+                object.insert("bmc".to_string(), Value::Object(fields));
+            }
+            Value::Object(object)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,24 +1,41 @@
 //! The webhook's HTTPS server: rustls with ring, HTTP/1.1 (hyper), `POST
-//! /validate-baremetalhost`, `GET /healthz`, `GET /metrics`.
+//! /validate-baremetalhost`, `GET /healthz`, `GET /metrics`; and a plain-HTTP probe port
+//! (`GET /healthz`, `GET /readyz`) of its own, so the kubelet's probes never queue behind
+//! reviews.
 //!
-//! Limits: a bounded number of connections, a TLS handshake deadline, a body size limit and a
-//! deadline to receive it, and an idle limit per connection longer than the API server's own
-//! (90 s), so the client closes idle connections first and never posts onto one being closed.
+//! Staying up under abuse (anything in the cluster can reach the review port: the API
+//! server is not a pod, so it cannot be singled out):
+//! - a connection must finish its TLS handshake and send a complete request header within
+//!   `header_timeout` of connecting, or it is closed: a silent socket holds nothing for long;
+//! - at most `max_connections` are open; at the limit, a new connection replaces the oldest
+//!   one that is not serving a request (first those that never sent one, then idle
+//!   keep-alive ones), and is closed at once when every one is serving a request — refused,
+//!   never left in the listen backlog;
+//! - request bodies being received share a budget of `max_concurrent_reviews` ×
+//!   `max_body_bytes`, taken as bytes arrive (a slow sender holds only what it sent), and at
+//!   most `max_concurrent_reviews` reviews are parsed and decided at once, off the async
+//!   workers; a review that gets neither within [`OVERLOAD_WAIT`] is answered HTTP 503;
+//! - bodies have a size limit and a deadline; an idle keep-alive connection is closed after
+//!   `idle_timeout`, longer than the API server's own (90 s), so the client closes idle
+//!   connections first and never posts onto one being closed.
+//!
 //! The certificate files are read again every `tls_reload_interval` and swapped in when they
 //! changed (cert-manager rotation); a pair that does not load (a key not matching the
 //! certificate while the files are being replaced) keeps the previous one in use.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -28,28 +45,38 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::decide::{Verdict, decide};
+use crate::decide::{Verdict, decide_review};
 use crate::metrics::WebhookMetrics;
 use crate::policy::Policy;
-use crate::review::{AdmissionReviewResponse, KIND, parse_review};
+use crate::review::{AdmissionReviewResponse, KIND, read_review};
 use crate::{VALIDATE_PATH, review};
 
 /// Largest certificate or key file read.
 const MAX_PEM_BYTES: u64 = 1024 * 1024;
-/// How long a connection may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long in-flight requests get to finish on shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a review waits for body budget or a decision slot before HTTP 503: a burst from
+/// the API server rides it out, a flood is refused well within the API server's 5 s.
+pub const OVERLOAD_WAIT: Duration = Duration::from_secs(1);
+/// Probe connections served at once (the kubelet makes one per probe); more are closed.
+const PROBE_CONNECTIONS: usize = 8;
+/// How long a probe connection may take to send its request and get the answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How to serve.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub listen: SocketAddr,
+    /// Where to serve the plain-HTTP probes (`/healthz`, `/readyz`); `None`: nowhere (the
+    /// review port's own `/healthz` still answers).
+    pub probe_listen: Option<SocketAddr>,
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     /// Largest request body accepted (HTTP 413 beyond).
@@ -58,24 +85,34 @@ pub struct ServerOptions {
     pub request_timeout: Duration,
     /// How often the certificate files are checked for changes.
     pub tls_reload_interval: Duration,
-    /// Connections served at once; more wait in the listen backlog.
+    /// Connections open at once on the review port (see the module's notes for what happens
+    /// at the limit).
     pub max_connections: usize,
-    /// An idle keep-alive connection (or one sending its headers this slowly) is closed
-    /// after this long.
+    /// A new connection must finish its TLS handshake and send a complete request header
+    /// within this long, or it is closed.
+    pub header_timeout: Duration,
+    /// An idle keep-alive connection (or one sending a later request's headers this slowly)
+    /// is closed after this long.
     pub idle_timeout: Duration,
+    /// Reviews parsed and decided at once; bodies being received share a budget of this
+    /// many times `max_body_bytes`.
+    pub max_concurrent_reviews: usize,
 }
 
 impl ServerOptions {
     pub fn new(listen: SocketAddr, cert_file: PathBuf, key_file: PathBuf) -> Self {
         ServerOptions {
             listen,
+            probe_listen: None,
             cert_file,
             key_file,
             max_body_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(10),
             tls_reload_interval: Duration::from_secs(10),
             max_connections: 256,
+            header_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
+            max_concurrent_reviews: 8,
         }
     }
 }
@@ -219,12 +256,14 @@ impl ResolvesServerCert for ReloadingCert {
 pub struct Running {
     /// The bound address (the port when `:0` was asked for).
     pub local_addr: SocketAddr,
+    /// The bound probe address, when probes are served.
+    pub probe_addr: Option<SocketAddr>,
     /// Ends after `shutdown` fired and in-flight requests finished (or their grace ran out).
     pub task: tokio::task::JoinHandle<()>,
 }
 
 /// Binds, then serves until `shutdown` fires. Fails at once when the certificate does not
-/// load or the address cannot be bound.
+/// load or an address cannot be bound.
 pub async fn serve(
     options: ServerOptions,
     app: Arc<App>,
@@ -247,6 +286,19 @@ pub async fn serve(
         .await
         .with_context(|| format!("listening on {}", options.listen))?;
     let local_addr = listener.local_addr().context("reading the bound address")?;
+    let probe_listener = match options.probe_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening for probes on {addr}"))?,
+        ),
+        None => None,
+    };
+    let probe_addr = probe_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()
+        .context("reading the bound probe address")?;
 
     spawn_reloader(
         certs,
@@ -254,19 +306,32 @@ pub async fn serve(
         app.clone(),
         shutdown.clone(),
     );
+    let ready = Arc::new(AtomicBool::new(true));
+    // The probes outlive the review port's drain, saying "not ready" meanwhile.
+    let probes_stop = CancellationToken::new();
+    let probes = probe_listener
+        .map(|listener| tokio::spawn(serve_probes(listener, ready.clone(), probes_stop.clone())));
 
-    let connections = Arc::new(Semaphore::new(options.max_connections));
+    let shared = Arc::new(Shared {
+        app,
+        options: options.clone(),
+        body_budget: Arc::new(Semaphore::new(
+            options
+                .max_concurrent_reviews
+                .max(1)
+                .saturating_mul(options.max_body_bytes.max(1))
+                .min(Semaphore::MAX_PERMITS),
+        )),
+        decisions: Arc::new(Semaphore::new(options.max_concurrent_reviews.max(1))),
+        connections: Connections::new(options.max_connections.max(1)),
+    });
     let task = tokio::spawn(async move {
+        let mut tasks = JoinSet::new();
         loop {
-            let permit = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                permit = connections.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break,
-                },
-            };
             let (tcp, peer) = tokio::select! {
                 _ = shutdown.cancelled() => break,
+                // Reap finished connection tasks as they end.
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
@@ -277,28 +342,140 @@ pub async fn serve(
                     }
                 },
             };
-            let acceptor = acceptor.clone();
-            let app = app.clone();
-            let shutdown = shutdown.clone();
-            let options = options.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                serve_connection(tcp, peer, acceptor, app, options, shutdown).await;
+            let Some(slot) = Connections::admit(&shared) else {
+                // Every connection is serving a request: refuse now rather than queue.
+                shared.app.metrics.closed("refused");
+                tracing::debug!(%peer, "connection refused: every slot is serving a request");
+                drop(tcp);
+                continue;
+            };
+            let (acceptor, shared, shutdown) = (acceptor.clone(), shared.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                serve_connection(tcp, peer, acceptor, slot, &shared, shutdown).await;
             });
         }
+        ready.store(false, Ordering::Relaxed);
         drop(listener);
-        // Every connection task holds a permit: all of them back means all are done.
-        let all = u32::try_from(options.max_connections).unwrap_or(u32::MAX);
-        let drained = tokio::time::timeout(
-            SHUTDOWN_GRACE + Duration::from_secs(1),
-            connections.acquire_many(all),
-        )
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), async {
+            while tasks.join_next().await.is_some() {}
+        })
         .await;
         if drained.is_err() {
             tracing::warn!("connections still open after the shutdown grace period");
         }
+        probes_stop.cancel();
+        if let Some(probes) = probes {
+            let _ = probes.await;
+        }
     });
-    Ok(Running { local_addr, task })
+    Ok(Running {
+        local_addr,
+        probe_addr,
+        task,
+    })
+}
+
+/// What every connection task shares.
+struct Shared {
+    app: Arc<App>,
+    options: ServerOptions,
+    /// Bytes of request bodies being received, at most `max_concurrent_reviews` ×
+    /// `max_body_bytes`.
+    body_budget: Arc<Semaphore>,
+    /// Reviews being parsed and decided.
+    decisions: Arc<Semaphore>,
+    connections: Connections,
+}
+
+/// No complete request header yet.
+const WAITING: u8 = 0;
+/// Between requests (keep-alive).
+const IDLE: u8 = 1;
+/// Serving a request.
+const BUSY: u8 = 2;
+
+/// The open connections of the review port, oldest first, and what each is doing.
+struct Connections {
+    max: usize,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    next_id: u64,
+    open: BTreeMap<u64, SlotState>,
+}
+
+#[derive(Clone)]
+struct SlotState {
+    state: Arc<AtomicU8>,
+    evict: CancellationToken,
+}
+
+/// One connection's place; leaving it (dropping) frees it.
+struct Slot {
+    id: u64,
+    owner: Arc<Shared>,
+    shared: SlotState,
+}
+
+impl Connections {
+    fn new(max: usize) -> Self {
+        Connections {
+            max,
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place for a new connection: a free one, or the oldest connection's that is not
+    /// serving a request (those that never sent one first); `None` when every one is.
+    fn admit(owner: &Arc<Shared>) -> Option<Slot> {
+        let (this, metrics) = (&owner.connections, &owner.app.metrics);
+        let mut table = this.lock();
+        if table.open.len() >= this.max {
+            let victim = [WAITING, IDLE].into_iter().find_map(|wanted| {
+                table
+                    .open
+                    .iter()
+                    .find(|(_, slot)| slot.state.load(Ordering::Relaxed) == wanted)
+                    .map(|(id, _)| *id)
+            })?;
+            if let Some(evicted) = table.open.remove(&victim) {
+                evicted.evict.cancel();
+                metrics.closed("evicted");
+            }
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        let shared = SlotState {
+            state: Arc::new(AtomicU8::new(WAITING)),
+            evict: CancellationToken::new(),
+        };
+        table.open.insert(id, shared.clone());
+        metrics.open_connections.set(table.open.len() as i64);
+        drop(table);
+        Some(Slot {
+            id,
+            owner: owner.clone(),
+            shared,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut table = self.owner.connections.lock();
+        table.open.remove(&self.id);
+        self.owner
+            .app
+            .metrics
+            .open_connections
+            .set(table.open.len() as i64);
+    }
 }
 
 fn spawn_reloader(
@@ -337,52 +514,84 @@ fn spawn_reloader(
 }
 
 async fn serve_connection(
-    tcp: tokio::net::TcpStream,
+    tcp: TcpStream,
     peer: SocketAddr,
     acceptor: TlsAcceptor,
-    app: Arc<App>,
-    options: ServerOptions,
+    slot: Slot,
+    shared: &Arc<Shared>,
     shutdown: CancellationToken,
 ) {
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
-            return;
-        }
+    let options = &shared.options;
+    // The whole way to a first request header — handshake included — has one deadline.
+    let deadline = Instant::now() + options.header_timeout;
+    let evict = slot.shared.evict.clone();
+    let state = slot.shared.state.clone();
+    let tls = tokio::select! {
+        handshake = tokio::time::timeout_at(deadline, acceptor.accept(tcp)) => match handshake {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                shared.app.metrics.closed("no_request");
+                tracing::debug!(%peer, "TLS handshake not done within the header timeout");
+                return;
+            }
+        },
+        _ = evict.cancelled() => return,
+        _ = shutdown.cancelled() => return,
     };
-    let limits = Limits {
-        max_body_bytes: options.max_body_bytes,
-        request_timeout: options.request_timeout,
+    let service = {
+        let (shared, state) = (shared.clone(), state.clone());
+        service_fn(move |request| {
+            let (shared, state) = (shared.clone(), state.clone());
+            async move {
+                state.store(BUSY, Ordering::Relaxed);
+                let response = handle(&shared, request).await;
+                state.store(IDLE, Ordering::Relaxed);
+                response
+            }
+        })
     };
-    let service = service_fn(move |request| handle(app.clone(), limits, request));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(options.idle_timeout);
     let connection = builder.serve_connection(TokioIo::new(tls), service);
     tokio::pin!(connection);
-    tokio::select! {
-        served = connection.as_mut() => {
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+    let first_header = tokio::time::sleep_until(deadline);
+    tokio::pin!(first_header);
+    let mut waiting_for_first = true;
+    loop {
+        tokio::select! {
+            served = connection.as_mut() => {
+                if let Err(e) = served {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
             }
-        }
-        _ = shutdown.cancelled() => {
-            connection.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(SHUTDOWN_GRACE, connection).await;
+            _ = &mut first_header, if waiting_for_first => {
+                if state.load(Ordering::Relaxed) == WAITING {
+                    shared.app.metrics.closed("no_request");
+                    tracing::debug!(%peer, "no complete request header within the header timeout");
+                    return;
+                }
+                waiting_for_first = false;
+            }
+            _ = evict.cancelled() => {
+                // Made room for a newer connection: it was not serving a request.
+                if state.load(Ordering::Relaxed) == WAITING {
+                    return;
+                }
+                break;
+            }
+            _ = shutdown.cancelled() => break,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Limits {
-    max_body_bytes: usize,
-    request_timeout: Duration,
+    connection.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, connection).await;
+    drop(slot);
 }
 
 fn respond(
@@ -405,13 +614,13 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
 }
 
 async fn handle(
-    app: Arc<App>,
-    limits: Limits,
+    shared: &Shared,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    let app = &shared.app;
     let path = request.uri().path().to_string();
     let response = match (request.method(), path.as_str()) {
-        (&Method::POST, VALIDATE_PATH) => review_request(&app, limits, request.into_body()).await,
+        (&Method::POST, VALIDATE_PATH) => review_request(shared, request).await,
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
         (&Method::GET, "/metrics") => {
             let mut out = String::new();
@@ -432,29 +641,101 @@ async fn handle(
     Ok(response)
 }
 
-async fn review_request(app: &App, limits: Limits, body: Incoming) -> Response<Full<Bytes>> {
+/// Why a body was not received.
+enum BodyError {
+    TooLarge,
+    Timeout,
+    Overloaded,
+    Read(hyper::Error),
+}
+
+/// Receives a body within the size limit and the deadline, taking budget for its bytes as
+/// they arrive; the permit returned holds them until the review is answered.
+async fn receive_body(
+    shared: &Shared,
+    declared: Option<u64>,
+    mut body: Incoming,
+) -> Result<(Vec<u8>, Option<OwnedSemaphorePermit>), BodyError> {
+    let max = shared.options.max_body_bytes;
+    if declared.is_some_and(|length| length > max as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let deadline = Instant::now() + shared.options.request_timeout;
+    // The declared length, once: no doubling copies. Pages are only touched as bytes arrive.
+    let mut bytes = Vec::with_capacity(declared.map_or(0, |length| length as usize));
+    let mut held: Option<OwnedSemaphorePermit> = None;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(BodyError::Timeout),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(BodyError::Read(e)),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if bytes.len() + data.len() > max {
+            return Err(BodyError::TooLarge);
+        }
+        let Ok(count) = u32::try_from(data.len()) else {
+            return Err(BodyError::TooLarge);
+        };
+        let wait = OVERLOAD_WAIT.min(deadline.saturating_duration_since(Instant::now()));
+        let permit =
+            match tokio::time::timeout(wait, shared.body_budget.clone().acquire_many_owned(count))
+                .await
+            {
+                Ok(Ok(permit)) => permit,
+                Ok(Err(_)) | Err(_) => return Err(BodyError::Overloaded),
+            };
+        match held.as_mut() {
+            Some(held) => held.merge(permit),
+            None => held = Some(permit),
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok((bytes, held))
+}
+
+async fn review_request(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let app = &shared.app;
+    let limits = &shared.options;
     let bad_request = |status: StatusCode, message: String| {
         app.metrics.review("none", "bad_request");
         tracing::warn!(status = status.as_u16(), %message, "refused a request that is not a usable AdmissionReview");
         text(status, message)
     };
-    let collected = tokio::time::timeout(
-        limits.request_timeout,
-        Limited::new(body, limits.max_body_bytes).collect(),
-    )
-    .await;
-    let bytes = match collected {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+    let overloaded = |what: &str| {
+        app.metrics.review("none", "overloaded");
+        tracing::warn!(
+            "refused a review: the webhook is overloaded ({what}); the API server applies the failurePolicy"
+        );
+        let mut response = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the webhook is overloaded: {what} (at most {} reviews at once); retry",
+                limits.max_concurrent_reviews
+            ),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        response
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let (bytes, budget) = match receive_body(shared, declared, request.into_body()).await {
+        Ok(received) => received,
+        Err(BodyError::TooLarge) => {
             return bad_request(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body larger than {} bytes", limits.max_body_bytes),
             );
         }
-        Ok(Err(e)) => {
-            return bad_request(StatusCode::BAD_REQUEST, format!("reading the body: {e}"));
-        }
-        Err(_) => {
+        Err(BodyError::Timeout) => {
             return bad_request(
                 StatusCode::REQUEST_TIMEOUT,
                 format!(
@@ -463,17 +744,43 @@ async fn review_request(app: &App, limits: Limits, body: Incoming) -> Response<F
                 ),
             );
         }
+        Err(BodyError::Read(e)) => {
+            return bad_request(StatusCode::BAD_REQUEST, format!("reading the body: {e}"));
+        }
+        Err(BodyError::Overloaded) => return overloaded("too many request bodies arriving"),
     };
-    let (api_version, request) = match parse_review(&bytes) {
-        Ok(parsed) => parsed,
-        Err(e) => return bad_request(StatusCode::BAD_REQUEST, e.to_string()),
+    let decision =
+        match tokio::time::timeout(OVERLOAD_WAIT, shared.decisions.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) | Err(_) => return overloaded("too many reviews being decided"),
+        };
+    // Parsing a large body takes milliseconds: off the async workers, so accepting,
+    // handshakes and probes never wait for it.
+    let app_for_decision = app.clone();
+    let decided = tokio::task::spawn_blocking(move || {
+        let _held = (decision, budget);
+        let parsed = read_review(&bytes)?;
+        drop(bytes);
+        let verdict = decide_review(&app_for_decision.policy, &parsed);
+        Ok::<_, review::ReviewError>((parsed, verdict))
+    })
+    .await;
+    let (parsed, verdict) = match decided {
+        Ok(Ok(decided)) => decided,
+        Ok(Err(e)) => return bad_request(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("deciding the review failed: {e}"),
+            );
+        }
     };
-    let verdict = decide(&app.policy, &request);
-    log_verdict(&request, &verdict);
+    let request = &parsed.request;
+    log_verdict(request, &verdict);
     app.metrics
         .review(request.operation.as_str(), verdict.outcome.as_str());
     let answer = AdmissionReviewResponse {
-        api_version,
+        api_version: parsed.api_version.clone(),
         kind: KIND,
         response: verdict.response(&request.uid),
     };
@@ -484,6 +791,57 @@ async fn review_request(app: &App, limits: Limits, body: Incoming) -> Response<F
             format!("encoding the answer: {e}"),
         ),
     }
+}
+
+/// The probe port: plain HTTP, one request per connection, a few connections at once (more
+/// are closed), short deadlines. `/healthz`: the process serves; `/readyz`: it takes reviews
+/// (503 from the start of shutdown until the review port has drained).
+async fn serve_probes(listener: TcpListener, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
+    let mut tasks = JoinSet::new();
+    loop {
+        let (tcp, _) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a probe connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            continue;
+        };
+        let ready = ready.clone();
+        tasks.spawn(async move {
+            let _permit = permit;
+            let service = service_fn(move |request: Request<Incoming>| {
+                let ready = ready.load(Ordering::Relaxed);
+                async move {
+                    let response = match (request.method(), request.uri().path()) {
+                        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
+                        (&Method::GET, "/readyz") if ready => text(StatusCode::OK, "ready"),
+                        (&Method::GET, "/readyz") => {
+                            text(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+                        }
+                        _ => text(StatusCode::NOT_FOUND, "not found"),
+                    };
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(PROBE_TIMEOUT)
+                .keep_alive(false);
+            let connection = builder.serve_connection(TokioIo::new(tcp), service);
+            let _ = tokio::time::timeout(PROBE_TIMEOUT, connection).await;
+        });
+    }
+    tasks.abort_all();
 }
 
 fn log_verdict(request: &review::AdmissionRequest, verdict: &Verdict) {

@@ -612,3 +612,345 @@ proptest! {
         let _ = decide(&Policy::validate_only(), &request);
     }
 }
+
+// ---- who: the host's BMC and metal3's paused / detached ---------------------------------
+
+const PAUSED: &str = "baremetalhost.metal3.io/paused";
+const DETACHED: &str = "baremetalhost.metal3.io/detached";
+const LISTED: &str = "users [alice], groups [power-admins], ServiceAccounts \
+     [hostcycle-system:hostcycle-operator, tenant:rebooter]";
+const CONTROL: &str = "changing spec.bmc and adding, removing or changing the \
+     baremetalhost.metal3.io/paused and baremetalhost.metal3.io/detached annotations";
+
+/// `host` with `spec.bmc` replaced.
+fn with_bmc(annotations: &[(&str, &str)], bmc: Value) -> Value {
+    let mut object = host(annotations, true);
+    object["spec"]["bmc"] = bmc;
+    object
+}
+
+fn full_bmc() -> Value {
+    json!({
+        "address": "redfish://10.0.0.1/redfish/v1/Systems/1",
+        "credentialsName": "worker-1-bmc",
+        "disableCertificateVerification": false,
+    })
+}
+
+fn listed_identities() -> Vec<UserInfo> {
+    vec![
+        user("alice", &["system:authenticated"]),
+        user("bob", &["system:authenticated", "power-admins"]),
+        user(
+            "system:serviceaccount:tenant:rebooter",
+            &["system:serviceaccounts"],
+        ),
+        operator_user(),
+    ]
+}
+
+#[test]
+fn unlisted_users_may_not_change_a_hosts_bmc() {
+    let policy = allow_list();
+    let mut other_address = full_bmc();
+    other_address["address"] = json!("redfish://10.9.9.9/redfish/v1/Systems/1");
+    let mut other_secret = full_bmc();
+    other_secret["credentialsName"] = json!("stolen-bmc");
+    let mut insecure = full_bmc();
+    insecure["disableCertificateVerification"] = json!(true);
+    let mut no_secret = full_bmc();
+    no_secret.as_object_mut().unwrap().remove("credentialsName");
+    let cases = [
+        ("address", other_address, "change spec.bmc.address"),
+        (
+            "credentials",
+            other_secret,
+            "change spec.bmc.credentialsName",
+        ),
+        (
+            "certificate checks off",
+            insecure,
+            "change spec.bmc.disableCertificateVerification",
+        ),
+        (
+            "credentials removed",
+            no_secret,
+            "change spec.bmc.credentialsName",
+        ),
+        (
+            "bmc removed",
+            Value::Null,
+            "change spec.bmc.address, change spec.bmc.credentialsName",
+        ),
+    ];
+    for (case, bmc, what) in cases {
+        let old = with_bmc(&[], full_bmc());
+        let new = with_bmc(&[], bmc);
+        let verdict = decide(&policy, &update(mallory(), old.clone(), new.clone()));
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Unauthorized,
+            "{case}: {verdict:?}"
+        );
+        assert_eq!(
+            verdict.message,
+            format!(
+                "user \"mallory\" may not {what} on BareMetalHost metal3/worker-1: {CONTROL} are \
+                 allowed only to {LISTED}"
+            ),
+            "{case}"
+        );
+        assert_eq!(verdict.response("u").status.unwrap().code, 403);
+        for who in listed_identities() {
+            let verdict = decide(&policy, &update(who.clone(), old.clone(), new.clone()));
+            assert_eq!(
+                verdict.outcome,
+                Outcome::Allowed,
+                "{case}: {}",
+                who.username
+            );
+            assert!(!verdict.changes.is_empty(), "{case}: logged as a change");
+        }
+        let open = decide(&Policy::validate_only(), &update(mallory(), old, new));
+        assert_eq!(open.outcome, Outcome::Allowed, "{case}: no allow-list");
+    }
+}
+
+#[test]
+fn writing_out_a_bmc_fields_zero_value_is_no_change() {
+    let policy = allow_list();
+    let mut implicit = full_bmc();
+    implicit
+        .as_object_mut()
+        .unwrap()
+        .remove("disableCertificateVerification");
+    for (old, new) in [
+        (implicit.clone(), full_bmc()),
+        (full_bmc(), implicit.clone()),
+        (
+            json!({"address": "ipmi://10.0.0.1", "credentialsName": null}),
+            json!({"address": "ipmi://10.0.0.1", "credentialsName": ""}),
+        ),
+    ] {
+        let verdict = decide(
+            &policy,
+            &update(mallory(), with_bmc(&[], old), with_bmc(&[], new)),
+        );
+        assert_eq!(verdict.outcome, Outcome::Allowed, "{verdict:?}");
+        assert!(verdict.changes.is_empty());
+    }
+    // Other spec fields stay RBAC's business.
+    let mut relabelled = with_bmc(&[], full_bmc());
+    relabelled["spec"]["bootMACAddress"] = json!("52:54:00:00:00:01");
+    relabelled["spec"]["bmc"]["unknownField"] = json!("x");
+    let verdict = decide(
+        &policy,
+        &update(mallory(), with_bmc(&[], full_bmc()), relabelled),
+    );
+    assert_eq!(verdict.outcome, Outcome::Allowed, "{verdict:?}");
+}
+
+#[test]
+fn unlisted_users_may_not_pause_or_detach_a_host() {
+    let policy = allow_list();
+    for key in [PAUSED, DETACHED] {
+        let cases = [
+            ("add", host(&[], true), host(&[(key, "")], true), "add"),
+            (
+                "remove",
+                host(&[(key, "")], true),
+                host(&[], true),
+                "remove",
+            ),
+            (
+                "change",
+                host(&[(key, "")], true),
+                host(&[(key, "by-mallory")], true),
+                "change",
+            ),
+        ];
+        for (case, old, new, verb) in cases {
+            let verdict = decide(&policy, &update(mallory(), old.clone(), new.clone()));
+            assert_eq!(
+                verdict.outcome,
+                Outcome::Unauthorized,
+                "{key} {case}: {verdict:?}"
+            );
+            assert_eq!(
+                verdict.message,
+                format!(
+                    "user \"mallory\" may not {verb} {key} on BareMetalHost metal3/worker-1: \
+                     {CONTROL} are allowed only to {LISTED}"
+                )
+            );
+            for who in listed_identities() {
+                let verdict = decide(&policy, &update(who.clone(), old.clone(), new.clone()));
+                assert_eq!(verdict.outcome, Outcome::Allowed, "{key} {case}");
+            }
+            let open = decide(&Policy::validate_only(), &update(mallory(), old, new));
+            assert_eq!(
+                open.outcome,
+                Outcome::Allowed,
+                "{key} {case}: no allow-list"
+            );
+            assert!(open.warnings.is_empty());
+        }
+        // Created paused or detached: adding it.
+        let created = decide(&policy, &create(mallory(), host(&[(key, "")], true)));
+        assert_eq!(created.outcome, Outcome::Unauthorized);
+        assert!(
+            created.message.contains(&format!("may not add {key} on")),
+            "{}",
+            created.message
+        );
+        // Other edits of a paused host are not restricted, nor are its values checked.
+        let paused = host(&[(key, "anything")], true);
+        let mut labelled = paused.clone();
+        labelled["metadata"]["labels"] = json!({"rack": "r1"});
+        let verdict = decide(&policy, &update(mallory(), paused, labelled));
+        assert_eq!(verdict.outcome, Outcome::Allowed);
+    }
+    // Look-alike keys are not metal3's.
+    for key in [
+        "baremetalhost.metal3.io/pausedx",
+        "example.com/paused",
+        "baremetalhost.metal3.io/status",
+    ] {
+        let verdict = decide(
+            &policy,
+            &update(mallory(), host(&[], true), host(&[(key, "")], true)),
+        );
+        assert_eq!(verdict.outcome, Outcome::Allowed, "{key}");
+    }
+}
+
+#[test]
+fn a_refusal_of_power_and_control_changes_names_both() {
+    let policy = allow_list();
+    let mut new = with_bmc(&[(KEYED, ""), (PAUSED, "")], full_bmc());
+    new["spec"]["bmc"]["address"] = json!("ipmi://10.9.9.9");
+    let verdict = decide(&policy, &update(mallory(), with_bmc(&[], full_bmc()), new));
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+    assert_eq!(
+        verdict.message,
+        format!(
+            "user \"mallory\" may not add {KEYED}, add {PAUSED}, change spec.bmc.address on \
+             BareMetalHost metal3/worker-1: adding, removing or changing reboot.metal3.io \
+             annotations, setting spec.online to false, and {CONTROL} are allowed only to {LISTED}"
+        )
+    );
+    assert_eq!(
+        verdict.changes,
+        [
+            PowerChange::AddAnnotation(KEYED.to_string()),
+            PowerChange::AddAnnotation(PAUSED.to_string()),
+            PowerChange::ChangeBmc("address"),
+        ]
+    );
+}
+
+#[test]
+fn creating_a_host_with_a_bmc_is_restricted_only_when_asked() {
+    // By default (compatible with hosts as metal3 users write them): RBAC decides who may
+    // create hosts, BMC included.
+    let verdict = decide(&allow_list(), &create(mallory(), with_bmc(&[], full_bmc())));
+    assert_eq!(verdict.outcome, Outcome::Allowed, "{verdict:?}");
+    assert!(verdict.changes.is_empty());
+
+    let strict = Policy {
+        restrict_bmc_on_create: true,
+        ..allow_list()
+    };
+    let verdict = decide(&strict, &create(mallory(), with_bmc(&[], full_bmc())));
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+    assert_eq!(
+        verdict.message,
+        format!(
+            "user \"mallory\" may not set spec.bmc.address, set spec.bmc.credentialsName on \
+             BareMetalHost metal3/worker-1: setting or changing spec.bmc and adding, removing \
+             or changing the baremetalhost.metal3.io/paused and \
+             baremetalhost.metal3.io/detached annotations are allowed only to {LISTED}"
+        )
+    );
+    let mut insecure = full_bmc();
+    insecure["disableCertificateVerification"] = json!(true);
+    let verdict = decide(&strict, &create(mallory(), with_bmc(&[], insecure)));
+    assert_eq!(
+        verdict.changes,
+        [
+            PowerChange::SetBmc("address"),
+            PowerChange::SetBmc("credentialsName"),
+            PowerChange::SetBmc("disableCertificateVerification"),
+        ]
+    );
+    // A host without a BMC yet, a listed identity, or no allow-list at all: allowed.
+    let verdict = decide(&strict, &create(mallory(), with_bmc(&[], json!({}))));
+    assert_eq!(verdict.outcome, Outcome::Allowed, "{verdict:?}");
+    for who in listed_identities() {
+        let verdict = decide(&strict, &create(who, with_bmc(&[], full_bmc())));
+        assert_eq!(verdict.outcome, Outcome::Allowed);
+    }
+    let open = Policy {
+        restrict_bmc_on_create: true,
+        ..Policy::validate_only()
+    };
+    let verdict = decide(&open, &create(mallory(), with_bmc(&[], full_bmc())));
+    assert_eq!(verdict.outcome, Outcome::Allowed);
+    // Updates are restricted either way: the flag is about creates.
+    let mut moved = full_bmc();
+    moved["address"] = json!("ipmi://10.9.9.9");
+    let verdict = decide(
+        &allow_list(),
+        &update(mallory(), with_bmc(&[], full_bmc()), with_bmc(&[], moved)),
+    );
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+}
+
+fn bmc_variant() -> impl Strategy<Value = Value> {
+    prop::sample::select(vec![
+        json!(null),
+        json!({}),
+        full_bmc(),
+        json!({"address": "ipmi://10.9.9.9", "credentialsName": "worker-1-bmc"}),
+        json!({"address": "redfish://10.0.0.1/redfish/v1/Systems/1", "credentialsName": "other",
+               "disableCertificateVerification": true}),
+    ])
+}
+
+fn any_annotations() -> impl Strategy<Value = Vec<(String, String)>> {
+    let key = prop::sample::select(vec![SUFFIXLESS, KEYED, PAUSED, DETACHED, "example.com/a"]);
+    let value = prop::sample::select(vec!["", HARD, "x"]);
+    prop::collection::vec(
+        (key.prop_map(String::from), value.prop_map(String::from)),
+        0..4,
+    )
+}
+
+fn full_object(annotations: &[(String, String)], online: bool, bmc: Value) -> Value {
+    let mut object = object(annotations, online);
+    object["spec"]["bmc"] = bmc;
+    object
+}
+
+proptest! {
+    /// With the BMC and metal3's annotations in play too, an unlisted identity is refused
+    /// exactly when the edit makes a restricted change, and a listed one decides as if there
+    /// were no allow-list.
+    #[test]
+    fn the_allow_list_restricts_exactly_the_restricted_changes(
+        old in any_annotations(), new in any_annotations(), was_online: bool, online: bool,
+        old_bmc in bmc_variant(), new_bmc in bmc_variant(),
+    ) {
+        let old = full_object(&old, was_online, old_bmc);
+        let new = full_object(&new, online, new_bmc);
+        let open = decide(&Policy::validate_only(), &update(user("alice", &[]), old.clone(), new.clone()));
+        let listed = decide(&allow_list(), &update(user("alice", &[]), old.clone(), new.clone()));
+        prop_assert_eq!(&open, &listed);
+        let unlisted = decide(&allow_list(), &update(mallory(), old.clone(), new.clone()));
+        let restricted = !power_changes(Some(&old), &new).is_empty();
+        prop_assert_eq!(unlisted.outcome == Outcome::Unauthorized, restricted);
+        if !restricted {
+            prop_assert_eq!(&unlisted, &open);
+        }
+    }
+}

@@ -349,3 +349,94 @@ async fn a_bad_certificate_stops_the_start_with_the_file_named() {
     .unwrap_err();
     assert!(format!("{err:#}").contains("missing.crt"), "{err:#}");
 }
+
+/// `GET path` on a plain-HTTP port: the status code, `None` when refused or silent.
+async fn plain_get(addr: std::net::SocketAddr, path: &str) -> Option<u16> {
+    let exchange = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        tcp.write_all(format!("GET {path} HTTP/1.1\r\nhost: probe\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await.ok()?;
+        String::from_utf8_lossy(&answer)
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .ok()
+        .flatten()
+}
+
+#[tokio::test]
+async fn the_probe_port_answers_and_says_not_ready_while_draining() {
+    let served = start(Policy::validate_only(), |options| {
+        options.probe_listen = Some("127.0.0.1:0".parse().unwrap());
+        options.request_timeout = Duration::from_secs(4);
+    })
+    .await;
+    let probes = served.running.probe_addr.expect("a probe port");
+    assert_ne!(probes.port(), served.running.local_addr.port());
+    assert_eq!(plain_get(probes, "/healthz").await, Some(200));
+    assert_eq!(plain_get(probes, "/readyz").await, Some(200));
+    assert_eq!(plain_get(probes, "/metrics").await, Some(404));
+
+    // A review in flight (its body still coming) keeps the server draining after shutdown:
+    // meanwhile it is alive but not ready.
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(served.ca.cert_pem().as_bytes()).unwrap())
+        .unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(served.running.local_addr)
+        .await
+        .unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect("127.0.0.1".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST {VALIDATE_PATH} HTTP/1.1\r\nhost: 127.0.0.1\r\nexpect: 100-continue\r\ncontent-length: 100\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 100"));
+    served.shutdown.cancel();
+    wait_until(
+        "/readyz to answer 503 while draining",
+        Duration::from_secs(3),
+        || async { (plain_get(probes, "/readyz").await == Some(503)).then_some(()) },
+    )
+    .await
+    .unwrap();
+    assert_eq!(plain_get(probes, "/healthz").await, Some(200));
+    // The review ends at its deadline (408), then the server stops, probes included.
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"));
+    tokio::time::timeout(Duration::from_secs(15), served.running.task)
+        .await
+        .expect("the server stops once drained")
+        .unwrap();
+    assert_eq!(plain_get(probes, "/healthz").await, None);
+}
