@@ -308,6 +308,7 @@ pub enum DestinationRefused {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn destinations(networks: &[&str], allow_plain_http: bool) -> CredentialDestinations {

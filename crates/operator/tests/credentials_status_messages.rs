@@ -92,7 +92,16 @@ async fn failure(secret: Option<Value>, address: &str) -> BmcFailure {
     let secrets = SecretCache::new(store);
     let drivers = DriverCache::new(BmcConnector::new(ConnectorOptions::default()));
     match drivers
-        .driver_for(&client_serving(secret), &secrets, &host(address))
+        .driver_for(
+            &client_serving(secret),
+            &secrets,
+            // Credentials may go anywhere: these tests are about the Secret's messages.
+            &hostcycle_operator::CredentialsPolicy {
+                destinations: hostcycle_bmc::destination::CredentialDestinations::unrestricted(),
+                label: None,
+            },
+            &host(address),
+        )
         .await
     {
         Ok(_) => panic!("a driver was made from a bad Secret"),
