@@ -530,8 +530,15 @@ fn request_namespaces_decide_which_requests_may_fence_which_hosts() {
     }
     assert_eq!(
         RequestNamespaces::default(),
-        "same-as-host".parse().unwrap()
+        "same-as-host,operator-namespace".parse().unwrap()
     );
+    // `operator-namespace` honours the operator's namespace once resolved, nothing before.
+    let rule: RequestNamespaces = "operator-namespace".parse().unwrap();
+    assert!(!rule.allows("hostcycle-system", "metal"));
+    let rule = rule.with_operator_namespace(Some("hostcycle-system"));
+    assert!(rule.allows("hostcycle-system", "metal"));
+    assert!(!rule.allows("tenant-a", "metal"));
+    assert!(!rule.allows("metal", "metal"));
     for bad in ["", ",", "Team-A", "a b", "-x", "same-as-host,*,x_y"] {
         assert!(bad.parse::<RequestNamespaces>().is_err(), "{bad:?}");
     }

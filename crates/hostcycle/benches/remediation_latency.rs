@@ -122,6 +122,8 @@ async fn main() {
             "--bmc-networks",
             "127.0.0.0/8,::1/128",
             "--allow-plain-http-bmc",
+            // Machines and hosts of the rig live in different namespaces.
+            "--remediation-request-namespaces=*",
         ])
         .args([
             "--metrics-addr",

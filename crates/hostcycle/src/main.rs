@@ -80,7 +80,8 @@ enum Command {
         /// The operator's `--bmc-credentials-label` (`KEY=VALUE`).
         #[arg(long, requires = "deploy")]
         bmc_credentials_label: Option<String>,
-        /// The operator's `--remediation-request-namespaces` (default `same-as-host`).
+        /// The operator's `--remediation-request-namespaces` (default
+        /// `same-as-host,operator-namespace`).
         #[arg(long, requires = "deploy")]
         remediation_request_namespaces: Option<hostcycle_core::remediation::RequestNamespaces>,
         /// Write `crds.yaml` and `operator.yaml` into this directory instead of printing

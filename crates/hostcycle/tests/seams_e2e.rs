@@ -532,7 +532,15 @@ async fn the_queue_drains_nothing_while_a_remediation_holds_a_node_fenced() {
 /// never fenced. The same request in the host's namespace fences and recovers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_from_another_namespace_cannot_fence_a_host() {
-    let lab = RemediationLab::start(&[worker("r-0")], &[]).await;
+    // The operator's default rule (its Lease, in `default`, is the hosts' namespace here).
+    let lab = RemediationLab::start(
+        &[worker("r-0")],
+        &[
+            "--remediation-request-namespaces",
+            "same-as-host,operator-namespace",
+        ],
+    )
+    .await;
     let tenant = "tenant-a";
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(lab.lab.client.clone());

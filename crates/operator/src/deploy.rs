@@ -73,7 +73,8 @@ pub struct OperatorPolicy {
     pub allow_plain_http_bmc: bool,
     /// `--bmc-credentials-label` (`KEY=VALUE`).
     pub bmc_credentials_label: Option<String>,
-    /// `--remediation-request-namespaces`; `None`: the operator's default (`same-as-host`).
+    /// `--remediation-request-namespaces`; `None`: the operator's default
+    /// (`same-as-host,operator-namespace`).
     pub remediation_request_namespaces: Option<String>,
 }
 

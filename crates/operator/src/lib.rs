@@ -393,9 +393,10 @@ pub struct OperatorArgs {
     pub remediation_power_off_timeout: jiff::SignedDuration,
     /// Which requests (HostRemediations, annotated Machines) may fence which hosts: a
     /// comma-separated list of `same-as-host` (requests fence only hosts of their own
-    /// namespace), namespaces whose requests may fence any host, or `*` (any request, any
-    /// host).
-    #[arg(long, default_value = "same-as-host")]
+    /// namespace), `operator-namespace` (requests in the operator's own namespace, the
+    /// Lease's, may fence any host), namespaces whose requests may fence any host, or `*`
+    /// (any request, any host).
+    #[arg(long, default_value = "same-as-host,operator-namespace")]
     pub remediation_request_namespaces: hostcycle_core::remediation::RequestNamespaces,
     /// Where BMC credentials may be sent, comma-separated: CIDRs (10.0.0.0/24), IPs, DNS
     /// names, domain suffixes (.bmc.example.com), or `any` (metal3's behaviour: whoever may
@@ -518,7 +519,18 @@ impl OperatorArgs {
                     self.remediation_power_off_timeout,
                     "remediation-power-off-timeout",
                 )?,
-                request_namespaces: self.remediation_request_namespaces.clone(),
+                request_namespaces: self
+                    .remediation_request_namespaces
+                    .clone()
+                    .with_operator_namespace(
+                        Some(
+                            self.lease_namespace
+                                .clone()
+                                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                                .unwrap_or_else(|| "default".into()),
+                        )
+                        .as_deref(),
+                    ),
                 ..RemediationControllerConfig::default()
             },
             bmh: BmhControllerConfig {
@@ -611,9 +623,10 @@ mod tests {
         assert!(config.bmh.credentials.destinations.networks.is_empty());
         assert!(!config.bmh.credentials.destinations.allow_plain_http);
         assert_eq!(config.bmh.credentials.label, None);
+        // The operator's namespace (the Lease's; here `default`) is resolved in.
         assert_eq!(
             config.remediation.request_namespaces.to_string(),
-            "same-as-host"
+            "same-as-host,operator-namespace,default"
         );
         let config = Cli::try_parse_from([
             "x",

@@ -223,16 +223,23 @@ pub struct RequestNamespaces {
     pub any: bool,
     /// Requests in these namespaces are honoured whatever the host's namespace.
     pub listed: std::collections::BTreeSet<String>,
+    /// Requests in the operator's own namespace are honoured whatever the host's namespace
+    /// (`operator-namespace`: where an administrator keeps NodeHealthCheck's templates);
+    /// resolved into `listed` by [`RequestNamespaces::with_operator_namespace`].
+    pub operator_namespace: bool,
 }
 
 impl Default for RequestNamespaces {
-    /// `same-as-host`: Cluster API puts Machines, Metal3Machines, hosts and its requests in
-    /// one namespace, as OpenShift does (`openshift-machine-api`).
+    /// `same-as-host,operator-namespace`: Cluster API puts Machines, Metal3Machines, hosts
+    /// and its requests in one namespace, as OpenShift does (`openshift-machine-api`);
+    /// NodeHealthCheck creates requests in its template's namespace, which an administrator
+    /// may keep in the operator's namespace, where tenants create nothing.
     fn default() -> Self {
         RequestNamespaces {
             same_as_host: true,
             any: false,
             listed: Default::default(),
+            operator_namespace: true,
         }
     }
 }
@@ -246,24 +253,29 @@ impl std::str::FromStr for RequestNamespaces {
             same_as_host: false,
             any: false,
             listed: Default::default(),
+            operator_namespace: false,
         };
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match item {
                 "same-as-host" => rule.same_as_host = true,
+                "operator-namespace" => rule.operator_namespace = true,
                 "*" => rule.any = true,
                 name if is_namespace_name(name) => {
                     rule.listed.insert(name.to_string());
                 }
                 other => {
                     return Err(format!(
-                        "{:?} is not a namespace, `same-as-host` or `*`",
+                        "{:?} is not a namespace, `same-as-host`, `operator-namespace` or `*`",
                         other.chars().take(64).collect::<String>()
                     ));
                 }
             }
         }
-        if !rule.same_as_host && !rule.any && rule.listed.is_empty() {
-            return Err("name at least one of `same-as-host`, `*` or a namespace".into());
+        if !rule.same_as_host && !rule.any && !rule.operator_namespace && rule.listed.is_empty() {
+            return Err(
+                "name at least one of `same-as-host`, `operator-namespace`, `*` or a namespace"
+                    .into(),
+            );
         }
         Ok(rule)
     }
@@ -277,6 +289,9 @@ impl std::fmt::Display for RequestNamespaces {
         }
         if self.same_as_host {
             parts.push("same-as-host");
+        }
+        if self.operator_namespace {
+            parts.push("operator-namespace");
         }
         parts.extend(self.listed.iter().map(String::as_str));
         f.write_str(&parts.join(","))
@@ -295,6 +310,17 @@ fn is_namespace_name(name: &str) -> bool {
 }
 
 impl RequestNamespaces {
+    /// The rule with `operator-namespace` resolved to `namespace` (the operator's own, where
+    /// its Lease lives); without one, `operator-namespace` honours nothing more.
+    pub fn with_operator_namespace(mut self, namespace: Option<&str>) -> Self {
+        if self.operator_namespace
+            && let Some(ns) = namespace
+        {
+            self.listed.insert(ns.to_string());
+        }
+        self
+    }
+
     /// Whether a request in `request_namespace` may fence a host in `host_namespace`.
     pub fn allows(&self, request_namespace: &str, host_namespace: &str) -> bool {
         self.any

@@ -294,6 +294,16 @@ impl Lab {
                 "info,hostcycle_operator=debug,kube_client=warn,kube_runtime=warn",
             )
             .envs(self.operator_env.iter().map(|(k, v)| (k, v)));
+        // The rig keeps every host in `default` and Machines and templates in the namespaces
+        // the real tools use (openshift-machine-api, …), which a cluster keeps together; a
+        // test about the namespace rule passes the flag itself.
+        if !self
+            .operator_args
+            .iter()
+            .any(|a| a.starts_with("--remediation-request-namespaces"))
+        {
+            cmd.arg("--remediation-request-namespaces=*");
+        }
         cmd
     }
 
