@@ -240,7 +240,8 @@ pub fn run(
         let secret_events = crate::cluster::watch::note_listed(
             reflector(
                 secret_writer,
-                crate::cluster::watch::metadata_only_watcher(secrets, secret_watch_config),
+                watcher::watcher(secrets, secret_watch_config)
+                    .modify(crate::cluster::watch::keep_identity_only),
             ),
             secrets_listed,
         )

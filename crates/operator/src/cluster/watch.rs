@@ -51,21 +51,10 @@ where
     watcher(api, config).modify(strip_unread_metadata)
 }
 
-/// [`watcher`] of objects of which only the identity is kept: name, namespace, uid and
-/// resourceVersion. For the metadata watch of every Secret: whoever may write a Secret may
-/// fill its labels and annotations (256 KiB each), which no controller reads from the watch
-/// and both replicas would otherwise hold.
-pub fn metadata_only_watcher<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-{
-    watcher(api, config).modify(keep_identity_only)
-}
-
-/// Drops all metadata but the name, namespace, uid and resourceVersion.
+/// Drops all metadata but the name, namespace, uid and resourceVersion: for the metadata
+/// watch of every Secret (`watcher(..).modify(keep_identity_only)`). Whoever may write a
+/// Secret may fill its labels and annotations (256 KiB each), which no controller reads from
+/// the watch and both replicas would otherwise hold.
 pub fn keep_identity_only<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
     *meta = kube::api::ObjectMeta {
