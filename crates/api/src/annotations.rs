@@ -125,13 +125,22 @@ pub fn parse_reboot_value(value: &str) -> ParsedRebootValue {
                 mode: PowerOffMode::Hard,
                 invalid: None,
             },
-            // Clipped: the value can be 256 KiB and the mode is echoed in an Event and a log.
-            other => soft(Some(InvalidRebootValue::UnknownMode(
-                other.chars().take(MAX_ECHOED_MODE).collect(),
-            ))),
+            // Clipped, marked with `…`: the value can be 256 KiB and the mode is echoed in an
+            // Event and a log.
+            other => soft(Some(InvalidRebootValue::UnknownMode(clip_mode(other)))),
         },
         Some(_) => soft(Some(InvalidRebootValue::ModeNotAString)),
     }
+}
+
+/// `mode` as echoed: at most [`MAX_ECHOED_MODE`] characters, then `…` if there was more.
+fn clip_mode(mode: &str) -> String {
+    let mut chars = mode.chars();
+    let mut clipped: String = chars.by_ref().take(MAX_ECHOED_MODE).collect();
+    if chars.next().is_some() {
+        clipped.push('…');
+    }
+    clipped
 }
 
 /// The value of the last key of a JSON object that equals `mode` ignoring ASCII case (Go's

@@ -289,6 +289,14 @@ fn a_huge_unknown_mode_is_clipped_before_it_is_echoed() {
     let Some(InvalidRebootValue::UnknownMode(mode)) = &parsed.invalid else {
         panic!("unknown mode expected: {parsed:?}");
     };
-    assert_eq!(mode.chars().count(), hostcycle_api::MAX_ECHOED_MODE);
+    assert_eq!(mode.chars().count(), hostcycle_api::MAX_ECHOED_MODE + 1);
+    assert!(mode.ends_with('…'), "{mode}");
+    // A mode of exactly the limit is echoed whole.
+    let exact = "h".repeat(hostcycle_api::MAX_ECHOED_MODE);
+    let parsed_exact = parse_reboot_value(&format!(r#"{{"mode":"{exact}"}}"#));
+    assert_eq!(
+        parsed_exact.invalid,
+        Some(InvalidRebootValue::UnknownMode(exact))
+    );
     assert!(parsed.invalid.unwrap().to_string().len() < 120);
 }
