@@ -46,6 +46,25 @@ impl TestCa {
         Ok(TestCa { issuer })
     }
 
+    /// A TLS client configuration (ring provider) that trusts only this CA.
+    pub fn client_config(&self) -> rustls::ClientConfig {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject as _;
+        let mut roots = rustls::RootCertStore::empty();
+        let cert = CertificateDer::from_pem_slice(self.cert_pem().as_bytes())
+            .expect("the test CA's own certificate parses");
+        roots
+            .add(cert)
+            .expect("the test CA's certificate is a valid root");
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+    }
+
     pub fn cert_pem(&self) -> String {
         self.issuer.pem()
     }

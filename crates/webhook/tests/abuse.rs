@@ -15,8 +15,6 @@ use clap::Parser;
 use hostcycle_testkit::pki::TestCa;
 use hostcycle_testkit::{ManagedProcess, free_port};
 use hostcycle_webhook::VALIDATE_PATH;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -149,17 +147,7 @@ impl Child {
     }
 
     async fn tls_connect(&self) -> tokio_rustls::client::TlsStream<TcpStream> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(self.ca.cert_pem().as_bytes()).unwrap())
-            .unwrap();
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let tls = self.ca.client_config();
         let tcp = TcpStream::connect(("127.0.0.1", self.port)).await.unwrap();
         tokio_rustls::TlsConnector::from(Arc::new(tls))
             .connect("127.0.0.1".try_into().unwrap(), tcp)

@@ -10,8 +10,6 @@ use hostcycle_testkit::pki::TestCa;
 use hostcycle_testkit::wait_until;
 use hostcycle_webhook::server::{App, Running, ServerOptions, serve};
 use hostcycle_webhook::{Policy, VALIDATE_PATH};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
@@ -202,17 +200,7 @@ async fn refuses_bodies_that_are_too_large_garbage_or_too_slow() {
     }
 
     // A client that announces 100 bytes and sends 10 gets 408 after the deadline.
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(served.ca.cert_pem().as_bytes()).unwrap())
-        .unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = served.ca.client_config();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
     let tcp = tokio::net::TcpStream::connect(served.running.local_addr)
         .await
@@ -386,17 +374,7 @@ async fn the_probe_port_answers_and_says_not_ready_while_draining() {
 
     // A review in flight (its body still coming) keeps the server draining after shutdown:
     // meanwhile it is alive but not ready.
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(served.ca.cert_pem().as_bytes()).unwrap())
-        .unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = served.ca.client_config();
     let tcp = tokio::net::TcpStream::connect(served.running.local_addr)
         .await
         .unwrap();
