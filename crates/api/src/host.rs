@@ -32,38 +32,64 @@ use crate::provisioning::ProvisioningState;
     plural = "baremetalhosts",
     singular = "baremetalhost",
     namespaced,
+    // metal3's short names: `kubectl get bmh` and `kubectl get bmhost` both work.
     shortname = "bmh",
+    shortname = "bmhost",
     status = "BareMetalHostStatus",
     derive = "PartialEq",
     doc = "BareMetalHost is a physical server whose power is managed through its BMC.",
+    // metal3's columns, in metal3's order and priorities (`-o wide` adds Status and BMC), and
+    // the power state hostcycle observes (`-o wide`).
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.operationalStatus",
+        description = "Operational status",
+        priority = "1"
+    ),
     printcolumn(
         name = "State",
         type_ = "string",
         json_path = ".status.provisioning.state",
-        description = "Provisioning state"
+        description = "Provisioning status"
+    ),
+    printcolumn(
+        name = "Consumer",
+        type_ = "string",
+        json_path = ".spec.consumerRef.name",
+        description = "Consumer using this host"
+    ),
+    printcolumn(
+        name = "BMC",
+        type_ = "string",
+        json_path = ".spec.bmc.address",
+        description = "Address of management controller",
+        priority = "1"
     ),
     printcolumn(
         name = "Online",
-        type_ = "boolean",
+        type_ = "string",
         json_path = ".spec.online",
-        description = "Whether the host should be powered on"
+        description = "Whether the host is online or not"
+    ),
+    printcolumn(
+        name = "Error",
+        type_ = "string",
+        json_path = ".status.errorType",
+        description = "Type of the most recent error"
     ),
     printcolumn(
         name = "PoweredOn",
         type_ = "boolean",
         json_path = ".status.poweredOn",
-        description = "Last observed power state"
-    ),
-    printcolumn(
-        name = "Status",
-        type_ = "string",
-        json_path = ".status.operationalStatus",
-        description = "Operational status"
+        description = "Power state last observed from the BMC",
+        priority = "1"
     ),
     printcolumn(
         name = "Age",
         type_ = "date",
-        json_path = ".metadata.creationTimestamp"
+        json_path = ".metadata.creationTimestamp",
+        description = "Time duration since creation of BaremetalHost"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -153,6 +179,7 @@ pub struct BareMetalHostStatus {
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(schema_with = "OperationalStatus::field_schema")]
     pub operational_status: Option<OperationalStatus>,
 
     /// Kind of the last error; absent when `operationalStatus` is not `error`.
@@ -161,6 +188,7 @@ pub struct BareMetalHostStatus {
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(schema_with = "ErrorType::field_schema")]
     pub error_type: Option<ErrorType>,
 
     /// Human-readable detail of the last error; empty (and not written) when there is none.
@@ -172,10 +200,12 @@ pub struct BareMetalHostStatus {
     #[serde(default, deserialize_with = "lenient_or_default")]
     pub error_count: u32,
 
-    /// The credentials last seen to work against the BMC.
+    /// The credentials last seen to work against the BMC. metal3 writes `goodCredentials: {}`
+    /// before any did (Go never omits a struct): that reads as `None`, so it is never taken
+    /// for evidence that the BMC answered.
     #[serde(
         default,
-        deserialize_with = "lenient",
+        deserialize_with = "credentials_that_worked",
         skip_serializing_if = "Option::is_none"
     )]
     pub good_credentials: Option<CredentialsStatus>,
@@ -214,6 +244,19 @@ where
 {
     let value = Option::<Value>::deserialize(deserializer)?;
     Ok(value.and_then(|v| serde_json::from_value(v).ok()))
+}
+
+/// `goodCredentials` when it names a Secret; metal3's empty `{}` is `None`.
+fn credentials_that_worked<'de, D>(deserializer: D) -> Result<Option<CredentialsStatus>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Ok(lenient::<D, CredentialsStatus>(deserializer)?.filter(|c| {
+        c.credentials
+            .as_ref()
+            .and_then(|r| r.name.as_deref())
+            .is_some_and(|name| !name.is_empty())
+    }))
 }
 
 /// Like [`lenient`], with the default for a value this version cannot read.
@@ -347,6 +390,16 @@ pub enum OperationalStatus {
 }
 
 impl OperationalStatus {
+    /// Every value, in metal3's order.
+    pub const ALL: [Self; 6] = [
+        Self::Ok,
+        Self::Discovered,
+        Self::Error,
+        Self::Delayed,
+        Self::Detached,
+        Self::Servicing,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "OK",
@@ -391,6 +444,18 @@ pub enum ErrorType {
 }
 
 impl ErrorType {
+    /// Every value, in metal3's order.
+    pub const ALL: [Self; 8] = [
+        Self::ProvisionedRegistrationError,
+        Self::RegistrationError,
+        Self::InspectionError,
+        Self::PreparationError,
+        Self::ProvisioningError,
+        Self::PowerManagementError,
+        Self::DetachError,
+        Self::ServicingError,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ProvisionedRegistrationError => "provisioned registration error",
@@ -402,6 +467,43 @@ impl ErrorType {
             Self::DetachError => "detach error",
             Self::ServicingError => "servicing error",
         }
+    }
+}
+
+// metal3 writes `operationalStatus: ""` on a host it has not registered yet (the field is
+// never omitted), and a client may write `errorType: ""`: the schema admits the empty string
+// besides every known value, so such a status is never refused. Read, "" is "not known".
+// (Written by hand: schemars would list `null` among the values of an optional enum.)
+fn status_enum_schema(
+    description: &str,
+    values: impl Iterator<Item = &'static str>,
+) -> schemars::Schema {
+    let values: Vec<&str> = std::iter::once("").chain(values).collect();
+    schemars::json_schema!({
+        "description": description,
+        "type": "string",
+        "nullable": true,
+        "enum": values,
+    })
+}
+
+impl OperationalStatus {
+    /// The schema of `status.operationalStatus`.
+    fn field_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        status_enum_schema(
+            "metal3 `status.operationalStatus`: \"\" (not known yet), OK, discovered, error, delayed, detached or servicing.",
+            Self::ALL.iter().map(|s| s.as_str()),
+        )
+    }
+}
+
+impl ErrorType {
+    /// The schema of `status.errorType`.
+    fn field_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        status_enum_schema(
+            "metal3 `status.errorType`: the kind of the last error; absent or \"\" when there is none.",
+            Self::ALL.iter().map(|e| e.as_str()),
+        )
     }
 }
 

@@ -71,9 +71,12 @@ pub const DEFAULT_TIMEOUT_SECONDS: u64 = 600;
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemediationStrategy {
-    /// `Reboot` (the only one): power off, release the Node, power on, wait for it.
+    /// `Reboot` (the only one, and the default): power off, release the Node, power on,
+    /// wait for it. Any other value is refused when the object is created: a request for a
+    /// strategy hostcycle does not have must not become a power cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "type")]
+    #[schemars(extend("enum" = ["Reboot"]))]
     pub type_: Option<String>,
     /// Power cycles after the first one when the Node does not come back (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,12 +141,28 @@ pub struct HostRemediationTemplateSpec {
     pub template: HostRemediationTemplateResource,
 }
 
-/// `spec.template` of a [`HostRemediationTemplate`].
+/// `spec.template` of a [`HostRemediationTemplate`]: what each request is made of. Cluster
+/// API's MachineHealthCheck copies all of it (the `metadata` labels and annotations onto the
+/// request, with its own); NodeHealthCheck copies `spec` only.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostRemediationTemplateResource {
-    #[serde(default)]
+    /// Labels and annotations of the requests made from this template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateObjectMeta>,
+    /// The request's `spec`. Required: a template without it would make requests that say
+    /// nothing (`{}` is a valid spec: a Reboot with the defaults).
     pub spec: HostRemediationSpec,
+}
+
+/// The part of an object's metadata a template may set (Cluster API's `ObjectMeta`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateObjectMeta {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// What an administrator set on a Node's spec, kept while the Node is deleted and put back

@@ -41,7 +41,11 @@ fn crd_identity_and_names() {
     assert_eq!(crd.spec.scope, "Namespaced");
     assert_eq!(crd.spec.names.kind, "BareMetalHost");
     assert_eq!(crd.spec.names.plural, "baremetalhosts");
-    assert_eq!(crd.spec.names.short_names, Some(vec!["bmh".to_owned()]));
+    // metal3's short names: `kubectl get bmhost` works as with metal3's own CRD.
+    assert_eq!(
+        crd.spec.names.short_names,
+        Some(vec!["bmh".to_owned(), "bmhost".to_owned()])
+    );
     assert_eq!(crd.spec.versions.len(), 1);
     assert_eq!(crd.spec.versions[0].name, "v1alpha1");
     assert!(crd.spec.versions[0].served && crd.spec.versions[0].storage);
@@ -55,25 +59,37 @@ fn crd_has_status_subresource() {
 }
 
 #[test]
-fn crd_has_print_columns() {
+fn crd_has_metal3_print_columns_and_the_observed_power_state() {
     let crd = crd();
-    let columns: Vec<(String, String, String)> = crd.spec.versions[0]
+    let columns: Vec<(String, String, String, i32)> = crd.spec.versions[0]
         .additional_printer_columns
         .as_ref()
         .unwrap()
         .iter()
-        .map(|c| (c.name.clone(), c.json_path.clone(), c.type_.clone()))
+        .map(|c| {
+            (
+                c.name.clone(),
+                c.json_path.clone(),
+                c.type_.clone(),
+                c.priority.unwrap_or(0),
+            )
+        })
         .collect();
+    // metal3's columns in metal3's order, types and priorities (`-o wide` shows Status and
+    // BMC), and hostcycle's observed power state in the wide view.
     let expected = [
-        ("State", ".status.provisioning.state", "string"),
-        ("Online", ".spec.online", "boolean"),
-        ("PoweredOn", ".status.poweredOn", "boolean"),
-        ("Status", ".status.operationalStatus", "string"),
-        ("Age", ".metadata.creationTimestamp", "date"),
+        ("Status", ".status.operationalStatus", "string", 1),
+        ("State", ".status.provisioning.state", "string", 0),
+        ("Consumer", ".spec.consumerRef.name", "string", 0),
+        ("BMC", ".spec.bmc.address", "string", 1),
+        ("Online", ".spec.online", "string", 0),
+        ("Error", ".status.errorType", "string", 0),
+        ("PoweredOn", ".status.poweredOn", "boolean", 1),
+        ("Age", ".metadata.creationTimestamp", "date", 0),
     ];
-    let expected: Vec<(String, String, String)> = expected
+    let expected: Vec<(String, String, String, i32)> = expected
         .iter()
-        .map(|(n, p, t)| (n.to_string(), p.to_string(), t.to_string()))
+        .map(|(n, p, t, priority)| (n.to_string(), p.to_string(), t.to_string(), *priority))
         .collect();
     assert_eq!(columns, expected);
 }
@@ -145,12 +161,26 @@ fn crd_uses_metal3_enum_strings() {
             .map(|v| v.0.as_str().unwrap().to_owned())
             .collect()
     };
+    // Every value metal3 writes, including "" (metal3 never omits `operationalStatus`).
     let operational = values(&["status", "operationalStatus"]);
-    for s in ["OK", "discovered", "error", "detached"] {
+    for s in [
+        "",
+        "OK",
+        "discovered",
+        "error",
+        "delayed",
+        "detached",
+        "servicing",
+    ] {
         assert!(operational.contains(&s.to_owned()), "{s}");
     }
     let errors = values(&["status", "errorType"]);
     for s in [
+        "",
+        "inspection error",
+        "preparation error",
+        "provisioning error",
+        "servicing error",
         "registration error",
         "provisioned registration error",
         "power management error",
@@ -428,4 +458,73 @@ fn remediation_crds_are_namespaced_and_the_request_has_a_status() {
     for path in [".status.phase", ".status.node", ".status.retryCount"] {
         assert!(cols.iter().any(|(_, p)| p == path), "{path} in {cols:?}");
     }
+}
+
+/// A template must carry `spec.template.spec` (Cluster API tolerates a template without
+/// `spec.template` and NodeHealthCheck copies a missing spec as nothing: every request made
+/// from it would say nothing), and keeps `spec.template.metadata` (labels, annotations),
+/// which Cluster API's MachineHealthCheck copies onto each request.
+#[test]
+fn the_template_requires_its_spec_and_keeps_its_metadata() {
+    let crds = hostcycle_api::crds();
+    let template = &crds[4];
+    let root = schema_root(template);
+    let spec = prop(root, &["spec"]);
+    assert_eq!(spec.required, Some(vec!["template".to_owned()]));
+    let resource = prop(root, &["spec", "template"]);
+    assert_eq!(
+        resource.required,
+        Some(vec!["spec".to_owned()]),
+        "`template: {{}}` is refused"
+    );
+    for part in ["labels", "annotations"] {
+        let map = prop(root, &["spec", "template", "metadata", part]);
+        assert_eq!(map.type_.as_deref(), Some("object"), "{part}");
+        assert!(map.additional_properties.is_some(), "{part}: a string map");
+    }
+    // Only the strategy hostcycle has: another type is refused, never run as a reboot.
+    for crd in [&crds[3], template] {
+        let root = schema_root(crd);
+        let path: &[&str] = if crd.spec.names.kind == "HostRemediation" {
+            &["spec", "strategy", "type"]
+        } else {
+            &["spec", "template", "spec", "strategy", "type"]
+        };
+        let values: Vec<String> = prop(root, path)
+            .enum_
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|v| v.0.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(values, ["Reboot"], "{}", crd.spec.names.kind);
+    }
+}
+
+/// metal3 writes `goodCredentials: {}` and `poweredOn: false` before its BMC ever answered:
+/// that is no evidence the host is off (a remediation must not release a Node on it).
+#[test]
+fn metal3_empty_good_credentials_are_no_evidence_of_power() {
+    let status: hostcycle_api::host::BareMetalHostStatus =
+        serde_json::from_value(serde_json::json!({
+            "operationalStatus": "",
+            "errorMessage": "",
+            "errorCount": 0,
+            "poweredOn": false,
+            "goodCredentials": {},
+            "triedCredentials": {},
+            "provisioning": { "state": "", "ID": "" },
+        }))
+        .unwrap();
+    assert_eq!(status.operational_status, None);
+    assert_eq!(status.good_credentials, None);
+    assert_eq!(status.observed_powered_on(), None);
+    let worked: hostcycle_api::host::BareMetalHostStatus =
+        serde_json::from_value(serde_json::json!({
+            "operationalStatus": "OK",
+            "poweredOn": false,
+            "goodCredentials": { "credentials": { "name": "bmc", "namespace": "m" } },
+        }))
+        .unwrap();
+    assert_eq!(worked.observed_powered_on(), Some(false));
 }
