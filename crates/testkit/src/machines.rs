@@ -236,6 +236,31 @@ pub fn capi_machine_crd() -> CustomResourceDefinition {
     }))
 }
 
+/// `machines.cluster.x-k8s.io` as Cluster API v1.11 and later install it: `v1beta2` served
+/// and stored (the version discovery prefers), `v1beta1` still served. Without Cluster API's
+/// conversion webhook both versions show the same fields (conversion `None`): a test writes
+/// a Machine in the `v1beta2` shape.
+pub fn capi_machine_crd_v1beta2() -> CustomResourceDefinition {
+    let mut crd = capi_machine_crd();
+    if let Some(v1beta1) = crd.spec.versions.first().cloned() {
+        let mut v1beta2 = v1beta1.clone();
+        v1beta2.name = "v1beta2".into();
+        let mut v1beta1 = v1beta1;
+        v1beta1.storage = false;
+        crd.spec.versions = vec![v1beta1, v1beta2];
+    }
+    crd
+}
+
+/// The `v1beta2` resource of Cluster API's Machine (see [`capi_machine_crd_v1beta2`]).
+pub fn capi_machine_v1beta2_resource() -> ApiResource {
+    ApiResource {
+        version: "v1beta2".into(),
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        ..MachineKind::ClusterApi.api_resource()
+    }
+}
+
 /// Both Machine CRDs.
 pub fn machine_crds() -> Vec<CustomResourceDefinition> {
     MachineKind::ALL.iter().map(|k| k.crd()).collect()
