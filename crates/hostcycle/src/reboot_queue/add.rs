@@ -56,9 +56,8 @@ fn read_list(path: &str) -> anyhow::Result<String> {
             MAX_INPUT_BYTES / 1024
         );
     }
-    String::from_utf8(bytes).map_err(|_| {
-        anyhow::anyhow!("node list {what} is not UTF-8 text; nothing was queued")
-    })
+    String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("node list {what} is not UTF-8 text; nothing was queued"))
 }
 
 /// The sources in the order given: positional arguments, then `-f FILE`.

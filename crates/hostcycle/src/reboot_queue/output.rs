@@ -118,7 +118,8 @@ pub fn cke_status(entry: &RebootQueueEntry) -> &'static str {
 impl CkeEntry {
     pub fn from_entry(entry: &RebootQueueEntry) -> Self {
         let status = entry.status.clone().unwrap_or_default();
-        let time = |t: Option<Timestamp>| t.map_or_else(|| GO_ZERO_TIME.to_string(), |t| t.to_string());
+        let time =
+            |t: Option<Timestamp>| t.map_or_else(|| GO_ZERO_TIME.to_string(), |t| t.to_string());
         CkeEntry {
             index: entry.spec.index.to_string(),
             node: entry.spec.node.clone(),
@@ -379,7 +380,11 @@ mod tests {
 ]
 "#
         );
-        assert_eq!(render_cke(&[]).unwrap(), "null\n", "ckecli prints a nil slice");
+        assert_eq!(
+            render_cke(&[]).unwrap(),
+            "null\n",
+            "ckecli prints a nil slice"
+        );
     }
 
     #[test]

@@ -99,7 +99,10 @@ pub fn match_token(token: &str, nodes: &[NodeFacts]) -> Match {
     let mut candidates: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for node in nodes {
         if node.name == token {
-            candidates.entry(&node.name).or_default().push("name".into());
+            candidates
+                .entry(&node.name)
+                .or_default()
+                .push("name".into());
         }
         for (kind, address) in &node.addresses {
             if !MATCHED_ADDRESS_TYPES.contains(&kind.as_str()) {
@@ -109,7 +112,10 @@ pub fn match_token(token: &str, nodes: &[NodeFacts]) -> Match {
                 Some(ip) => parse_ip(address.trim()) == Some(ip),
                 None => {
                     !hostname.is_empty()
-                        && address.trim().trim_end_matches('.').eq_ignore_ascii_case(hostname)
+                        && address
+                            .trim()
+                            .trim_end_matches('.')
+                            .eq_ignore_ascii_case(hostname)
                 }
             };
             if same {
@@ -184,10 +190,9 @@ pub fn resolve(tokens: &[Token], nodes: &[NodeFacts]) -> Result<Resolution, Vec<
         match match_token(&token.text, nodes) {
             Match::Node { name, via } => {
                 if let Some(via) = &via {
-                    resolution.notes.push(format!(
-                        "{} is Node {name} ({via})",
-                        token.describe()
-                    ));
+                    resolution
+                        .notes
+                        .push(format!("{} is Node {name} ({via})", token.describe()));
                 }
                 if let Some(first) = named_by.get(&name) {
                     resolution.notes.push(format!(
@@ -309,8 +314,15 @@ mod tests {
         );
         assert_eq!(m("fd00:0::2"), node("worker-2", Some("InternalIP fd00::2")));
         assert_eq!(m("[fd00::2]"), node("worker-2", Some("InternalIP fd00::2")));
-        assert_eq!(m("W2.example"), node("worker-2", Some("Hostname w2.example.")));
-        assert_eq!(m("10.0.0.5"), node("10.0.0.5", None), "named by its address");
+        assert_eq!(
+            m("W2.example"),
+            node("worker-2", Some("Hostname w2.example."))
+        );
+        assert_eq!(
+            m("10.0.0.5"),
+            node("10.0.0.5", None),
+            "named by its address"
+        );
         assert_eq!(m("nope"), Match::NotFound { address: false });
         assert_eq!(m("10.9.9.9"), Match::NotFound { address: true });
         // InternalDNS is not matched: DNS names may be shared.
