@@ -248,6 +248,7 @@ pub async fn run(client: &Client, args: &AddArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn facts(name: &str) -> NodeFacts {

@@ -322,6 +322,7 @@ fn plan_table(snapshot: &QueueSnapshot, plan: &Plan) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -232,6 +232,7 @@ pub fn resolve(tokens: &[Token], nodes: &[NodeFacts]) -> Result<Resolution, Vec<
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn node(name: &str, addresses: &[(&str, &str)]) -> NodeFacts {
