@@ -39,7 +39,7 @@ pub const DEFAULT_DRAIN_BACKOFF_BASE_SECONDS: u64 = 300;
 pub const DEFAULT_DRAIN_BACKOFF_MAX_SECONDS: u64 = 1200;
 /// Default `drainBackoff.jitterSeconds`.
 pub const DEFAULT_DRAIN_BACKOFF_JITTER_SECONDS: u64 = 300;
-/// Default `reboot.commandTimeoutSeconds`.
+/// Default `reboot.commandTimeoutSeconds` (0 means no timeout).
 pub const DEFAULT_COMMAND_TIMEOUT_SECONDS: u64 = 30;
 /// Default `reboot.bootTimeoutSeconds`.
 pub const DEFAULT_BOOT_TIMEOUT_SECONDS: u64 = 1800;
@@ -172,9 +172,8 @@ pub struct RebootSpec {
     /// transition are appended. Booted when it exits 0 and prints `true`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub boot_check_command: Vec<String>,
-    /// A command still running after this long is killed (default 30).
+    /// A command still running after this long is killed (default 30; 0: never, as in CKE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
     pub command_timeout_seconds: Option<u64>,
     /// How often a failed command is tried again (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -431,6 +431,32 @@ fn an_empty_reboot_queue_spec_round_trips_as_defaults() {
     );
 }
 
+/// `commandTimeoutSeconds: 0` is CKE's "no timeout": the schema admits it (and nothing
+/// negative), and it round-trips as 0, not as an absent field.
+#[test]
+fn a_zero_command_timeout_is_admitted_and_kept() {
+    use hostcycle_api::queue::RebootQueueSpec;
+    let crds = hostcycle_api::crds();
+    let timeout = prop(
+        schema_root(&crds[1]),
+        &["spec", "reboot", "commandTimeoutSeconds"],
+    );
+    assert_eq!(timeout.type_.as_deref(), Some("integer"));
+    assert_eq!(timeout.minimum, Some(0.0), "0 must pass validation");
+    let spec: RebootQueueSpec = serde_json::from_value(serde_json::json!({
+        "reboot": { "commandTimeoutSeconds": 0 }
+    }))
+    .unwrap();
+    assert_eq!(
+        spec.reboot.as_ref().and_then(|r| r.command_timeout_seconds),
+        Some(0)
+    );
+    assert_eq!(
+        serde_json::to_value(&spec).unwrap(),
+        serde_json::json!({ "reboot": { "commandTimeoutSeconds": 0 } })
+    );
+}
+
 #[test]
 fn remediation_crds_are_namespaced_and_the_request_has_a_status() {
     let crds = hostcycle_api::crds();

@@ -8,7 +8,8 @@
 //! A node starting with `-` is refused when the driver is made: it would be read as an
 //! option. (The reboot queue accepts only IP addresses and DNS names.)
 //!
-//! Commands run without a shell, with a timeout; the child is killed on timeout or drop.
+//! Commands run without a shell, with a timeout unless none is configured; the child is
+//! killed on timeout or drop.
 //! They get a cleared environment holding only [`COMMAND_ENVIRONMENT`] (the operator's own
 //! variables may hold secrets), and at most 64 KiB of each output stream is kept.
 //! The driver can reboot and tell whether a reboot finished; it cannot power on or off.
@@ -50,22 +51,23 @@ pub struct CommandDriverConfig {
     pub reboot_command: Vec<String>,
     /// argv of the boot check; the node and a Unix time are appended.
     pub boot_check_command: Vec<String>,
-    /// Kill a command after this long.
-    #[serde(with = "duration_secs")]
-    pub command_timeout: Duration,
+    /// Kill a command after this long; `None`: let it run until it ends (CKE's
+    /// `command_timeout_seconds: 0`). In seconds when serialized, `0` meaning `None`.
+    #[serde(with = "timeout_secs")]
+    pub command_timeout: Option<Duration>,
 }
 
-mod duration_secs {
+mod timeout_secs {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_secs())
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.map_or(0, |d| d.as_secs()))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_secs)
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        u64::deserialize(d).map(|secs| (secs > 0).then(|| Duration::from_secs(secs)))
     }
 }
 
@@ -135,9 +137,10 @@ impl CommandDriver {
                 text::clip_to(&node, 64)
             )));
         }
-        if config.command_timeout.is_zero() {
+        // A zero deadline would kill every command at once; "no deadline" is `None`.
+        if config.command_timeout.is_some_and(|t| t.is_zero()) {
             return Err(BmcError::Config(
-                "the command timeout must be positive".into(),
+                "the command timeout must be positive (no timeout: leave it unset)".into(),
             ));
         }
         Ok(CommandDriver {
@@ -237,11 +240,12 @@ impl Drop for ProcessGroup {
     }
 }
 
-/// Runs `argv… extra…` without a shell, capturing output, killed after `timeout`.
+/// Runs `argv… extra…` without a shell, capturing output, killed after `timeout` (when
+/// there is one).
 async fn run(
     argv: &[String],
     extra: &[&str],
-    timeout: Duration,
+    timeout: Option<Duration>,
 ) -> Result<CommandOutput, BmcError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(BmcError::Config("empty command".into()));
@@ -264,11 +268,13 @@ async fn run(
             detail: e.to_string(),
         })?;
     let mut group = ProcessGroup(child.id());
-    let result = tokio::time::timeout(
-        timeout,
-        wait_with_capped_output(child, MAX_CHILD_OUTPUT_BYTES),
-    )
-    .await;
+    let finished = wait_with_capped_output(child, MAX_CHILD_OUTPUT_BYTES);
+    let result = match timeout {
+        Some(timeout) => tokio::time::timeout(timeout, finished)
+            .await
+            .map_err(|_| timeout),
+        None => Ok(finished.await),
+    };
     if matches!(result, Ok(Ok(_))) {
         // It finished by itself; whatever it left running on purpose is its business.
         group.0 = None;
@@ -284,12 +290,12 @@ async fn run(
             program: program.clone(),
             detail: e.to_string(),
         }),
-        Err(_) => Err(BmcError::Timeout {
+        Err(after) => Err(BmcError::Timeout {
             what: format!(
                 "command `{}` to finish (it was killed)",
                 command_line(argv, extra)
             ),
-            after: timeout,
+            after,
         }),
     }
 }

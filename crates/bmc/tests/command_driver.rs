@@ -45,7 +45,7 @@ fn tooling(dir: &Path) -> CommandDriverConfig {
             "lab".into(),
         ],
         boot_check_command: vec![check.display().to_string()],
-        command_timeout: Duration::from_secs(10),
+        command_timeout: Some(Duration::from_secs(10)),
     }
 }
 
@@ -116,7 +116,7 @@ async fn booted_only_on_exit_zero_and_true() {
         let config = CommandDriverConfig {
             reboot_command: vec![reboot.clone()],
             boot_check_command: vec![check],
-            command_timeout: Duration::from_secs(5),
+            command_timeout: Some(Duration::from_secs(5)),
         };
         let driver = CommandDriver::new(config, "n").unwrap();
         assert_eq!(
@@ -142,7 +142,7 @@ async fn arguments_are_not_interpreted_by_a_shell() {
     let config = CommandDriverConfig {
         reboot_command: vec![reboot.display().to_string()],
         boot_check_command: vec!["true".into()],
-        command_timeout: Duration::from_secs(5),
+        command_timeout: Some(Duration::from_secs(5)),
     };
     let node = format!("node; touch {}", marker.display());
     let driver = CommandDriver::new(config, node.clone()).unwrap();
@@ -167,7 +167,7 @@ async fn a_node_starting_with_a_hyphen_is_never_passed_to_the_commands() {
     let config = CommandDriverConfig {
         reboot_command: vec![record.display().to_string()],
         boot_check_command: vec![record.display().to_string()],
-        command_timeout: Duration::from_secs(5),
+        command_timeout: Some(Duration::from_secs(5)),
     };
     let long = format!("-o{}", "x".repeat(10_000));
     for node in ["-oProxyCommand=touch /tmp/pwned", "-", "--", long.as_str()] {
@@ -196,7 +196,7 @@ async fn a_failing_reboot_command_is_an_error_with_its_output() {
     let config = CommandDriverConfig {
         reboot_command: vec![reboot.display().to_string()],
         boot_check_command: vec!["true".into()],
-        command_timeout: Duration::from_secs(5),
+        command_timeout: Some(Duration::from_secs(5)),
     };
     let driver = CommandDriver::new(config, "node-9").unwrap();
     let err = driver.reboot(PowerOffMode::Hard).await.unwrap_err();
@@ -226,7 +226,7 @@ async fn a_hanging_command_is_killed_at_the_timeout() {
     let config = CommandDriverConfig {
         reboot_command: vec![reboot.display().to_string()],
         boot_check_command: vec!["true".into()],
-        command_timeout: Duration::from_millis(500),
+        command_timeout: Some(Duration::from_millis(500)),
     };
     let driver = CommandDriver::new(config, "node-2").unwrap();
     let start = Instant::now();
@@ -257,6 +257,44 @@ async fn a_hanging_command_is_killed_at_the_timeout() {
     }
 }
 
+/// No timeout (CKE's `command_timeout_seconds: 0`): a command slower than any deadline the
+/// other tests use is waited for, and its success counts.
+#[tokio::test]
+async fn without_a_timeout_a_slow_command_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let reboot = script(dir.path(), "reboot", "sleep 1.5\necho rebooting");
+    let config = CommandDriverConfig {
+        reboot_command: vec![reboot.display().to_string()],
+        boot_check_command: vec!["true".into()],
+        command_timeout: None,
+    };
+    let driver = CommandDriver::new(config, "node-5").unwrap();
+    let start = Instant::now();
+    driver.reboot(PowerOffMode::Hard).await.unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(1500));
+    assert!(driver.reboot_started().is_some());
+}
+
+/// In a serialized config the timeout is whole seconds, and 0 means none, as in CKE.
+#[test]
+fn a_zero_timeout_in_a_serialized_config_means_none() {
+    let config: CommandDriverConfig = serde_json::from_value(serde_json::json!({
+        "reboot_command": ["true"],
+        "boot_check_command": ["true"],
+        "command_timeout": 0,
+    }))
+    .unwrap();
+    assert_eq!(config.command_timeout, None);
+    assert_eq!(serde_json::to_value(&config).unwrap()["command_timeout"], 0);
+    let config: CommandDriverConfig = serde_json::from_value(serde_json::json!({
+        "reboot_command": ["true"],
+        "boot_check_command": ["true"],
+        "command_timeout": 45,
+    }))
+    .unwrap();
+    assert_eq!(config.command_timeout, Some(Duration::from_secs(45)));
+}
+
 /// What a timed-out command started goes too: a script's `sleep`, an `ipmitool` it runs.
 #[tokio::test]
 async fn a_timeout_also_kills_what_the_command_started() {
@@ -270,7 +308,7 @@ async fn a_timeout_also_kills_what_the_command_started() {
     let config = CommandDriverConfig {
         reboot_command: vec![reboot.display().to_string()],
         boot_check_command: vec!["true".into()],
-        command_timeout: Duration::from_millis(500),
+        command_timeout: Some(Duration::from_millis(500)),
     };
     let driver = CommandDriver::new(config, "node-4").unwrap();
     let err = driver.reboot(PowerOffMode::Hard).await.unwrap_err();
@@ -299,7 +337,7 @@ async fn power_on_and_off_are_unsupported() {
     let config = CommandDriverConfig {
         reboot_command: vec!["true".into()],
         boot_check_command: vec!["false".into()],
-        command_timeout: Duration::from_secs(5),
+        command_timeout: Some(Duration::from_secs(5)),
     };
     let driver = CommandDriver::new(config, "node-3").unwrap();
     let err = driver.power_on().await.unwrap_err();
@@ -319,7 +357,7 @@ fn bad_configurations_are_rejected() {
     let ok = CommandDriverConfig {
         reboot_command: vec!["true".into()],
         boot_check_command: vec!["true".into()],
-        command_timeout: Duration::from_secs(5),
+        command_timeout: Some(Duration::from_secs(5)),
     };
     assert!(
         CommandDriver::new(
@@ -344,7 +382,7 @@ fn bad_configurations_are_rejected() {
     assert!(
         CommandDriver::new(
             CommandDriverConfig {
-                command_timeout: Duration::ZERO,
+                command_timeout: Some(Duration::ZERO),
                 ..ok.clone()
             },
             "n"
@@ -359,7 +397,7 @@ async fn a_missing_program_is_a_spawn_error() {
     let config = CommandDriverConfig {
         reboot_command: vec!["/nonexistent/reboot-tool".into()],
         boot_check_command: vec!["true".into()],
-        command_timeout: Duration::from_secs(5),
+        command_timeout: Some(Duration::from_secs(5)),
     };
     let err = CommandDriver::new(config, "n")
         .unwrap()

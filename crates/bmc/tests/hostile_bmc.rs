@@ -880,7 +880,7 @@ async fn command_driver_children_get_only_the_allowed_environment() {
         CommandDriverConfig {
             reboot_command: vec![reboot.display().to_string()],
             boot_check_command: vec![check.display().to_string()],
-            command_timeout: Duration::from_secs(10),
+            command_timeout: Some(Duration::from_secs(10)),
         },
         "node-1",
     )

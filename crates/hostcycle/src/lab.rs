@@ -300,7 +300,8 @@ async fn rolling_reboot() -> anyhow::Result<()> {
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .arg("add")
-        .args(&nodes)
+        // `node/NAME`: never read as a file, whatever the current directory holds.
+        .args(nodes.iter().map(|name| format!("node/{name}")))
         .status()
         .context("running `hostcycle reboot-queue add`")?;
     if !status.success() {

@@ -1,8 +1,9 @@
 //! `hostcycle rq` against a real API server (no operator, no simulator: Nodes are created
 //! directly). One control plane for every scenario, in order: concurrent adds from eight
 //! processes, add/refuse/stdin, list in three formats, reset-backoff, online plan, cancel,
-//! enable/disable, wait. Every child process is killed on drop (by PID), also when an
-//! assertion fails.
+//! enable/disable, wait, then CKE's habits (addresses, `add FILE|-`, `list -o cke`,
+//! `commandTimeoutSeconds: 0`). Every child process is killed on drop (by PID), also when
+//! an assertion fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,6 +96,22 @@ impl Rq {
         assert!(out.success, "hostcycle rq {args:?} failed:\n{out:?}");
         out
     }
+}
+
+/// Writes the addresses a kubelet would report into the Node's status.
+async fn set_node_addresses(client: &Client, name: &str, addresses: &[(&str, &str)]) {
+    let addresses: Vec<Value> = addresses
+        .iter()
+        .map(|(kind, address)| json!({ "type": kind, "address": address }))
+        .collect();
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "addresses": addresses } })),
+        )
+        .await
+        .unwrap();
 }
 
 async fn create_node(client: &Client, name: &str, control_plane: bool) {
@@ -218,6 +235,7 @@ async fn reboot_queue_cli_against_a_real_api_server() {
     cancel(&rq, &client).await;
     enable_disable(&rq, &client).await;
     wait(&rq, &client).await;
+    cke_habits(&rq, &client).await;
 }
 
 /// Eight processes add three nodes each at the same time: every node gets exactly one
@@ -723,5 +741,182 @@ async fn wait(rq: &Rq, client: &Client) {
     assert!(
         seen.contains(&format!("entry {i1} worker-1: left the queue")),
         "{seen:?}"
+    );
+}
+
+/// How CKE's users queue nodes: by address, a whitespace-separated list on stdin or in a
+/// FILE, `list -o cke`, and `commandTimeoutSeconds: 0`.
+async fn cke_habits(rq: &Rq, client: &Client) {
+    delete_all_entries(client).await;
+    let nodes = |out: &Out| -> Vec<String> {
+        queued_lines(&out.stdout)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
+    };
+    set_node_addresses(
+        client,
+        "worker-1",
+        &[("InternalIP", "10.0.0.11"), ("Hostname", "worker-1")],
+    )
+    .await;
+    set_node_addresses(
+        client,
+        "worker-3",
+        &[("InternalIP", "fd00::13"), ("ExternalIP", "203.0.113.13")],
+    )
+    .await;
+    // Two Nodes with one address (a copied Node, a reused address).
+    for twin in ["twin-a", "twin-b"] {
+        create_node(client, twin, false).await;
+        set_node_addresses(client, twin, &[("InternalIP", "10.0.0.99")]).await;
+    }
+
+    // An InternalIP queues its Node.
+    let out = rq.run(&["add", "10.0.0.11"]).await;
+    assert!(out.success, "{out:?}");
+    assert_eq!(nodes(&out), ["worker-1"]);
+    assert!(
+        out.stderr
+            .contains("note: 10.0.0.11 is Node worker-1 (InternalIP 10.0.0.11)"),
+        "{out:?}"
+    );
+
+    // An ambiguous address refuses the whole add, naming both Nodes: nothing is queued,
+    // not even the good name before it.
+    let out = rq.run(&["add", "worker-2", "10.0.0.99"]).await;
+    assert!(!out.success, "{out:?}");
+    assert_eq!(out.stdout, "", "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "10.0.0.99 matches 2 Nodes: twin-a (InternalIP 10.0.0.99), twin-b (InternalIP \
+             10.0.0.99); name the Node instead"
+        ),
+        "{out:?}"
+    );
+    assert!(out.stderr.contains("nothing was queued"), "{out:?}");
+    // So does an address no Node has.
+    let out = rq.run(&["add", "worker-2", "10.9.9.9"]).await;
+    assert!(!out.success, "{out:?}");
+    assert!(
+        out.stderr.contains("address 10.9.9.9 is no Node's"),
+        "{out:?}"
+    );
+    assert_eq!(
+        entries(client)
+            .await
+            .iter()
+            .map(|e| e.spec.node.as_str())
+            .collect::<Vec<_>>(),
+        ["worker-1"],
+        "refused adds queue nothing"
+    );
+
+    // `printf 'worker-2 cp-1' | hostcycle rq add -`: one line, two names.
+    let out = rq
+        .run_with_stdin(&["add", "-"], Some("worker-2 cp-1"))
+        .await;
+    assert!(out.success, "{out:?}");
+    assert_eq!(nodes(&out), ["worker-2", "cp-1"]);
+
+    // `hostcycle rq add FILE`: names and addresses (v6, external, bracketed) mixed over
+    // lines and tabs; a Node named twice is queued once.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("reboot-list");
+    std::fs::write(
+        &file,
+        "worker-4\t[fd00::0:13]\n\n  203.0.113.13 # worker-3 again\n",
+    )
+    .unwrap();
+    let out = rq.run(&["add", file.to_str().unwrap()]).await;
+    assert!(out.success, "{out:?}");
+    assert_eq!(nodes(&out), ["worker-4", "worker-3"]);
+    assert!(out.stderr.contains("names Node worker-3 again"), "{out:?}");
+
+    // CKE's JSON: its keys, `index` as a string, its statuses.
+    let worker_4 = entry_of(client, "worker-4").await;
+    patch_entry_status(
+        client,
+        worker_4.metadata.name.as_deref().unwrap(),
+        json!({ "phase": "Draining", "lastTransitionTime": "2026-03-02T12:00:00Z",
+                "drainBackoffCount": 1, "drainBackoffExpire": "2026-03-02T11:00:00Z" }),
+    )
+    .await;
+    let text = rq.ok(&["list", "-o", "cke"]).await.stdout;
+    let listed: Value = serde_json::from_str(&text).unwrap();
+    let listed = listed.as_array().unwrap();
+    let listed_nodes: Vec<&str> = listed.iter().map(|e| e["node"].as_str().unwrap()).collect();
+    assert_eq!(
+        listed_nodes,
+        ["worker-1", "worker-2", "cp-1", "worker-4", "worker-3"],
+        "{text}"
+    );
+    let keys = |e: &Value| -> Vec<String> { e.as_object().unwrap().keys().cloned().collect() };
+    let mut first_keys = keys(&listed[0]);
+    first_keys.sort();
+    assert_eq!(
+        first_keys,
+        [
+            "drain_backoff_expire",
+            "index",
+            "last_transition_time",
+            "node",
+            "status"
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        listed[0]["index"],
+        json!(entry_of(client, "worker-1").await.spec.index.to_string())
+    );
+    assert_eq!(listed[0]["status"], "queued");
+    assert_eq!(listed[0]["drain_backoff_expire"], "0001-01-01T00:00:00Z");
+    assert_eq!(
+        listed[3],
+        json!({
+            "index": worker_4.spec.index.to_string(),
+            "node": "worker-4",
+            "status": "draining",
+            "last_transition_time": "2026-03-02T12:00:00Z",
+            "drain_backoff_count": 1,
+            "drain_backoff_expire": "2026-03-02T11:00:00Z",
+        })
+    );
+    assert!(
+        text.starts_with("[\n    {\n        \"index\""),
+        "ckecli's indent: {text}"
+    );
+    rq.ok(&["cancel", "cp-1"]).await;
+    let listed: Value = serde_json::from_str(&rq.ok(&["list", "-o", "cke"]).await.stdout).unwrap();
+    assert_eq!(listed[2]["status"], "cancelled");
+    delete_all_entries(client).await;
+    assert_eq!(rq.ok(&["list", "-o", "cke"]).await.stdout, "null\n");
+
+    // `commandTimeoutSeconds: 0` (CKE's "no timeout") passes the API server's validation
+    // and is kept as 0; a negative value does not.
+    let queues: Api<RebootQueue> = Api::all(client.clone());
+    queues
+        .patch(
+            REBOOT_QUEUE_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "reboot": { "commandTimeoutSeconds": 0 } } })),
+        )
+        .await
+        .unwrap();
+    let stored = queues.get(REBOOT_QUEUE_NAME).await.unwrap();
+    assert_eq!(
+        stored.spec.reboot.and_then(|r| r.command_timeout_seconds),
+        Some(0)
+    );
+    let refused = queues
+        .patch(
+            REBOOT_QUEUE_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "reboot": { "commandTimeoutSeconds": -1 } } })),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
+        "{refused:?}"
     );
 }

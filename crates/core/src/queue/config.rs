@@ -43,7 +43,9 @@ pub struct RebootConfig {
     pub method: Option<RebootMethod>,
     pub reboot_command: Vec<String>,
     pub boot_check_command: Vec<String>,
-    pub command_timeout: Duration,
+    /// `None`: commands run until they end (`commandTimeoutSeconds: 0`, as CKE's
+    /// `command_timeout_seconds: 0`); `bootTimeoutSeconds` still raises its Warning.
+    pub command_timeout: Option<Duration>,
     pub command_retries: u32,
     pub command_interval: Duration,
     pub boot_check_interval: Duration,
@@ -100,12 +102,13 @@ impl QueueConfig {
                 method: reboot.method,
                 reboot_command: reboot.reboot_command,
                 boot_check_command: reboot.boot_check_command,
-                command_timeout: secs(
-                    reboot
-                        .command_timeout_seconds
-                        .unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECONDS)
-                        .max(1),
-                ),
+                command_timeout: match reboot
+                    .command_timeout_seconds
+                    .unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECONDS)
+                {
+                    0 => None,
+                    seconds => Some(secs(seconds)),
+                },
                 command_retries: reboot.command_retries.unwrap_or(0),
                 command_interval: secs(reboot.command_interval_seconds.unwrap_or(0)),
                 boot_check_interval: secs(
@@ -155,7 +158,7 @@ mod tests {
             }
         );
         assert_eq!(c.reboot.method, None);
-        assert_eq!(c.reboot.command_timeout, Duration::from_secs(30));
+        assert_eq!(c.reboot.command_timeout, Some(Duration::from_secs(30)));
         assert_eq!(c.reboot.boot_timeout, Duration::from_secs(1800));
     }
 
@@ -188,5 +191,25 @@ mod tests {
         assert_eq!(c.backoff.max, Duration::from_secs(1200));
         assert_eq!(c.reboot.method, Some(RebootMethod::Command));
         assert_eq!(c.reboot.command_retries, 2);
+    }
+
+    /// `commandTimeoutSeconds: 0` is CKE's "no timeout"; absent is the 30 s default.
+    #[test]
+    fn a_zero_command_timeout_means_none() {
+        let with = |seconds: Option<u64>| {
+            QueueConfig::from_spec(&RebootQueueSpec {
+                reboot: Some(RebootSpec {
+                    command_timeout_seconds: seconds,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .reboot
+            .command_timeout
+        };
+        assert_eq!(with(Some(0)), None);
+        assert_eq!(with(None), Some(Duration::from_secs(30)));
+        assert_eq!(with(Some(1)), Some(Duration::from_secs(1)));
+        assert!(with(Some(u64::MAX)).is_some_and(|t| t < Duration::from_secs(u64::MAX)));
     }
 }

@@ -4,13 +4,14 @@
 //! writes status. The one status write here is `reset-backoff`, made with a resourceVersion
 //! precondition like the controller's own, so neither side loses the other's write.
 //!
-//! - [`add`]: checks names against the Nodes, refuses nodes already queued, queues the rest.
+//! - [`add`]: reads names, addresses and node lists, refuses nodes already queued, queues
+//!   the rest; [`targets`] resolves names and addresses to Nodes (pure).
 //! - [`index`]: hands out indices with compare-and-swap on the `RebootQueue` annotation.
 //! - [`entries`]: list, cancel, cancel-all, reset-backoff.
 //! - [`switch`]: enable, disable, is-enabled.
 //! - [`wait`]: progress until the queue is empty.
 //! - [`plan`]: what the controller would do now, online or from a `kubectl get` dump.
-//! - [`output`]: tables, JSON and YAML.
+//! - [`output`]: tables, JSON and YAML, and CKE's JSON.
 
 mod add;
 mod entries;
@@ -18,6 +19,7 @@ mod index;
 mod output;
 mod plan;
 mod switch;
+mod targets;
 mod wait;
 
 use std::path::PathBuf;
@@ -44,9 +46,16 @@ pub enum RebootQueueCommand {
     /// Queue nodes for a graceful reboot (cordon, drain, reboot, uncordon), in the order
     /// given.
     ///
-    /// Every name is checked against the cluster's Nodes. Names that are not Nodes, and
-    /// nodes that already have an entry that is not cancelled, are reported on stderr and
-    /// not queued; the valid names are still queued, and the exit status is non-zero.
+    /// Each argument is a Node name, a Node address (InternalIP, ExternalIP or Hostname, as
+    /// CKE queues IPs), or a node list: `-` (stdin) or an existing file, as `ckecli
+    /// reboot-queue add FILE`. A list holds names and addresses separated by spaces, tabs or
+    /// newlines; `#` starts a comment.
+    ///
+    /// An address that matches no Node or several, a name several Nodes answer to, or an
+    /// argument that is both a file and a Node, refuses the whole command: nothing is
+    /// queued. Names that are not Nodes, and nodes that already have an entry that is not
+    /// cancelled, are reported on stderr and not queued; the others are still queued, and
+    /// the exit status is non-zero.
     Add(AddArgs),
     /// List the entries, in queue order (by index).
     List(ListArgs),
@@ -80,18 +89,20 @@ pub enum RebootQueueCommand {
 
 #[derive(Debug, Args)]
 pub struct AddArgs {
-    /// Node names, queued in this order.
-    #[arg(value_name = "NODE", required_unless_present = "file")]
+    /// Node names or addresses, or node lists (`-`: stdin, or an existing file), queued in
+    /// this order.
+    #[arg(value_name = "NODE|ADDRESS|FILE|-", required_unless_present = "file")]
     pub nodes: Vec<String>,
-    /// Read node names from FILE (`-`: stdin), one a line; blank lines and `#` comments
-    /// are ignored. Queued after the names given as arguments.
+    /// Always read FILE as a node list (`-`: stdin): names and addresses separated by
+    /// spaces, tabs or newlines, `#` comments; at most 1 MiB. Queued after the arguments.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Output format.
+    /// Output format. `cke`: JSON as `ckecli reboot-queue list` prints it (CKE's field
+    /// names and statuses; see docs/ckecli.md).
     #[arg(short = 'o', long, value_enum, default_value_t = ListFormat::Table)]
     pub output: ListFormat,
 }
@@ -101,6 +112,8 @@ pub enum ListFormat {
     Table,
     Json,
     Yaml,
+    /// JSON in CKE's shape (`index` as a string, `status`, snake_case fields).
+    Cke,
 }
 
 #[derive(Debug, Args)]

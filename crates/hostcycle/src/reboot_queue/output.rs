@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use hostcycle_api::queue::RebootQueueEntry;
+use hostcycle_api::queue::{EntryPhase, RebootQueueEntry};
 use hostcycle_core::queue::{Plan, QueueSnapshot};
 use jiff::Timestamp;
 use serde::Serialize;
@@ -78,10 +78,79 @@ impl ListedEntry {
     }
 }
 
+/// Go's zero `time.Time` as `encoding/json` writes it: ckecli prints it for a time never
+/// set (`omitempty` does not apply to structs).
+const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// One entry as `ckecli reboot-queue list` prints it (CKE's `RebootQueueEntry`): the same
+/// keys in the same order, `index` as a string, `drain_backoff_count` left out when 0.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CkeEntry {
+    pub index: String,
+    /// The Node's name: hostcycle's entries name Nodes where CKE's hold addresses.
+    pub node: String,
+    pub status: &'static str,
+    pub last_transition_time: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub drain_backoff_count: u32,
+    pub drain_backoff_expire: String,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// CKE's status for an entry: a cancel asked for is `cancelled` at once (CKE's `cancel`
+/// writes that status), a phase this version does not know counts as `queued` (as the
+/// controller treats it).
+pub fn cke_status(entry: &RebootQueueEntry) -> &'static str {
+    if entry.spec.cancel {
+        return "cancelled";
+    }
+    match entry.phase() {
+        EntryPhase::Queued | EntryPhase::Unknown => "queued",
+        EntryPhase::Draining => "draining",
+        EntryPhase::Rebooting => "rebooting",
+        EntryPhase::Cancelled => "cancelled",
+    }
+}
+
+impl CkeEntry {
+    pub fn from_entry(entry: &RebootQueueEntry) -> Self {
+        let status = entry.status.clone().unwrap_or_default();
+        let time =
+            |t: Option<Timestamp>| t.map_or_else(|| GO_ZERO_TIME.to_string(), |t| t.to_string());
+        CkeEntry {
+            index: entry.spec.index.to_string(),
+            node: entry.spec.node.clone(),
+            status: cke_status(entry),
+            last_transition_time: time(status.last_transition_time),
+            drain_backoff_count: status.drain_backoff_count,
+            drain_backoff_expire: time(status.drain_backoff_expire),
+        }
+    }
+}
+
+/// `list -o cke`: what ckecli's JSON encoder writes — four-space indent, a final newline,
+/// and `null` for an empty queue (ckecli encodes a nil slice).
+pub fn render_cke(entries: &[RebootQueueEntry]) -> anyhow::Result<String> {
+    let listed: Option<Vec<CkeEntry>> =
+        (!entries.is_empty()).then(|| entries.iter().map(CkeEntry::from_entry).collect());
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    listed
+        .serialize(&mut serializer)
+        .context("rendering CKE's JSON")?;
+    out.push(b'\n');
+    String::from_utf8(out).context("rendering CKE's JSON")
+}
+
 /// `list` output; `entries` must be sorted by index.
 pub fn render_list(entries: &[RebootQueueEntry], format: ListFormat) -> anyhow::Result<String> {
     let listed: Vec<ListedEntry> = entries.iter().map(ListedEntry::from_entry).collect();
     Ok(match format {
+        ListFormat::Cke => render_cke(entries)?,
         ListFormat::Json => serde_json::to_string_pretty(&listed).context("rendering JSON")? + "\n",
         ListFormat::Yaml => serde_saphyr::to_string(&listed).context("rendering YAML")?,
         ListFormat::Table => {
@@ -253,6 +322,7 @@ fn plan_table(snapshot: &QueueSnapshot, plan: &Plan) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -267,6 +337,73 @@ mod tests {
              1      worker-1  Draining\n\
              12     w         evicting 2 pods\n"
         );
+    }
+
+    fn entry(index: u64, node: &str, status: serde_json::Value) -> RebootQueueEntry {
+        let mut entry = RebootQueueEntry::for_node(node, index);
+        entry.status = Some(serde_json::from_value(status).unwrap());
+        entry
+    }
+
+    /// CKE's keys, order and shapes: `index` a string, Go's zero time for a time never set,
+    /// `drain_backoff_count` only when not 0.
+    #[test]
+    fn cke_json_has_ckes_fields_and_shapes() {
+        let queued = entry(7, "worker-1", serde_json::json!({ "phase": "Queued" }));
+        let backed_off = entry(
+            8,
+            "worker-2",
+            serde_json::json!({
+                "phase": "Queued",
+                "lastTransitionTime": "2026-03-02T12:00:00Z",
+                "drainBackoffCount": 2,
+                "drainBackoffExpire": "2026-03-02T12:10:00.5Z",
+            }),
+        );
+        assert_eq!(
+            render_cke(&[queued, backed_off]).unwrap(),
+            r#"[
+    {
+        "index": "7",
+        "node": "worker-1",
+        "status": "queued",
+        "last_transition_time": "0001-01-01T00:00:00Z",
+        "drain_backoff_expire": "0001-01-01T00:00:00Z"
+    },
+    {
+        "index": "8",
+        "node": "worker-2",
+        "status": "queued",
+        "last_transition_time": "2026-03-02T12:00:00Z",
+        "drain_backoff_count": 2,
+        "drain_backoff_expire": "2026-03-02T12:10:00.5Z"
+    }
+]
+"#
+        );
+        assert_eq!(
+            render_cke(&[]).unwrap(),
+            "null\n",
+            "ckecli prints a nil slice"
+        );
+    }
+
+    #[test]
+    fn phases_map_to_ckes_statuses() {
+        for (phase, want) in [
+            ("Queued", "queued"),
+            ("Draining", "draining"),
+            ("Rebooting", "rebooting"),
+            ("Cancelled", "cancelled"),
+            ("SomethingNew", "queued"),
+        ] {
+            let e = entry(1, "w", serde_json::json!({ "phase": phase }));
+            assert_eq!(cke_status(&e), want, "{phase}");
+        }
+        let mut cancelling = entry(1, "w", serde_json::json!({ "phase": "Rebooting" }));
+        cancelling.spec.cancel = true;
+        assert_eq!(cke_status(&cancelling), "cancelled");
+        assert_eq!(cke_status(&RebootQueueEntry::for_node("w", 1)), "queued");
     }
 
     #[test]

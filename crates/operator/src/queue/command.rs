@@ -2,7 +2,7 @@
 //! hanging command never stalls other entries or the controller loop. It never writes the
 //! entry; every attempt of the reboot command is recorded by the loop before it runs.
 //!
-//! - `rebootCommand… <address>`, with `commandTimeoutSeconds`, `commandRetries`,
+//! - `rebootCommand… <address>`, with `commandTimeoutSeconds` (0: none), `commandRetries`,
 //!   `commandIntervalSeconds`; only when no attempt was ever recorded (after a restart the
 //!   command may have run, and a second reboot is worse than a boot timeout). A failed or
 //!   timed-out run is retried only after the boot check says the node has not booted since
@@ -249,7 +249,7 @@ mod tests {
             config: RebootConfig {
                 reboot_command: reboot_command.clone(),
                 boot_check_command: reboot_command,
-                command_timeout: Duration::from_secs(10),
+                command_timeout: Some(Duration::from_secs(10)),
                 boot_check_interval: Duration::from_millis(10),
                 ..hostcycle_core::queue::QueueConfig::default().reboot
             },
