@@ -209,8 +209,8 @@ impl std::fmt::Display for Blocker {
             Self::MarkedUnhealthy { host, key } => write!(
                 f,
                 "BareMetalHost {host} carries {key}: a remediation gave up on it before; once the \
-                 machine is repaired, remove the mark (kubectl annotate baremetalhost {} {key}-)",
-                host.split_once('/').map_or(host.as_str(), |(_, n)| n)
+                 machine is repaired, remove the mark (kubectl annotate baremetalhost -n \
+                 <namespace> <name> {key}-)"
             ),
             Self::Binding { message, .. } => f.write_str(message),
             Self::RequestNamespace {
