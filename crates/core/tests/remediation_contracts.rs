@@ -30,6 +30,18 @@ use hostcycle_core::remediation::{
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+/// name, Machine annotations, host power-off, CAPBM provider, flags, expected claim.
+type ClaimCase<'a> = (
+    &'a str,
+    Vec<(&'a str, &'a str)>,
+    bool,
+    bool,
+    Triggers,
+    &'a str,
+);
+/// name, MachineHealthChecks, expected (name, seconds).
+type MhcCase<'a> = (&'a str, Vec<MhcView>, Option<(String, u64)>);
+
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -72,7 +84,11 @@ fn the_triggers_flag_parses_and_refuses_what_makes_no_sense() {
                     (a, r, c),
                     "{text:?}"
                 );
-                assert_eq!(t.to_string().parse::<Triggers>(), Ok(t), "{text:?} round-trips");
+                assert_eq!(
+                    t.to_string().parse::<Triggers>(),
+                    Ok(t),
+                    "{text:?} round-trips"
+                );
             }
             (Err(e), None) => assert!(!e.is_empty(), "{text:?}"),
             (other, want) => panic!("{text:?}: {other:?}, wanted {want:?}"),
@@ -85,9 +101,11 @@ fn whose_the_annotation_trigger_is() {
     let trigger = [(EXTERNAL_REMEDIATION_ANNOTATION, "")];
     let both = Triggers::default();
     let requests_only: Triggers = "requests".parse().unwrap();
-    let capbm: Triggers = "machine-annotation,capbm-machines,requests".parse().unwrap();
+    let capbm: Triggers = "machine-annotation,capbm-machines,requests"
+        .parse()
+        .unwrap();
     #[rustfmt::skip]
-    let cases: Vec<(&str, Vec<(&str, &str)>, bool, bool, Triggers, &str)> = vec![
+    let cases: Vec<ClaimCase> = vec![
         ("trigger only, plain Machine → ours", trigger.to_vec(), false, false, both, "ours"),
         ("no trigger, no record → not ours", vec![], false, false, both, "not"),
         ("trigger, annotation trigger switched off → not ours", trigger.to_vec(), false, false, requests_only, "not"),
@@ -160,7 +178,10 @@ fn a_capbm_machine_is_recognised_by_its_provider_spec() {
                 "apiVersion": "machine.openshift.io/v1beta1", "kind": "AWSMachineProviderConfig" } } }),
             false,
         ),
-        (json!({ "infrastructureRef": { "kind": "Metal3Machine" } }), false),
+        (
+            json!({ "infrastructureRef": { "kind": "Metal3Machine" } }),
+            false,
+        ),
         (json!({}), false),
         (Value::Null, false),
     ] {
@@ -299,7 +320,7 @@ fn the_power_on_timeout_follows_the_selecting_machine_health_check() {
     let worker = map(&[("machine.openshift.io/cluster-api-machine-role", "worker")]);
     let secs = |found: Option<(String, Duration)>| found.map(|(n, d)| (n, d.as_secs()));
     #[rustfmt::skip]
-    let cases: Vec<(&str, Vec<MhcView>, Option<(String, u64)>)> = vec![
+    let cases: Vec<MhcCase> = vec![
         ("no MachineHealthCheck → the flag's", vec![], None),
         ("one selects it → its nodeStartupTimeout", vec![mhc("workers", "worker", Some("7m"))], Some(("workers".into(), 420))),
         ("none selects it → the flag's", vec![mhc("masters", "master", Some("7m"))], None),
@@ -365,7 +386,11 @@ fn on_the_power_on_timeout_a_machine_is_deleted_only_while_its_node_is_absent() 
         let mut o = timed_out(annotation_obs(), node);
         o.escalation = escalation;
         let d = decide(&o, t(601));
-        assert_eq!(d.record.as_ref().unwrap().step, RemediationStep::GaveUp, "{name}");
+        assert_eq!(
+            d.record.as_ref().unwrap().step,
+            RemediationStep::GaveUp,
+            "{name}"
+        );
         let escalated = d.actions.iter().find_map(|a| match a {
             Action::Escalate(e) => Some(e.clone()),
             _ => None,
@@ -421,13 +446,19 @@ fn a_host_marked_unhealthy_under_either_key_is_not_remediated_again() {
         CAPM3_UNHEALTHY_ANNOTATION,
         CAPM3_UNHEALTHY_DEPRECATED_ANNOTATION,
     ] {
-        assert_eq!(unhealthy_mark(&map(&[(key, "capm3/UnhealthyNode")])), Some(key));
+        assert_eq!(
+            unhealthy_mark(&map(&[(key, "capm3/UnhealthyNode")])),
+            Some(key)
+        );
         let mut o = annotation_obs();
         if let Ok(h) = &mut o.target {
             h.marked_unhealthy = Some(key.into());
         }
         let blocker = start_blocker(&o).expect("blocked");
-        assert!(matches!(blocker, Blocker::MarkedUnhealthy { .. }), "{blocker:?}");
+        assert!(
+            matches!(blocker, Blocker::MarkedUnhealthy { .. }),
+            "{blocker:?}"
+        );
         assert_eq!(blocker.reason(), "HostMarkedUnhealthy");
         assert!(
             blocker.to_string().contains(&format!("{key}-")),
@@ -436,7 +467,10 @@ fn a_host_marked_unhealthy_under_either_key_is_not_remediated_again() {
         let d = decide(&o, t(1));
         assert!(d.actions.is_empty(), "{key}: {:?}", d.actions);
         assert_eq!(d.blocked, Some("HostMarkedUnhealthy"));
-        assert!(!wants_slot(&o, t(1)), "{key}: a blocked remediation takes no slot");
+        assert!(
+            !wants_slot(&o, t(1)),
+            "{key}: a blocked remediation takes no slot"
+        );
     }
     assert_eq!(unhealthy_mark(&map(&[("capm3.metal3.io/other", "")])), None);
 }
@@ -539,7 +573,8 @@ fn find<'a>(list: &'a Value, type_: &str) -> Option<&'a Value> {
 #[test]
 fn giving_up_writes_owner_remediated_and_externally_remediated_where_each_version_keeps_them() {
     let mhc_set = json!({ "type": "ExternallyRemediated", "status": "False", "reason": "WaitingForRemediation" });
-    let health = json!({ "type": "HealthCheckSucceeded", "status": "False", "reason": "UnhealthyNode" });
+    let health =
+        json!({ "type": "HealthCheckSucceeded", "status": "False", "reason": "UnhealthyNode" });
     // v1beta1: v1beta1 conditions at status.conditions, v1beta2 at status.v1beta2.conditions.
     let status = json!({
         "conditions": [{ "type": "HealthCheckSucceeded", "status": "False", "severity": "Warning" }],
@@ -550,13 +585,26 @@ fn giving_up_writes_owner_remediated_and_externally_remediated_where_each_versio
     let v2 = &p["status"]["v1beta2"]["conditions"];
     assert_eq!(find(v1, "OwnerRemediated").unwrap()["severity"], "Warning");
     assert!(find(v1, "HealthCheckSucceeded").is_some(), "others kept");
-    assert!(find(v1, "ExternallyRemediated").is_none(), "a v1beta2-only condition");
-    assert_eq!(find(v2, "OwnerRemediated").unwrap()["reason"], "WaitingForRemediation");
+    assert!(
+        find(v1, "ExternallyRemediated").is_none(),
+        "a v1beta2-only condition"
+    );
+    assert_eq!(
+        find(v2, "OwnerRemediated").unwrap()["reason"],
+        "WaitingForRemediation"
+    );
     let ext = find(v2, "ExternallyRemediated").unwrap();
-    assert_eq!((ext["status"].as_str(), ext["reason"].as_str()), (Some("False"), Some("RemediationFailed")));
+    assert_eq!(
+        (ext["status"].as_str(), ext["reason"].as_str()),
+        (Some("False"), Some("RemediationFailed"))
+    );
     assert_eq!(ext["message"], "gave up");
     assert!(find(v2, "HealthCheckSucceeded").is_some());
-    assert_eq!(v2.as_array().unwrap().len(), 3, "ExternallyRemediated replaced, not added: {v2}");
+    assert_eq!(
+        v2.as_array().unwrap().len(),
+        3,
+        "ExternallyRemediated replaced, not added: {v2}"
+    );
 
     // v1beta2: v1beta2 conditions at status.conditions, v1beta1 under status.deprecated.
     let status = json!({
@@ -566,16 +614,45 @@ fn giving_up_writes_owner_remediated_and_externally_remediated_where_each_versio
     let p = capi_gave_up_patch(&status, ConditionsLayout::V1Beta2, t(5), "gave up", true);
     let v2 = &p["status"]["conditions"];
     let v1 = &p["status"]["deprecated"]["v1beta1"]["conditions"];
-    assert!(find(v2, "OwnerRemediated").unwrap().get("severity").is_none());
-    assert_eq!(find(v2, "ExternallyRemediated").unwrap()["reason"], "RemediationFailed");
+    assert!(
+        find(v2, "OwnerRemediated")
+            .unwrap()
+            .get("severity")
+            .is_none()
+    );
+    assert_eq!(
+        find(v2, "ExternallyRemediated").unwrap()["reason"],
+        "RemediationFailed"
+    );
     assert_eq!(find(v1, "OwnerRemediated").unwrap()["severity"], "Warning");
-    assert!(p["status"].get("v1beta2").is_none(), "no v1beta2 block in v1beta2: {p}");
+    assert!(
+        p["status"].get("v1beta2").is_none(),
+        "no v1beta2 block in v1beta2: {p}"
+    );
 
     // The annotation flow (no request): ExternallyRemediated is not the flow's to write.
-    let p = capi_gave_up_patch(&json!({}), ConditionsLayout::V1Beta1, t(5), "gave up", false);
-    assert!(find(&p["status"]["v1beta2"]["conditions"], "ExternallyRemediated").is_none());
-    assert_eq!(ConditionsLayout::of("cluster.x-k8s.io/v1beta2"), ConditionsLayout::V1Beta2);
-    assert_eq!(ConditionsLayout::of("cluster.x-k8s.io/v1beta1"), ConditionsLayout::V1Beta1);
+    let p = capi_gave_up_patch(
+        &json!({}),
+        ConditionsLayout::V1Beta1,
+        t(5),
+        "gave up",
+        false,
+    );
+    assert!(
+        find(
+            &p["status"]["v1beta2"]["conditions"],
+            "ExternallyRemediated"
+        )
+        .is_none()
+    );
+    assert_eq!(
+        ConditionsLayout::of("cluster.x-k8s.io/v1beta2"),
+        ConditionsLayout::V1Beta2
+    );
+    assert_eq!(
+        ConditionsLayout::of("cluster.x-k8s.io/v1beta1"),
+        ConditionsLayout::V1Beta1
+    );
 }
 
 #[test]

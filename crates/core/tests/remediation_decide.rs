@@ -1756,7 +1756,7 @@ impl World {
             externally_provisioned: false,
             error: None,
             cannot_power_off: None,
-        marked_unhealthy: None,
+            marked_unhealthy: None,
         };
         Observation {
             trigger: self.trigger,

@@ -60,12 +60,20 @@ async fn power_offs(lab: &RemediationLab, host: &str) -> Vec<String> {
 /// power-off, the same Node, no RemediationStarted.
 async fn assert_untouched(lab: &RemediationLab, m: &MachineRef, host: &str, node_uid: &str) {
     let machine = lab.machine(m).await;
-    assert!(own_markers(&machine).is_empty(), "{m}: {:?}", machine.annotations());
+    assert!(
+        own_markers(&machine).is_empty(),
+        "{m}: {:?}",
+        machine.annotations()
+    );
     assert!(
         power_offs(lab, host).await.is_empty(),
         "{m}: host {host} was asked to power off"
     );
-    assert_eq!(lab.node(host).await.uid().unwrap(), node_uid, "{m}: Node {host} kept");
+    assert_eq!(
+        lab.node(host).await.uid().unwrap(),
+        node_uid,
+        "{m}: Node {host} kept"
+    );
     let events = lab.events_for("Machine", &m.name).await;
     assert!(
         !events.iter().any(|(_, r, _)| r == "RemediationStarted"),
@@ -198,7 +206,14 @@ async fn on_openshift_capbm_machines_are_left_to_capbm_and_the_mhc_node_startup_
     };
     // (b) A Machine whose flow another remediator runs: metal3's markers, no hostcycle record.
     let held = lab
-        .create_machine(MachineKind::OpenShift, NS, "o-held", "o-held", "o-held", &[])
+        .create_machine(
+            MachineKind::OpenShift,
+            NS,
+            "o-held",
+            "o-held",
+            "o-held",
+            &[],
+        )
         .await;
     lab.patch_machine_annotations(
         &held,
@@ -263,16 +278,26 @@ async fn on_openshift_capbm_machines_are_left_to_capbm_and_the_mhc_node_startup_
 
     // (a), (b): a Warning each, and nothing done.
     for (m, host, node_uid, says) in [
-        (&capbm, "o-capbm", &capbm_uid, "provider is OpenShift's bare-metal machine controller"),
-        (&held, "o-held", &held_uid, "remediation.metal3.io/powered-off-for-remediation"),
+        (
+            &capbm,
+            "o-capbm",
+            &capbm_uid,
+            "provider is OpenShift's bare-metal machine controller",
+        ),
+        (
+            &held,
+            "o-held",
+            &held_uid,
+            "remediation.metal3.io/powered-off-for-remediation",
+        ),
     ] {
         let events = lab
             .wait_event_reasons("Machine", &m.name, &["RemediationHeldElsewhere"])
             .await;
         assert!(
-            events
-                .iter()
-                .any(|(t, r, note)| t == "Warning" && r == "RemediationHeldElsewhere" && note.contains(says)),
+            events.iter().any(|(t, r, note)| t == "Warning"
+                && r == "RemediationHeldElsewhere"
+                && note.contains(says)),
             "{m}: {events:?}"
         );
         assert_untouched(&lab, m, host, node_uid).await;
@@ -295,7 +320,14 @@ async fn requests_only_ignores_the_machine_annotation_and_a_generate_name_reques
     .await;
     let mark_uid = lab.node("r-mark").await.uid().unwrap();
     let marked = lab
-        .create_machine(MachineKind::OpenShift, NS, "r-mark", "r-mark", "r-mark", &[])
+        .create_machine(
+            MachineKind::OpenShift,
+            NS,
+            "r-mark",
+            "r-mark",
+            "r-mark",
+            &[],
+        )
         .await;
     lab.mark(&marked).await;
 
@@ -447,20 +479,29 @@ async fn giving_up_marks_the_host_for_capm3_and_leaves_escalation_to_node_health
         })
         .await;
     assert!(
-        !host.annotations().keys().any(|k| is_remediation_power_off(k)),
+        !host
+            .annotations()
+            .keys()
+            .any(|k| is_remediation_power_off(k)),
         "the remediation's power-off is released: {:?}",
         host.annotations()
     );
     let machine = lab
-        .wait_machine(&capi, "ExternallyRemediated=False RemediationFailed", CYCLE_TIMEOUT, |o| {
-            o.data["status"]["v1beta2"]["conditions"]
-                .as_array()
-                .is_some_and(|c| {
-                    c.iter().any(|c| {
-                        c["type"] == "ExternallyRemediated" && c["reason"] == "RemediationFailed"
+        .wait_machine(
+            &capi,
+            "ExternallyRemediated=False RemediationFailed",
+            CYCLE_TIMEOUT,
+            |o| {
+                o.data["status"]["v1beta2"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| {
+                        c.iter().any(|c| {
+                            c["type"] == "ExternallyRemediated"
+                                && c["reason"] == "RemediationFailed"
+                        })
                     })
-                })
-        })
+            },
+        )
         .await;
     let find = |list: &Value, t: &str| {
         list.as_array()
@@ -468,9 +509,18 @@ async fn giving_up_marks_the_host_for_capm3_and_leaves_escalation_to_node_health
             .unwrap_or(Value::Null)
     };
     let status = &machine.data["status"];
-    assert_eq!(find(&status["v1beta2"]["conditions"], "ExternallyRemediated")["status"], "False");
-    assert_eq!(find(&status["v1beta2"]["conditions"], "OwnerRemediated")["status"], "False");
-    assert_eq!(find(&status["conditions"], "OwnerRemediated")["severity"], "Warning");
+    assert_eq!(
+        find(&status["v1beta2"]["conditions"], "ExternallyRemediated")["status"],
+        "False"
+    );
+    assert_eq!(
+        find(&status["v1beta2"]["conditions"], "OwnerRemediated")["status"],
+        "False"
+    );
+    assert_eq!(
+        find(&status["conditions"], "OwnerRemediated")["severity"],
+        "Warning"
+    );
     // The host controller ignores the mark: released from the test's hold, the host powers on.
     lab.lab
         .hosts
@@ -508,19 +558,32 @@ async fn giving_up_marks_the_host_for_capm3_and_leaves_escalation_to_node_health
         condition(&gave_up, "Succeeded"),
         Some(("False".into(), "RemediationFailed".into()))
     );
-    assert_eq!(condition_status(&gave_up, "PermanentNodeDeletionExpected"), "True");
-    assert_eq!(gave_up.status.as_ref().map(|s| s.phase()), Some(RemediationPhase::Failed));
+    assert_eq!(
+        condition_status(&gave_up, "PermanentNodeDeletionExpected"),
+        "True"
+    );
+    assert_eq!(
+        gave_up.status.as_ref().map(|s| s.phase()),
+        Some(RemediationPhase::Failed)
+    );
     let machines = lab.machines(MachineKind::OpenShift, NS);
     let machines = &machines;
     // Deletion would follow the give-up at once; a few seconds more show it does not.
-    let deleted = wait_until("the Machine deleted (it must not be)", Duration::from_secs(5), || async move {
-        match machines.get_opt("g-nhc").await {
-            Ok(Some(m)) if m.meta().deletion_timestamp.is_none() => None,
-            _ => Some(()),
-        }
-    })
+    let deleted = wait_until(
+        "the Machine deleted (it must not be)",
+        Duration::from_secs(5),
+        || async move {
+            match machines.get_opt("g-nhc").await {
+                Ok(Some(m)) if m.meta().deletion_timestamp.is_none() => None,
+                _ => Some(()),
+            }
+        },
+    )
     .await;
-    assert!(deleted.is_err(), "the OpenShift Machine of a NodeHealthCheck request is kept");
+    assert!(
+        deleted.is_err(),
+        "the OpenShift Machine of a NodeHealthCheck request is kept"
+    );
     let events = lab.events_for("HostRemediation", &nhc_name).await;
     assert!(
         !events.iter().any(|(_, r, _)| r == "RemediationEscalated"),

@@ -93,9 +93,11 @@ impl std::str::FromStr for Triggers {
             );
         }
         if !t.machine_annotation && !t.requests {
-            return Err("name at least one of `machine-annotation` and `requests` (to remediate \
+            return Err(
+                "name at least one of `machine-annotation` and `requests` (to remediate \
                         nothing, leave `remediation` out of --controllers)"
-                .into());
+                    .into(),
+            );
         }
         Ok(t)
     }
@@ -144,7 +146,10 @@ pub enum MachineClaim {
 /// the Machine or its host, and — unless `capbm-machines` — when CAPBM does not run the
 /// same flow on it.
 pub fn machine_claim(triggers: &Triggers, m: &MachineFacts<'_>) -> MachineClaim {
-    if m.annotations.keys().any(|k| k.starts_with(OWN_MARKER_PREFIX)) {
+    if m.annotations
+        .keys()
+        .any(|k| k.starts_with(OWN_MARKER_PREFIX))
+    {
         return MachineClaim::Ours;
     }
     if !m.annotations.contains_key(EXTERNAL_REMEDIATION_ANNOTATION) || !triggers.machine_annotation
@@ -310,8 +315,6 @@ pub fn permanent_node_deletion_expected(record: &Record, node_exists: bool) -> b
         RemediationStep::GaveUp => {
             (deletion_decided || record.node_released_at.is_some()) && !node_exists
         }
-        RemediationStep::NotStarted | RemediationStep::Done | RemediationStep::Cancelled => {
-            false
-        }
+        RemediationStep::NotStarted | RemediationStep::Done | RemediationStep::Cancelled => false,
     }
 }

@@ -11,8 +11,9 @@ use std::time::Duration;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::{
-    CAPM3_UNHEALTHY_ANNOTATION, CAPM3_UNHEALTHY_VALUE, HOST_REMEDIATION_FINALIZER, HostRemediation, HostRemediationStatus, REQUEST_POWER_OFF_PREFIX,
-    RemediationPhase, RemediationStep, is_remediation_power_off,
+    CAPM3_UNHEALTHY_ANNOTATION, CAPM3_UNHEALTHY_VALUE, HOST_REMEDIATION_FINALIZER, HostRemediation,
+    HostRemediationStatus, REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep,
+    is_remediation_power_off,
 };
 use hostcycle_core::queue::drain::add;
 use hostcycle_core::queue::{EntryView, QueueConfig};
@@ -40,15 +41,15 @@ use super::RemediationControllerConfig;
 use super::observe::{
     Subject, claim, escalation, host_view, limits, node_view, record, requested, resolve,
 };
-use hostcycle_core::remediation::contracts::{
-    MachineClaim, MhcView, node_startup_timeout, permanent_node_deletion_expected,
-};
 use crate::cluster::objects::{MachineObject, binding_index, host_reference};
 use crate::cluster::{ClusterView, Kinds};
 use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
+use hostcycle_core::remediation::contracts::{
+    MachineClaim, MhcView, node_startup_timeout, permanent_node_deletion_expected,
+};
 
 const FIELD_MANAGER: &str = "hostcycle-remediation";
 /// Look again this soon after a failed write or action.
@@ -263,7 +264,9 @@ impl Controller {
                     // finished (and its finalizer removed).
                     .filter(|r| {
                         self.config.triggers.requests
-                            || r.finalizers().iter().any(|f| f == HOST_REMEDIATION_FINALIZER)
+                            || r.finalizers()
+                                .iter()
+                                .any(|f| f == HOST_REMEDIATION_FINALIZER)
                             || r.status
                                 .as_ref()
                                 .is_some_and(|s| s.step != RemediationStep::NotStarted)
@@ -319,7 +322,11 @@ impl Controller {
                 // One remediator per trigger: a Machine another remediator holds is left alone.
                 let held_elsewhere = match &subject {
                     Subject::Machine(m) => {
-                        match claim(m, resolved.host.as_ref().ok().map(|h| &**h), &self.config.triggers) {
+                        match claim(
+                            m,
+                            resolved.host.as_ref().ok().map(|h| &**h),
+                            &self.config.triggers,
+                        ) {
                             MachineClaim::Ours => None,
                             MachineClaim::NotOurs => return None,
                             MachineClaim::HeldElsewhere(why) => Some(why),
@@ -1201,7 +1208,11 @@ impl Controller {
             CAPM3_UNHEALTHY_ANNOTATION: CAPM3_UNHEALTHY_VALUE,
         } } });
         match api
-            .patch(&host.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Ok(_) => true,
