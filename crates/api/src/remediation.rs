@@ -45,6 +45,32 @@ pub const NODE_SPEC_BACKUP_ANNOTATION: &str = "remediation.hostcycle.io/node-spe
 pub const NHC_NODE_NAME_ANNOTATION: &str = "remediation.medik8s.io/node-name";
 /// On a HostRemediation: NodeHealthCheck gave up on it and escalated elsewhere.
 pub const NHC_TIMED_OUT_ANNOTATION: &str = "remediation.medik8s.io/nhc-timed-out";
+/// On a HostRemediationTemplate: NodeHealthCheck may use several templates of this kind in one
+/// `escalatingRemediations` chain (it then names requests with `generateName` and finds the
+/// Node through `remediation.medik8s.io/node-name`).
+pub const NHC_MULTIPLE_TEMPLATES_ANNOTATION: &str =
+    "remediation.medik8s.io/multiple-templates-support";
+/// The API group of medik8s' NodeHealthCheck (an owner of the requests it creates).
+pub const NHC_GROUP: &str = "remediation.medik8s.io";
+/// On a BareMetalHost: a remediation gave up on it, CAPM3's mark; CAPM3 chooses no such host
+/// for a new Machine, and hostcycle starts no remediation on it. An administrator removes it
+/// once the machine is repaired.
+pub const CAPM3_UNHEALTHY_ANNOTATION: &str = "capm3.metal3.io/unhealthy";
+/// CAPM3's former key of the same mark (its API before v1beta2), honoured on read.
+pub const CAPM3_UNHEALTHY_DEPRECATED_ANNOTATION: &str = "capi.metal3.io/unhealthy";
+/// The value hostcycle writes under [`CAPM3_UNHEALTHY_ANNOTATION`] (only the key counts).
+pub const CAPM3_UNHEALTHY_VALUE: &str = "hostcycle/RemediationFailed";
+
+/// The unhealthy mark a host carries (either key), if any.
+pub fn unhealthy_mark(annotations: &BTreeMap<String, String>) -> Option<&'static str> {
+    [
+        CAPM3_UNHEALTHY_ANNOTATION,
+        CAPM3_UNHEALTHY_DEPRECATED_ANNOTATION,
+    ]
+    .into_iter()
+    .find(|k| annotations.contains_key(*k))
+}
+
 /// Finalizer on a HostRemediation: cleanup finishes before the object goes.
 pub const HOST_REMEDIATION_FINALIZER: &str = "hostcycle.io/remediation";
 /// Prefix of the power-off annotation a HostRemediation puts on its host

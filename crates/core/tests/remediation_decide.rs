@@ -122,6 +122,7 @@ fn host_on() -> HostView {
         externally_provisioned: false,
         error: None,
         cannot_power_off: None,
+        marked_unhealthy: None,
     }
 }
 
@@ -178,6 +179,7 @@ fn obs(trigger: Trigger) -> Observation {
             Trigger::Request => Escalation::MarkOwnerRemediated,
             Trigger::MachineAnnotation => Escalation::DeleteMachine,
         },
+        held_elsewhere: None,
     }
 }
 
@@ -1065,7 +1067,8 @@ fn node_released_records_the_deadline_then_releases_the_power_off() {
 fn power_on_requested_restores_the_node_then_finishes_when_it_is_ready() {
     let mut cases = Vec::new();
     for (trigger, finish) in [
-        (Trigger::Request, vec![]),
+        // A request of a Cluster API Machine: its ExternallyRemediated condition goes.
+        (Trigger::Request, vec![Action::ClearExternallyRemediated]),
         (
             Trigger::MachineAnnotation,
             vec![Action::FinishAnnotationFlow],
@@ -1350,11 +1353,14 @@ fn a_node_not_back_by_the_deadline_retries_while_retries_last_then_escalates() {
             ..Default::default()
         },
         Case {
-            name: "retries exhausted, Cluster API Machine → GaveUp, Escalate(MarkOwnerRemediated)",
+            name: "retries exhausted, Cluster API Machine → GaveUp, host marked unhealthy (CAPM3), Escalate(MarkOwnerRemediated)",
             obs: o().record(with(powering_on(), |r| r.retry_count = 1)),
             now: 600,
             record: gave_up(with(powering_on(), |r| r.retry_count = 1)),
-            actions: vec![Action::Escalate(Escalation::MarkOwnerRemediated)],
+            actions: vec![
+                Action::MarkHostUnhealthy,
+                Action::Escalate(Escalation::MarkOwnerRemediated),
+            ],
             events: vec![FAILED, ESCALATED],
             phase: RemediationPhase::Failed,
             ..Default::default()
@@ -1387,7 +1393,10 @@ fn a_node_not_back_by_the_deadline_retries_while_retries_last_then_escalates() {
             obs: o().retry_limit(0),
             now: 600,
             record: gave_up(powering_on()),
-            actions: vec![Action::Escalate(Escalation::MarkOwnerRemediated)],
+            actions: vec![
+                Action::MarkHostUnhealthy,
+                Action::Escalate(Escalation::MarkOwnerRemediated),
+            ],
             events: vec![FAILED, ESCALATED],
             phase: RemediationPhase::Failed,
             ..Default::default()
@@ -1622,6 +1631,8 @@ enum Kind {
     DeleteNode,
     RestoreNode,
     FinishAnnotationFlow,
+    MarkHostUnhealthy,
+    ClearExternallyRemediated,
     Escalate,
 }
 
@@ -1632,6 +1643,8 @@ fn kind(a: &Action) -> Kind {
         Action::DeleteNode => Kind::DeleteNode,
         Action::RestoreNode { .. } => Kind::RestoreNode,
         Action::FinishAnnotationFlow => Kind::FinishAnnotationFlow,
+        Action::MarkHostUnhealthy => Kind::MarkHostUnhealthy,
+        Action::ClearExternallyRemediated => Kind::ClearExternallyRemediated,
         Action::Escalate(_) => Kind::Escalate,
     }
 }
@@ -1743,6 +1756,7 @@ impl World {
             externally_provisioned: false,
             error: None,
             cannot_power_off: None,
+            marked_unhealthy: None,
         };
         Observation {
             trigger: self.trigger,
@@ -1762,6 +1776,7 @@ impl World {
             slot_free: self.slot_free,
             queue_reboot_until: self.queue_reboot_until,
             escalation: self.escalation.clone(),
+            held_elsewhere: None,
         }
     }
 
@@ -1781,6 +1796,8 @@ impl World {
 
     fn act(&mut self, action: &Action) {
         match action {
+            // Neither changes power or the Node: the world does not model them.
+            Action::MarkHostUnhealthy | Action::ClearExternallyRemediated => {}
             Action::RequestPowerOff => self.host_annotated = self.host_exists,
             Action::ReleasePowerOff => self.host_annotated = false,
             Action::DeleteNode => self.node = None,
@@ -1949,7 +1966,14 @@ fn a_whole_remediation_for_each_trigger_fences_releases_powers_on_and_restores()
     for (trigger, actions) in [
         (
             Trigger::Request,
-            vec![RequestPowerOff, DeleteNode, ReleasePowerOff, RestoreNode],
+            // The request's Cluster API Machine loses its ExternallyRemediated condition.
+            vec![
+                RequestPowerOff,
+                DeleteNode,
+                ReleasePowerOff,
+                RestoreNode,
+                ClearExternallyRemediated,
+            ],
         ),
         (
             Trigger::MachineAnnotation,
@@ -2672,6 +2696,7 @@ fn target() -> impl Strategy<Value = Result<HostView, Blocker>> {
                     externally_provisioned,
                     error,
                     cannot_power_off: None,
+        marked_unhealthy: None,
                 })
             }),
         1 => prop_oneof![
@@ -2745,6 +2770,7 @@ fn observation() -> impl Strategy<Value = Observation> {
                 slot_free,
                 queue_reboot_until,
                 escalation,
+                held_elsewhere: None,
             },
         )
 }

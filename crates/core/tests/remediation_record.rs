@@ -680,6 +680,7 @@ fn decide_on(
         slot_free: true,
         queue_reboot_until: None,
         escalation: Escalation::DeleteMachine,
+        held_elsewhere: None,
     };
     decide(&obs, t(10_000))
 }
@@ -696,6 +697,7 @@ fn host(powered_on: bool, power_off_requested: bool) -> HostView {
         externally_provisioned: false,
         error: None,
         cannot_power_off: None,
+        marked_unhealthy: None,
     }
 }
 

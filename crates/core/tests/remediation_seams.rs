@@ -41,6 +41,7 @@ fn host(powered_on: bool, last_updated: Timestamp) -> HostView {
         externally_provisioned: false,
         error: None,
         cannot_power_off: None,
+        marked_unhealthy: None,
     }
 }
 
@@ -98,6 +99,7 @@ fn obs(record: Record, h: Option<HostView>) -> Observation {
         slot_free: true,
         queue_reboot_until: None,
         escalation: Escalation::MarkOwnerRemediated,
+        held_elsewhere: None,
     }
 }
 
@@ -242,6 +244,7 @@ fn a_power_off_not_confirmed_by_its_deadline_gives_up_releases_and_escalates() {
             d.actions,
             vec![
                 Action::ReleasePowerOff,
+                Action::MarkHostUnhealthy,
                 Action::Escalate(Escalation::MarkOwnerRemediated)
             ],
             "{name}"

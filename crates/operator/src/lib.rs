@@ -398,6 +398,14 @@ pub struct OperatorArgs {
     /// (any request, any host).
     #[arg(long, default_value = "same-as-host,operator-namespace")]
     pub remediation_request_namespaces: hostcycle_core::remediation::RequestNamespaces,
+    /// Which triggers remediation takes, comma-separated: `machine-annotation`
+    /// (`host.metal3.io/external-remediation` on a Machine), `requests` (HostRemediations),
+    /// `capbm-machines` (the annotation also on Machines of OpenShift's bare-metal machine
+    /// controller, CAPBM, which remediates them itself: only where its remediation does not
+    /// run). A Machine another remediator holds is never touched; a flow hostcycle started is
+    /// always finished.
+    #[arg(long, default_value = "machine-annotation,requests")]
+    pub remediation_triggers: hostcycle_core::remediation::contracts::Triggers,
     /// Where BMC credentials may be sent, comma-separated: CIDRs (10.0.0.0/24), IPs, DNS
     /// names, domain suffixes (.bmc.example.com), or `any` (metal3's behaviour: whoever may
     /// edit a host may send its Secret's password anywhere). None by default: no credentials
@@ -519,6 +527,7 @@ impl OperatorArgs {
                     self.remediation_power_off_timeout,
                     "remediation-power-off-timeout",
                 )?,
+                triggers: self.remediation_triggers,
                 request_namespaces: self
                     .remediation_request_namespaces
                     .clone()
@@ -669,6 +678,9 @@ mod tests {
             ["--bmc-credentials-label", "-bad=x"],
             ["--bmc-credentials-label", "a=b c"],
             ["--remediation-request-namespaces", "Not_A_Namespace"],
+            ["--remediation-triggers", "capbm-machines,requests"],
+            ["--remediation-triggers", "annotations"],
+            ["--remediation-triggers", ""],
         ] {
             assert!(
                 Cli::try_parse_from(["x", bad[0], bad[1]]).is_err(),

@@ -195,6 +195,13 @@ pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
             &["get", "list", "watch", "patch", "delete"],
         ),
         rule(&["cluster.x-k8s.io"], &["machines/status"], &["patch"]),
+        // The annotation flow's power-on timeout: the nodeStartupTimeout of the OpenShift
+        // MachineHealthCheck that selects the Machine, as OpenShift's own controller reads it.
+        rule(
+            &["machine.openshift.io"],
+            &["machinehealthchecks"],
+            &["list"],
+        ),
     ];
     // Remediation requests: read, finalizer, status (the queue watches them too).
     rules.push(rule(

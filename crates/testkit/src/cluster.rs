@@ -67,6 +67,7 @@ impl Default for ClusterOptions {
             crds: hostcycle_api::crds()
                 .into_iter()
                 .chain(crate::machines::machine_crds())
+                .chain([crate::machines::openshift_machine_health_check_crd()])
                 .collect(),
         }
     }

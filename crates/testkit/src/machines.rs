@@ -261,6 +261,37 @@ pub fn capi_machine_v1beta2_resource() -> ApiResource {
     }
 }
 
+/// `machinehealthchecks.machine.openshift.io` (`v1beta1`), minimal, every field kept: where
+/// the annotation flow reads `spec.nodeStartupTimeout`.
+pub fn openshift_machine_health_check_crd() -> CustomResourceDefinition {
+    parse_crd(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": "machinehealthchecks.machine.openshift.io" },
+        "spec": {
+            "group": "machine.openshift.io",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "MachineHealthCheck",
+                "listKind": "MachineHealthCheckList",
+                "plural": "machinehealthchecks",
+                "singular": "machinehealthcheck",
+                "shortNames": ["mhc", "mhcs"],
+            },
+            "versions": [{
+                "name": "v1beta1",
+                "served": true,
+                "storage": true,
+                "subresources": { "status": {} },
+                "schema": preserving_schema(
+                    "OpenShift MachineHealthCheck (minimal stand-in from hostcycle-testkit; every \
+                     field kept)",
+                ),
+            }],
+        },
+    }))
+}
+
 /// Both Machine CRDs.
 pub fn machine_crds() -> Vec<CustomResourceDefinition> {
     MachineKind::ALL.iter().map(|k| k.crd()).collect()

@@ -71,6 +71,9 @@ pub struct HostView {
     /// Why the host cannot be powered off now (`disablePowerOff`, paused, detached, no BMC
     /// address), if so.
     pub cannot_power_off: Option<String>,
+    /// The unhealthy mark it carries (`capm3.metal3.io/unhealthy` or CAPM3's former
+    /// `capi.metal3.io/unhealthy`): a remediation gave up on it.
+    pub marked_unhealthy: Option<String>,
 }
 
 impl HostView {
@@ -149,6 +152,12 @@ pub enum Blocker {
         reason: &'static str,
         message: String,
     },
+    /// A remediation gave up on the host before (`capm3.metal3.io/unhealthy`): it is not power
+    /// cycled again until an administrator removes the mark.
+    MarkedUnhealthy {
+        host: String,
+        key: String,
+    },
     /// The request's namespace may not fence this host (`--remediation-request-namespaces`).
     RequestNamespace {
         request_namespace: String,
@@ -165,6 +174,7 @@ impl Blocker {
             Self::NodeRefUnset => "NodeRefUnset",
             Self::HostOffline(_) => "HostOffline",
             Self::CannotPowerOff { .. } => "HostCannotPowerOff",
+            Self::MarkedUnhealthy { .. } => "HostMarkedUnhealthy",
             Self::Binding { reason, .. } => reason,
             Self::RequestNamespace { .. } => "RequestNamespaceNotAllowed",
         }
@@ -195,6 +205,12 @@ impl std::fmt::Display for Blocker {
                 f,
                 "BareMetalHost {host} cannot be powered off now: it {why}; the remediation \
                  takes no slot until that changes"
+            ),
+            Self::MarkedUnhealthy { host, key } => write!(
+                f,
+                "BareMetalHost {host} carries {key}: a remediation gave up on it before; once the \
+                 machine is repaired, remove the mark (kubectl annotate baremetalhost -n \
+                 <namespace> <name> {key}-)"
             ),
             Self::Binding { message, .. } => f.write_str(message),
             Self::RequestNamespace {
@@ -398,6 +414,9 @@ pub struct Observation {
     pub queue_reboot_until: Option<Timestamp>,
     /// What giving up does.
     pub escalation: Escalation,
+    /// Another remediator holds this Machine (or will: CAPBM's provider), in words: hostcycle
+    /// does nothing ([`super::contracts::machine_claim`]).
+    pub held_elsewhere: Option<String>,
 }
 
 /// One thing to do, in order, after the record is written.
@@ -419,6 +438,12 @@ pub enum Action {
     },
     /// The flow is over: remove the trigger and every marker (annotation flow).
     FinishAnnotationFlow,
+    /// Mark the host as CAPM3 does when it gives up (`capm3.metal3.io/unhealthy`), so no new
+    /// Machine lands on it and no remediation power-cycles it again.
+    MarkHostUnhealthy,
+    /// Remove the Cluster API Machine's `ExternallyRemediated` condition: the remediation
+    /// succeeded.
+    ClearExternallyRemediated,
     Escalate(Escalation),
 }
 
@@ -484,6 +509,8 @@ pub mod event_reason {
     pub const CANCELLED: &str = "RemediationCancelled";
     /// Warning: a power-off annotation whose remediation is gone was removed from its host.
     pub const ORPHAN_RELEASED: &str = "RemediationOrphanReleased";
+    /// Warning: another remediator (CAPBM) holds the Machine, or will; hostcycle does nothing.
+    pub const HELD_ELSEWHERE: &str = "RemediationHeldElsewhere";
 }
 
 /// Looks again this soon while a step waits on the host or the Node (events usually come
@@ -565,6 +592,14 @@ pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
     match &obs.target {
         Err(b) => Some(b.clone()),
         Ok(h) if !h.online => Some(Blocker::HostOffline(h.name.clone())),
+        Ok(HostView {
+            name,
+            marked_unhealthy: Some(key),
+            ..
+        }) => Some(Blocker::MarkedUnhealthy {
+            host: name.clone(),
+            key: key.clone(),
+        }),
         Ok(h) => h
             .cannot_power_off
             .as_ref()
@@ -580,6 +615,7 @@ pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
 /// `maxConcurrentRemediations`.
 pub fn wants_slot(obs: &Observation, now: Timestamp) -> bool {
     obs.requested
+        && obs.held_elsewhere.is_none()
         && obs.record.step == RemediationStep::NotStarted
         && start_blocker(obs).is_none()
         && obs.queue_reboot_until.is_none_or(|t| t <= now)
@@ -599,6 +635,15 @@ pub fn off_confirmed(host: &HostView, record: &Record) -> bool {
 pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
     let record = &obs.record;
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    if let Some(why) = &obs.held_elsewhere {
+        // One remediator per trigger: two on one Machine race, and each would read the
+        // other's markers as its own flow.
+        let mut d = Decision::wait(RemediationPhase::Pending, format!("not acting: {why}"));
+        d.blocked = Some(event_reason::HELD_ELSEWHERE);
+        d.events
+            .push(event(true, event_reason::HELD_ELSEWHERE, why.clone()));
+        return d;
+    }
     match record.step {
         RemediationStep::NotStarted => start(obs, now),
         RemediationStep::PowerOffRequested => power_off(obs, now),
@@ -1062,6 +1107,10 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
             if obs.trigger == Trigger::MachineAnnotation {
                 actions.push(Action::FinishAnnotationFlow);
             }
+            if obs.trigger == Trigger::Request && obs.escalation == Escalation::MarkOwnerRemediated
+            {
+                actions.push(Action::ClearExternallyRemediated);
+            }
             return Decision {
                 record: Some(next),
                 actions,
@@ -1139,6 +1188,21 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
     give_up(obs, next, failure, false)
 }
 
+/// The escalation as things are now. CAPBM's rule: a Machine is deleted on the power-on
+/// timeout only while its Node is absent; one whose Node registered (not Ready) is kept.
+fn escalation_now(obs: &Observation, record: &Record) -> Escalation {
+    // Waiting for the Node after the power-on timed out (a power-on deadline is recorded).
+    let power_on_timed_out = record.power_on_timeout_at.is_some();
+    match (&obs.escalation, &obs.node) {
+        (Escalation::DeleteMachine, Some(_)) if power_on_timed_out => Escalation::None(format!(
+            "node {} is registered (not Ready): the Machine is kept, as OpenShift deletes a \
+             Machine on timeout only while its Node is absent",
+            obs.node_name.as_deref().unwrap_or("(unknown)")
+        )),
+        (other, _) => other.clone(),
+    }
+}
+
 /// Gives up: records why, releases the power-off when `release` (so the host is not left
 /// held off), and escalates to the Machine's owner when still requested.
 fn give_up(obs: &Observation, record: Record, failure: String, release: bool) -> Decision {
@@ -1153,10 +1217,13 @@ fn give_up(obs: &Observation, record: Record, failure: String, release: bool) ->
         actions.push(Action::ReleasePowerOff);
     }
     let escalation = if obs.requested {
-        obs.escalation.clone()
+        escalation_now(obs, &next)
     } else {
         Escalation::None("the remediation was withdrawn meanwhile".into())
     };
+    if escalation == Escalation::MarkOwnerRemediated && acting_host(obs).host().is_some() {
+        actions.push(Action::MarkHostUnhealthy);
+    }
     match &escalation {
         Escalation::None(why) => events.push(event(
             true,
@@ -1172,7 +1239,9 @@ fn give_up(obs: &Observation, record: Record, failure: String, release: bool) ->
                     Escalation::DeleteMachine => {
                         "deleting the Machine so its owner provisions a new one".to_string()
                     }
-                    _ => "set OwnerRemediated=False on the Machine so its owner replaces it"
+                    _ => "set OwnerRemediated=False on the Machine so its owner replaces it, \
+                          and marked the host capm3.metal3.io/unhealthy so the new Machine \
+                          does not land on it"
                         .to_string(),
                 },
             ));

@@ -3,6 +3,7 @@
 //! its record lives for each trigger, slot allocation (`maxConcurrentRemediations`), and how
 //! a failed remediation escalates to the Machine's owner.
 
+pub mod contracts;
 pub mod decide;
 pub mod escalation;
 pub mod orphans;

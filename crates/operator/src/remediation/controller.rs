@@ -11,12 +11,15 @@ use std::time::Duration;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::{
-    HOST_REMEDIATION_FINALIZER, HostRemediation, HostRemediationStatus, REQUEST_POWER_OFF_PREFIX,
-    RemediationPhase, RemediationStep, is_remediation_power_off,
+    CAPM3_UNHEALTHY_ANNOTATION, CAPM3_UNHEALTHY_VALUE, HOST_REMEDIATION_FINALIZER, HostRemediation,
+    HostRemediationStatus, REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep,
+    is_remediation_power_off,
 };
 use hostcycle_core::queue::drain::add;
 use hostcycle_core::queue::{EntryView, QueueConfig};
-use hostcycle_core::remediation::escalation::{allocate_slots, owner_remediated_patch};
+use hostcycle_core::remediation::escalation::{
+    ConditionsLayout, allocate_slots, capi_gave_up_patch, capi_remediated_patch,
+};
 use hostcycle_core::remediation::orphans::orphaned_power_off_keys;
 use hostcycle_core::remediation::{
     Acting, Action, Decision, Escalation, Observation, Record, Trigger, acting_host, decide,
@@ -36,7 +39,7 @@ use tracing::Instrument;
 
 use super::RemediationControllerConfig;
 use super::observe::{
-    Subject, escalation, host_view, limits, node_view, record, requested, resolve,
+    Subject, claim, escalation, host_view, limits, node_view, record, requested, resolve,
 };
 use crate::cluster::objects::{MachineObject, binding_index, host_reference};
 use crate::cluster::{ClusterView, Kinds};
@@ -44,6 +47,9 @@ use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
+use hostcycle_core::remediation::contracts::{
+    MachineClaim, MhcView, node_startup_timeout, permanent_node_deletion_expected,
+};
 
 const FIELD_MANAGER: &str = "hostcycle-remediation";
 /// Look again this soon after a failed write or action.
@@ -213,7 +219,10 @@ impl Controller {
     async fn pass(&mut self) -> Duration {
         self.retry_soon = false;
         let now = Timestamp::now();
-        let items = self.observe(now);
+        let mut items = self.observe(now);
+        for item in &mut items {
+            self.follow_machine_health_check(item).await;
+        }
         let mut next = self.config.resync;
         let mut in_flight = 0i64;
         let mut live_keys = HashSet::new();
@@ -251,6 +260,17 @@ impl Controller {
                     .requests
                     .state()
                     .iter()
+                    // With requests switched off, one hostcycle already took is still
+                    // finished (and its finalizer removed).
+                    .filter(|r| {
+                        self.config.triggers.requests
+                            || r.finalizers()
+                                .iter()
+                                .any(|f| f == HOST_REMEDIATION_FINALIZER)
+                            || r.status
+                                .as_ref()
+                                .is_some_and(|s| s.step != RemediationStep::NotStarted)
+                    })
                     .map(|r| Subject::Request(r.clone())),
             )
             .collect();
@@ -297,8 +317,23 @@ impl Controller {
 
         let mut items: Vec<Item> = subjects
             .into_iter()
-            .map(|subject| {
+            .filter_map(|subject| {
                 let resolved = resolve(&subject, &machines, &index, &hosts_by_ref);
+                // One remediator per trigger: a Machine another remediator holds is left alone.
+                let held_elsewhere = match &subject {
+                    Subject::Machine(m) => {
+                        match claim(
+                            m,
+                            resolved.host.as_ref().ok().map(|h| &**h),
+                            &self.config.triggers,
+                        ) {
+                            MachineClaim::Ours => None,
+                            MachineClaim::NotOurs => return None,
+                            MachineClaim::HeldElsewhere(why) => Some(why),
+                        }
+                    }
+                    Subject::Request(_) => None,
+                };
                 let power_off = subject.power_off_annotation();
                 let node = resolved
                     .node_name
@@ -336,7 +371,12 @@ impl Controller {
                         .map(|h| host_view(h, &power_off)),
                     node_name: resolved.node_name.clone(),
                     node: node.as_ref().map(node_view),
-                    record: record(&subject, record_host.as_deref()),
+                    // Another remediator's markers are not a record of hostcycle's.
+                    record: if held_elsewhere.is_some() {
+                        Record::default()
+                    } else {
+                        record(&subject, record_host.as_deref())
+                    },
                     retry_limit,
                     power_on_timeout,
                     power_off_timeout: self.config.power_off_timeout,
@@ -346,6 +386,7 @@ impl Controller {
                         .as_ref()
                         .and_then(|n| rebooting.get(n).copied()),
                     escalation: Escalation::None(String::new()),
+                    held_elsewhere,
                 };
                 // The host acted on, as decide sees it.
                 let host = match acting_host(&observation) {
@@ -354,15 +395,16 @@ impl Controller {
                         .cloned(),
                     _ => None,
                 };
-                observation.escalation = escalation(resolved.machine.as_ref(), host.as_deref());
-                Item {
+                observation.escalation =
+                    escalation(&subject, resolved.machine.as_ref(), host.as_deref());
+                Some(Item {
                     subject,
                     machine: resolved.machine,
                     host,
                     node,
                     observation,
                     ignored_hint: resolved.ignored_hint,
-                }
+                })
             })
             .collect();
 
@@ -491,6 +533,8 @@ impl Controller {
                     Some(m) => self.finish_machine(m).await,
                     None => true,
                 },
+                Action::MarkHostUnhealthy => self.mark_host_unhealthy(item).await,
+                Action::ClearExternallyRemediated => self.clear_externally_remediated(item).await,
                 Action::Escalate(kind) => self.escalate(item, kind).await,
             };
             if !ok {
@@ -751,10 +795,8 @@ impl Controller {
         };
         // True from the write that decides the Node's deletion (before it is deleted, so a
         // NodeHealthCheck reacting to the deletion never takes the request for an orphan)
-        // until the Node is back.
-        let deletion_decided =
-            record.step == RemediationStep::PowerOffRequested && record.labels_backup.is_some();
-        let node_gone_for_now = deletion_decided || (record.node_released() && item.node.is_none());
+        // until the Node is back, also after giving up.
+        let node_gone_for_now = permanent_node_deletion_expected(record, item.node.is_some());
         let generation = r.metadata.generation;
         set_condition(
             &mut status,
@@ -1028,6 +1070,12 @@ impl Controller {
                     {
                         return true;
                     }
+                    if item.observation.record.power_on_timeout_at.is_some()
+                        && self.node_exists(item).await != Some(false)
+                    {
+                        tracing::info!(machine = %machine.key(), "the node registered meanwhile (or cannot be read): the Machine is kept");
+                        return true;
+                    }
                     if !self.still_gives_up(item, &fresh).await {
                         tracing::info!(machine = %machine.key(), "a fresh read shows the remediation no longer gives up: the Machine is kept");
                         return true;
@@ -1060,10 +1108,13 @@ impl Controller {
                     }
                 };
                 let status = current.data.get("status").cloned().unwrap_or(Value::Null);
-                let mut patch = owner_remediated_patch(
+                let mut patch = capi_gave_up_patch(
                     &status,
+                    ConditionsLayout::of(&machine.resource.api_version),
                     Timestamp::now(),
                     "hostcycle gave up remediating this machine; its owner should replace it",
+                    // The MachineHealthCheck set ExternallyRemediated when it made the request.
+                    matches!(item.subject, Subject::Request(_)),
                 );
                 patch["metadata"] = json!({ "resourceVersion": current.resource_version() });
                 match api
@@ -1079,6 +1130,136 @@ impl Controller {
             }
             Escalation::None(_) => true,
         }
+    }
+
+    /// The annotation flow's power-on timeout is the `nodeStartupTimeout` of the OpenShift
+    /// MachineHealthCheck that selects the Machine, as CAPBM reads it (the flag when none
+    /// does, or it is 0). Read from the API server only when the deadline is about to be
+    /// recorded: once per remediation.
+    async fn follow_machine_health_check(&self, item: &mut Item) {
+        let Subject::Machine(m) = &item.subject else {
+            return;
+        };
+        let record = &item.observation.record;
+        let recording = record.step == RemediationStep::NodeReleased
+            || (record.step == RemediationStep::PowerOnRequested
+                && record.power_on_timeout_at.is_none());
+        if !recording || m.group() != super::observe::OPENSHIFT_GROUP {
+            return;
+        }
+        let resource = ApiResource {
+            group: super::observe::OPENSHIFT_GROUP.into(),
+            version: "v1beta1".into(),
+            api_version: format!("{}/v1beta1", super::observe::OPENSHIFT_GROUP),
+            kind: "MachineHealthCheck".into(),
+            plural: "machinehealthchecks".into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &m.object.namespace().unwrap_or_default(),
+            &resource,
+        );
+        let list = match api.list(&Default::default()).await {
+            Ok(list) => list,
+            // Not served (no OpenShift Machine API): the flag's timeout.
+            Err(kube::Error::Api(s)) if s.code == 404 => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list MachineHealthChecks: the power-on timeout is --remediation-power-on-timeout");
+                return;
+            }
+        };
+        let mhcs: Vec<MhcView> = list
+            .items
+            .iter()
+            .map(|o| MhcView {
+                name: o.name_any(),
+                selector: o.data["spec"]["selector"].clone(),
+                node_startup_timeout: o.data["spec"]["nodeStartupTimeout"]
+                    .as_str()
+                    .map(str::to_string),
+            })
+            .collect();
+        if let Some((name, timeout)) = node_startup_timeout(&mhcs, m.object.labels()) {
+            tracing::info!(machine_health_check = %name, timeout_seconds = timeout.as_secs(), "power-on timeout from the MachineHealthCheck's nodeStartupTimeout");
+            item.observation.power_on_timeout = timeout;
+        }
+    }
+
+    /// Whether the remediation's Node exists, read from the API server; `None` when unknown.
+    async fn node_exists(&self, item: &Item) -> Option<bool> {
+        let name = item.observation.node_name.as_ref()?;
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api.get_opt(name).await {
+            Ok(node) => Some(node.is_some()),
+            Err(e) => {
+                log_write_error(&format!("Node {name}"), &e);
+                None
+            }
+        }
+    }
+
+    /// Marks the host the remediation gave up on as CAPM3 does (`capm3.metal3.io/unhealthy`):
+    /// CAPM3 chooses no such host for a new Machine, and hostcycle starts no remediation on it.
+    async fn mark_host_unhealthy(&mut self, item: &Item) -> bool {
+        let Some(host) = &item.host else { return true };
+        let api: Api<BareMetalHost> =
+            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
+        let patch = json!({ "metadata": { "uid": host.uid(), "annotations": {
+            CAPM3_UNHEALTHY_ANNOTATION: CAPM3_UNHEALTHY_VALUE,
+        } } });
+        match api
+            .patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+            Err(e) => {
+                log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
+                false
+            }
+        }
+    }
+
+    /// Removes `ExternallyRemediated` from the request's Cluster API Machine: remediated.
+    async fn clear_externally_remediated(&mut self, item: &Item) -> bool {
+        let Some(machine) = &item.machine else {
+            return true;
+        };
+        let api = self.machine_api(machine);
+        let name = machine.object.name_any();
+        for _ in 0..3 {
+            let current = match api.get_opt(&name).await {
+                Ok(Some(m)) => m,
+                Ok(None) => return true,
+                Err(e) => {
+                    log_write_error(&format!("Machine {}", machine.key()), &e);
+                    return false;
+                }
+            };
+            let status = current.data.get("status").cloned().unwrap_or(Value::Null);
+            let Some(mut patch) =
+                capi_remediated_patch(&status, ConditionsLayout::of(&machine.resource.api_version))
+            else {
+                return true;
+            };
+            patch["metadata"] = json!({ "resourceVersion": current.resource_version() });
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return true,
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => {
+                    log_write_error(&format!("Machine {} status", machine.key()), &e);
+                    return false;
+                }
+            }
+        }
+        false
     }
 
     /// Whether the remediation still gives up on this Machine, read from the API server: the

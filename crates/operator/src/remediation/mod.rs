@@ -30,6 +30,8 @@ pub struct RemediationControllerConfig {
     pub resync: Duration,
     /// Which namespaces' requests may fence which hosts.
     pub request_namespaces: hostcycle_core::remediation::RequestNamespaces,
+    /// Which triggers are taken (`--remediation-triggers`).
+    pub triggers: hostcycle_core::remediation::contracts::Triggers,
 }
 
 impl Default for RemediationControllerConfig {
@@ -40,6 +42,7 @@ impl Default for RemediationControllerConfig {
             power_off_timeout: Duration::from_secs(5 * 60),
             resync: Duration::from_secs(30),
             request_namespaces: Default::default(),
+            triggers: Default::default(),
         }
     }
 }

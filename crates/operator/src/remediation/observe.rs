@@ -16,8 +16,11 @@ use hostcycle_api::remediation::{
     NHC_NODE_NAME_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, request_power_off_annotation,
 };
 use hostcycle_core::binding::{BindingIndex, Refusal, Resolution};
+use hostcycle_core::remediation::contracts::{
+    MachineClaim, MachineFacts, Triggers, is_capbm_provider, is_nhc_request, machine_claim,
+};
 use hostcycle_core::remediation::escalation::{
-    OPENSHIFT_MACHINE_ROLE_LABEL, openshift_reprovisionable,
+    EscalationFacts, MachineKind, OPENSHIFT_MACHINE_ROLE_LABEL, choose_escalation,
 };
 use hostcycle_core::remediation::{Blocker, Escalation, HostView, NodeView, Record, Trigger};
 use k8s_openapi::api::core::v1::Node;
@@ -216,6 +219,8 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> HostView {
         externally_provisioned: host.spec.externally_provisioned,
         error: crate::cluster::objects::host_error(host),
         cannot_power_off: host_cannot_power_off(host),
+        marked_unhealthy: hostcycle_api::remediation::unhealthy_mark(host.annotations())
+            .map(str::to_string),
     }
 }
 
@@ -286,28 +291,57 @@ pub fn limits(subject: &Subject, annotation_timeout: Duration) -> (u32, Duration
     }
 }
 
-/// How giving up escalates for this Machine (if any).
-pub fn escalation(machine: Option<&MachineObject>, host: Option<&BareMetalHost>) -> Escalation {
-    match machine {
-        None => Escalation::None(
-            "no Machine: NodeHealthCheck moves on to its next remediator when Succeeded=False"
-                .into(),
+/// Whether the subject is a request from medik8s' NodeHealthCheck.
+pub fn nhc_request(subject: &Subject) -> bool {
+    match subject {
+        Subject::Machine(_) => false,
+        Subject::Request(r) => is_nhc_request(
+            r.annotations(),
+            r.meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|o| (o.api_version.as_str(), o.kind.as_str())),
         ),
-        Some(m) if m.group() == CAPI_GROUP => Escalation::MarkOwnerRemediated,
-        Some(m) => {
-            let role = m
-                .object
+    }
+}
+
+/// How giving up escalates for this remediation (if at all).
+pub fn escalation(
+    subject: &Subject,
+    machine: Option<&MachineObject>,
+    host: Option<&BareMetalHost>,
+) -> Escalation {
+    choose_escalation(&EscalationFacts {
+        machine: machine.map(|m| {
+            if m.group() == CAPI_GROUP {
+                MachineKind::ClusterApi
+            } else {
+                MachineKind::OpenShift
+            }
+        }),
+        nhc_request: nhc_request(subject),
+        host_externally_provisioned: host.is_some_and(|h| h.spec.externally_provisioned),
+        machine_has_controller_owner: machine.is_some_and(|m| m.has_controller_owner()),
+        machine_role: machine.and_then(|m| {
+            m.object
                 .labels()
                 .get(OPENSHIFT_MACHINE_ROLE_LABEL)
-                .map(String::as_str);
-            match openshift_reprovisionable(
-                host.is_some_and(|h| h.spec.externally_provisioned),
-                m.has_controller_owner(),
-                role,
-            ) {
-                Ok(()) => Escalation::DeleteMachine,
-                Err(why) => Escalation::None(format!("the Machine is not deleted: {why}")),
-            }
-        }
-    }
+                .map(String::as_str)
+        }),
+    })
+}
+
+/// Whose the annotation trigger on this Machine is (`--remediation-triggers`, another
+/// remediator's markers, CAPBM's provider).
+pub fn claim(m: &MachineObject, host: Option<&BareMetalHost>, triggers: &Triggers) -> MachineClaim {
+    machine_claim(
+        triggers,
+        &MachineFacts {
+            annotations: m.object.annotations(),
+            host_power_off: host
+                .is_some_and(|h| h.annotations().contains_key(MACHINE_POWER_OFF_ANNOTATION)),
+            capbm_provider: is_capbm_provider(&m.object.data["spec"]),
+        },
+    )
 }

@@ -92,6 +92,9 @@ host controller runs.
 - apiGroups: ["cluster.x-k8s.io"]
   resources: ["machines/status"]
   verbs: ["patch"]
+- apiGroups: ["machine.openshift.io"]
+  resources: ["machinehealthchecks"]
+  verbs: ["list"]
 - apiGroups: ["hostcycle.io"]
   resources: ["hostremediations"]
 {{- if $remediation }}
