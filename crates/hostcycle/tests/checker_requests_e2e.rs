@@ -24,9 +24,11 @@ use std::time::Duration;
 use common::queue::{HostSpec, QueueLab, fast_queue, worker};
 use common::remediation::*;
 use common::{LabOptions, NS};
-use hostcycle_api::remediation::{HostRemediationTemplate, RemediationPhase};
-use hostcycle_testkit::ClusterOptions;
+use hostcycle_api::remediation::{
+    CAPM3_UNHEALTHY_ANNOTATION, HostRemediationTemplate, REQUEST_POWER_OFF_PREFIX, RemediationPhase,
+};
 use hostcycle_testkit::machines::{capi_machine_crd_v1beta2, capi_machine_v1beta2_resource};
+use hostcycle_testkit::{ClusterOptions, wait_until};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -464,13 +466,15 @@ async fn requests_as_machine_health_check_v1beta1_and_node_health_check_create_t
 
 /// Cluster API v1.11 and later: the Machine CRD serves `v1beta2` (preferred, stored) besides
 /// `v1beta1`; the Machine has the `v1beta2` shape and the request's owner reference says
-/// `cluster.x-k8s.io/v1beta2`.
+/// `cluster.x-k8s.io/v1beta2`. One request succeeds; another gives up (its host held off) and
+/// writes the conditions where `v1beta2` keeps them: `status.conditions` (Kubernetes
+/// conditions, read by Cluster API v1.11+) and `status.deprecated.v1beta1.conditions`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_as_machine_health_check_v1beta2_creates_them() {
     let mut crds = hostcycle_api::crds();
     crds.push(hostcycle_testkit::machines::openshift_machine_crd());
     crds.push(capi_machine_crd_v1beta2());
-    let lab = start(&[worker("d-0")], crds).await;
+    let lab = start(&[worker("d-0"), worker("d-1")], crds).await;
     let template = create_template(&lab, NS).await;
     let machine = create_capi_machine(&lab, "v1beta2", "d-0").await;
     let old_uid = lab.node("d-0").await.uid().unwrap();
@@ -484,5 +488,118 @@ async fn requests_as_machine_health_check_v1beta2_creates_them() {
     )
     .await;
     assert_capi_metadata(&request, &machine);
-    remediated(&lab, &request, "d-0", &old_uid).await;
+    tokio::join!(
+        remediated(&lab, &request, "d-0", &old_uid),
+        gives_up_on_a_v1beta2_machine(&lab, "d-1")
+    );
+}
+
+async fn gives_up_on_a_v1beta2_machine(lab: &RemediationLab, node: &str) {
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(lab.client.clone(), NS, &capi_machine_v1beta2_resource());
+    let machine = create_capi_machine(lab, "v1beta2", node).await;
+    // What the MachineHealthCheck (v1.11+) writes when it creates the request.
+    machines
+        .patch_status(
+            &machine.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "conditions": [{
+                "type": "ExternallyRemediated", "status": "False",
+                "reason": "WaitingForRemediation", "message": "",
+                "lastTransitionTime": "2025-01-01T00:00:00Z",
+            }] } })),
+        )
+        .await
+        .unwrap();
+    let body = template_body(
+        "fail-fast",
+        NS,
+        json!({ "spec": { "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 15 } } }),
+    );
+    let fail_fast = templates(lab, NS)
+        .create(&PostParams::default(), &body)
+        .await
+        .unwrap();
+    // The host is held off once the request's power-off reaches it: its Node never returns.
+    let hold = lab
+        .hold_when(node, |h| {
+            h.annotations()
+                .keys()
+                .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
+        })
+        .await;
+    let request = create_request(
+        lab,
+        &capi_request(&fail_fast, &machine, "cluster.x-k8s.io/v1beta2"),
+    )
+    .await;
+    tokio::time::timeout(CYCLE_TIMEOUT, hold)
+        .await
+        .expect("the request's power-off reaches the host")
+        .unwrap();
+    lab.wait_request(
+        NS,
+        &request.name_any(),
+        "phase Failed",
+        CYCLE_TIMEOUT,
+        |r| r.status.as_ref().map(|s| s.phase()) == Some(RemediationPhase::Failed),
+    )
+    .await;
+    lab.lab
+        .wait_host(node, "capm3.metal3.io/unhealthy", CYCLE_TIMEOUT, |h| {
+            h.annotations().contains_key(CAPM3_UNHEALTHY_ANNOTATION)
+        })
+        .await;
+    let find = |list: &Value, t: &str| {
+        list.as_array()
+            .and_then(|a| a.iter().find(|c| c["type"] == t).cloned())
+            .unwrap_or(Value::Null)
+    };
+    let what = "OwnerRemediated=False and ExternallyRemediated=False in status.conditions";
+    let status = wait_until(what, CYCLE_TIMEOUT, || {
+        let machines = machines.clone();
+        let name = machine.name_any();
+        async move {
+            let m = machines.get(&name).await.ok()?;
+            let status = m.data["status"].clone();
+            (find(&status["conditions"], "OwnerRemediated")["status"] == "False"
+                && find(&status["conditions"], "ExternallyRemediated")["reason"]
+                    == "RemediationFailed")
+                .then_some(status)
+        }
+    })
+    .await
+    .unwrap();
+    let owner = find(&status["conditions"], "OwnerRemediated");
+    assert_eq!(owner["reason"], "WaitingForRemediation", "{status}");
+    assert!(
+        owner.get("severity").is_none(),
+        "v1beta2 conditions are Kubernetes conditions: {status}"
+    );
+    assert_eq!(
+        find(&status["conditions"], "ExternallyRemediated")["status"],
+        "False"
+    );
+    assert_eq!(
+        find(
+            &status["deprecated"]["v1beta1"]["conditions"],
+            "OwnerRemediated"
+        )["severity"],
+        "Warning",
+        "the v1beta1 condition where v1beta2 keeps it: {status}"
+    );
+    assert!(
+        status.get("v1beta2").is_none(),
+        "no v1beta1-layout field on a v1beta2 Machine: {status}"
+    );
+    // Let the host go: it powers on again (the mark stays for the administrator).
+    lab.lab
+        .hosts
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": { HOLD_ANNOTATION: null } } })),
+        )
+        .await
+        .unwrap();
 }
