@@ -888,25 +888,36 @@ impl Controller {
             return value.is_none();
         };
         let key = item.subject.power_off_annotation();
-        let api: Api<BareMetalHost> =
-            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
-        // The uid in the patch is a precondition: a host re-created under this name since it
-        // was read has another, immutable one, and the patch is refused.
-        let patch = json!({ "metadata": { "uid": host.uid(), "annotations": { key: value } } });
-        match api
-            .patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
+        match self
+            .patch_bound_host_annotations(host, json!({ key: value }))
             .await
         {
-            Ok(_) => true,
+            Ok(()) => true,
             Err(e) => {
                 log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
                 false
             }
         }
+    }
+
+    /// Merges `annotations` into the host's. The uid in the patch is a precondition: a host
+    /// re-created under this name since it was read has another, immutable one, and the
+    /// patch is refused.
+    async fn patch_bound_host_annotations(
+        &self,
+        host: &BareMetalHost,
+        annotations: serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        let api: Api<BareMetalHost> =
+            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
+        let patch = json!({ "metadata": { "uid": host.uid(), "annotations": annotations } });
+        api.patch(
+            &host.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Deletes the Node the record backed up (UID precondition: never a newer one).
@@ -1202,20 +1213,9 @@ impl Controller {
     /// CAPM3 chooses no such host for a new Machine, and hostcycle starts no remediation on it.
     async fn mark_host_unhealthy(&mut self, item: &Item) -> bool {
         let Some(host) = &item.host else { return true };
-        let api: Api<BareMetalHost> =
-            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
-        let patch = json!({ "metadata": { "uid": host.uid(), "annotations": {
-            CAPM3_UNHEALTHY_ANNOTATION: CAPM3_UNHEALTHY_VALUE,
-        } } });
-        match api
-            .patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => true,
+        let mark = json!({ CAPM3_UNHEALTHY_ANNOTATION: CAPM3_UNHEALTHY_VALUE });
+        match self.patch_bound_host_annotations(host, mark).await {
+            Ok(()) => true,
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
             Err(e) => {
                 log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
