@@ -55,127 +55,245 @@ fn warn_invalid_on_request_change(d: &mut Decision, s: &HostSnapshot) {
     }
 }
 
+/// The power decision as a ladder: each step reads what the earlier ones established from the
+/// [`PowerPass`] and adds its updates, actions and Events to the decision.
 fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decision {
-    let mut d = Decision::default();
     // Paused: hands off entirely, status included; the annotation's removal triggers a reconcile.
     if s.paused {
-        return d;
+        return Decision::default();
     }
-    let st = &s.status;
     if s.detached {
-        set_operational_status(&mut d, st, OperationalStatus::Detached);
-        d.requeue_after = Some(cfg.steady_requeue);
-        return d;
+        return detached(s, cfg);
     }
-
-    let mut requests = s.reboot_requests.clone();
-    let previous_state = st.provisioning.state.as_ref();
-    let provisioned_image = st.provisioning.image_url();
-    let state = derive_provisioning_state(ProvisioningInputs {
-        externally_provisioned: s.externally_provisioned,
-        has_consumer: s.has_consumer,
-        image_removed: provisioned_image.is_some() && s.image.is_none(),
-        bmc_configured: s.bmc_configured,
-        registered: st.good_credentials.is_some() || matches!(s.bmc, BmcObservation::Power(_)),
-        reboot_annotations_present: !requests.is_empty(),
-        previous: previous_state,
-    });
-    if previous_state != Some(&state) {
-        d.status
-            .push(StatusUpdate::SetProvisioningState(state.clone()));
-    }
-    // `status.provisioning.image` records the image a provisioned host runs; it stays after
-    // the image is removed while the consumer is still set (that removal deprovisioned the
-    // host, which must not count as provisioned again until an image is set again).
-    if state == ProvisioningState::Provisioned
-        && let Some(image) = &s.image
-        && st.provisioning.extra.get("image") != Some(image)
-    {
-        d.status
-            .push(StatusUpdate::SetProvisionedImage(Some(image.clone())));
-    } else if !s.has_consumer && st.provisioning.extra.contains_key("image") {
-        d.status.push(StatusUpdate::SetProvisionedImage(None));
-    }
-
-    // Reboot requests belong to the consumer that just left: drop them all.
-    let mut removed_annotations = false;
-    if state == ProvisioningState::Deprovisioning && !requests.is_empty() {
-        remove_annotations(
-            &mut d,
-            requests.annotation_keys(),
-            AnnotationRemovalReason::HostDeprovisioned,
-            "the host left the provisioned state",
-        );
-        requests = RebootRequests::default();
-        removed_annotations = true;
-    }
-
-    // spec.disablePowerOff: power is never cut, so nothing can hold the host off. Keyed holds
-    // are not reboot requests here (a restart cannot keep the host off until its owner
-    // releases it; restarting once and ignoring the hold would let a fencing client believe
-    // it is held): they and `online: false` are refused, loudly.
-    refuse_power_off(&mut d, s, &requests);
-    if s.disable_power_off {
-        requests.keyed.clear();
-    }
-    let online = s.online || s.disable_power_off;
-
-    if !s.bmc_configured {
-        set_operational_status(&mut d, st, OperationalStatus::Discovered);
-        d.requeue_after = Some(cfg.steady_requeue);
-        return d;
-    }
-
-    let power = match &s.bmc {
-        BmcObservation::Power(power) => *power,
-        BmcObservation::Failed(failure) => {
-            record_bmc_failure(&mut d, st, &state, failure, cfg, false);
-            return d;
-        }
-        BmcObservation::NotQueried => {
-            d.requeue_after = Some(cfg.steady_requeue);
-            return d;
-        }
+    let mut pass = PowerPass::new(s, now, cfg);
+    let state = pass.provisioning_state();
+    pass.drop_requests_of_departed_consumer(&state);
+    pass.refuse_what_would_hold_power_off();
+    let Some(power) = pass.power_reading(&state) else {
+        return pass.d;
     };
-
-    if let Some(credentials) = &s.credentials
-        && st.good_credentials.as_ref() != Some(credentials)
-    {
-        d.status
-            .push(StatusUpdate::SetGoodCredentials(credentials.clone()));
-    }
+    pass.record_reading(power);
     let observed = power.as_bool();
-    if let Some(on) = observed
-        && st.powered_on != Some(on)
-    {
-        d.status.push(StatusUpdate::SetPoweredOn(on));
+
+    // 1. An outstanding power action whose target state is now observed has completed.
+    pass.complete_observed_action(observed);
+    // 2. Notice new reboot requests, and the pending reboot's mode.
+    let reboot = pass.notice_reboot_requests();
+    let Some(on) = observed else {
+        return pass.await_visible_power(power, reboot);
+    };
+    // 3. The host is off: the suffixless request's power cycle has done its "off".
+    pass.finish_suffixless_power_off(reboot.pending, on);
+    // 4. Desired power, and the power request (or the wait) that gets there.
+    let desired = pass.desired_power(reboot, on);
+    let step = pass.drive_power(&desired, on);
+    // 5. Errors and the BMC's health.
+    pass.settle_errors(&desired, on, step.timed_out);
+    pass.finish(Some(on), step.requeue)
+}
+
+/// A detached host: no power decision, only the operational status says so.
+fn detached(s: &HostSnapshot, cfg: &DecideConfig) -> Decision {
+    let mut d = Decision::default();
+    set_operational_status(&mut d, &s.status, OperationalStatus::Detached);
+    d.requeue_after = Some(cfg.steady_requeue);
+    d
+}
+
+/// What the steps of one [`decide_power`] pass share: the decision being built, and the facts
+/// earlier steps established for later ones.
+struct PowerPass<'a> {
+    s: &'a HostSnapshot,
+    st: &'a BareMetalHostStatus,
+    now: Timestamp,
+    cfg: &'a DecideConfig,
+    d: Decision,
+    /// The reboot requests still in force: those this pass removes or refuses are not.
+    requests: RebootRequests,
+    /// This pass removes reboot annotations, so the next snapshot shows fewer.
+    removed_annotations: bool,
+    /// `spec.online`, or `spec.disablePowerOff` (the host always runs).
+    online: bool,
+    last_powered_on: Option<Timestamp>,
+    pending: Option<Timestamp>,
+    /// The last power action as this pass leaves it (step 1 completes it).
+    last_action: Option<LastPowerAction>,
+    /// This pass has warned about unusable reboot annotations.
+    warned_invalid: bool,
+}
+
+/// The pending reboot as step 2 leaves it.
+#[derive(Clone, Copy)]
+struct PendingReboot {
+    pending: bool,
+    /// Hard once any of its requests was hard; the requests' mode when none is pending.
+    mode: PowerOffMode,
+}
+
+/// The power state step 4 wants, and why.
+struct DesiredPower {
+    want_on: bool,
+    /// A BMC restart (`spec.disablePowerOff`) instead of a power cycle.
+    restart: bool,
+    /// A reboot is pending or requested: it, not `spec.online`, decides.
+    reboot_driven: bool,
+    trigger: PowerActionTrigger,
+    mode: PowerOffMode,
+    target: PowerTarget,
+}
+
+/// What step 4 did: when to look again, and whether a power action timed out just now.
+struct PowerStep {
+    requeue: Duration,
+    timed_out: bool,
+}
+
+impl<'a> PowerPass<'a> {
+    fn new(s: &'a HostSnapshot, now: Timestamp, cfg: &'a DecideConfig) -> Self {
+        let st = &s.status;
+        PowerPass {
+            s,
+            st,
+            now,
+            cfg,
+            d: Decision::default(),
+            requests: s.reboot_requests.clone(),
+            removed_annotations: false,
+            online: s.online || s.disable_power_off,
+            last_powered_on: st.provisioning.last_powered_on,
+            pending: st.provisioning.pending_reboot_since,
+            last_action: st.last_power_action.clone(),
+            warned_invalid: false,
+        }
     }
 
-    let mut last_powered_on = st.provisioning.last_powered_on;
-    let mut pending = st.provisioning.pending_reboot_since;
-    let mut last_action = st.last_power_action.clone();
+    /// Derives the provisioning state and records it, with the image a provisioned host runs.
+    fn provisioning_state(&mut self) -> ProvisioningState {
+        let (s, st) = (self.s, self.st);
+        let previous_state = st.provisioning.state.as_ref();
+        let provisioned_image = st.provisioning.image_url();
+        let state = derive_provisioning_state(ProvisioningInputs {
+            externally_provisioned: s.externally_provisioned,
+            has_consumer: s.has_consumer,
+            image_removed: provisioned_image.is_some() && s.image.is_none(),
+            bmc_configured: s.bmc_configured,
+            registered: st.good_credentials.is_some() || matches!(s.bmc, BmcObservation::Power(_)),
+            reboot_annotations_present: !self.requests.is_empty(),
+            previous: previous_state,
+        });
+        if previous_state != Some(&state) {
+            self.d
+                .status
+                .push(StatusUpdate::SetProvisioningState(state.clone()));
+        }
+        // `status.provisioning.image` records the image a provisioned host runs; it stays after
+        // the image is removed while the consumer is still set (that removal deprovisioned the
+        // host, which must not count as provisioned again until an image is set again).
+        if state == ProvisioningState::Provisioned
+            && let Some(image) = &s.image
+            && st.provisioning.extra.get("image") != Some(image)
+        {
+            self.d
+                .status
+                .push(StatusUpdate::SetProvisionedImage(Some(image.clone())));
+        } else if !s.has_consumer && st.provisioning.extra.contains_key("image") {
+            self.d.status.push(StatusUpdate::SetProvisionedImage(None));
+        }
+        state
+    }
 
-    // 1. An outstanding power action whose target state is now observed has completed
-    //    (also a timed-out or failed one: the host is where we asked it to be).
-    if let (Some(action), Some(on)) = (last_action.as_mut(), observed)
-        && action.state != PowerActionState::Completed
-        && action.action.is_on() == on
-        && !action.restart
-    {
-        d.status.push(StatusUpdate::CompletePowerAction { at: now });
+    /// Reboot requests belong to the consumer that just left: drop them all.
+    fn drop_requests_of_departed_consumer(&mut self, state: &ProvisioningState) {
+        if *state == ProvisioningState::Deprovisioning && !self.requests.is_empty() {
+            remove_annotations(
+                &mut self.d,
+                self.requests.annotation_keys(),
+                AnnotationRemovalReason::HostDeprovisioned,
+                "the host left the provisioned state",
+            );
+            self.requests = RebootRequests::default();
+            self.removed_annotations = true;
+        }
+    }
+
+    /// spec.disablePowerOff: power is never cut, so nothing can hold the host off. Keyed holds
+    /// are not reboot requests here (a restart cannot keep the host off until its owner
+    /// releases it; restarting once and ignoring the hold would let a fencing client believe
+    /// it is held): they and `online: false` are refused, loudly.
+    fn refuse_what_would_hold_power_off(&mut self) {
+        refuse_power_off(&mut self.d, self.s, &self.requests);
+        if self.s.disable_power_off {
+            self.requests.keyed.clear();
+        }
+    }
+
+    /// The BMC's power reading; `None` when there is none to decide on (no BMC configured,
+    /// the BMC failed, not queried yet), and the decision is complete.
+    fn power_reading(&mut self, state: &ProvisioningState) -> Option<ObservedPower> {
+        if !self.s.bmc_configured {
+            set_operational_status(&mut self.d, self.st, OperationalStatus::Discovered);
+            self.d.requeue_after = Some(self.cfg.steady_requeue);
+            return None;
+        }
+        match &self.s.bmc {
+            BmcObservation::Power(power) => Some(*power),
+            BmcObservation::Failed(failure) => {
+                record_bmc_failure(&mut self.d, self.st, state, failure, self.cfg, false);
+                None
+            }
+            BmcObservation::NotQueried => {
+                self.d.requeue_after = Some(self.cfg.steady_requeue);
+                None
+            }
+        }
+    }
+
+    /// The BMC answered: its credentials are good, and the power state it reports is recorded.
+    fn record_reading(&mut self, power: ObservedPower) {
+        if let Some(credentials) = &self.s.credentials
+            && self.st.good_credentials.as_ref() != Some(credentials)
+        {
+            self.d
+                .status
+                .push(StatusUpdate::SetGoodCredentials(credentials.clone()));
+        }
+        if let Some(on) = power.as_bool()
+            && self.st.powered_on != Some(on)
+        {
+            self.d.status.push(StatusUpdate::SetPoweredOn(on));
+        }
+    }
+
+    /// An outstanding power action whose target state is now observed has completed (also a
+    /// timed-out or failed one: the host is where we asked it to be).
+    fn complete_observed_action(&mut self, observed: Option<bool>) {
+        let (Some(action), Some(on)) = (self.last_action.as_mut(), observed) else {
+            return;
+        };
+        if action.state == PowerActionState::Completed
+            || action.action.is_on() != on
+            || action.restart
+        {
+            return;
+        }
+        self.d
+            .status
+            .push(StatusUpdate::CompletePowerAction { at: self.now });
         action.state = PowerActionState::Completed;
-        action.completed_at = Some(now);
+        action.completed_at = Some(self.now);
         // lastPoweredOn is the *request* time of the confirmed power-on: the host was off
         // when it was sent, so every process running before it has stopped, and a reboot
         // requested while the power-on was under way stays pending (it is later).
-        if on && last_powered_on.is_none_or(|t| action.requested_at > t) {
-            let was_pending = reboot_is_pending(pending, last_powered_on);
-            d.status
-                .push(StatusUpdate::SetLastPoweredOn(action.requested_at));
-            last_powered_on = Some(action.requested_at);
-            if was_pending && !reboot_is_pending(pending, last_powered_on) {
+        let requested_at = action.requested_at;
+        if on && self.last_powered_on.is_none_or(|t| requested_at > t) {
+            let was_pending = reboot_is_pending(self.pending, self.last_powered_on);
+            self.d
+                .status
+                .push(StatusUpdate::SetLastPoweredOn(requested_at));
+            self.last_powered_on = Some(requested_at);
+            if was_pending && !reboot_is_pending(self.pending, self.last_powered_on) {
                 event(
-                    &mut d,
+                    &mut self.d,
                     EventType::Normal,
                     event_reason::REBOOT_COMPLETED,
                     // No times in the note (they are in status): repeats fold into a series.
@@ -185,281 +303,330 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
         }
     }
 
-    // 2. Notice new reboot requests. Unlike the seed (host on only) this also applies to a
-    //    host that is off or transitioning: the request is recorded either way, so the
-    //    suffixless form can complete and `lastPoweredOn > pendingRebootSince` means
-    //    "the reboot asked for is done" whatever the power state was.
-    let mut reboot_pending = reboot_is_pending(pending, last_powered_on);
-    let mut warned_invalid = false;
-    let mut pending_recorded_now = false;
-    if !requests.is_empty() && !reboot_pending {
-        pending_recorded_now = true;
-        let since = strictly_after(now, last_powered_on);
-        d.status.push(StatusUpdate::SetPendingRebootSince(since));
-        pending = Some(since);
-        reboot_pending = true;
-        event(
-            &mut d,
-            EventType::Normal,
-            event_reason::REBOOT_REQUESTED,
-            format!(
-                "reboot requested by {} ({} mode)",
-                requests.annotation_keys().join(", "),
-                requests.effective_mode().as_str()
-            ),
-        );
-        warn_invalid(&mut d, &requests, &mut warned_invalid);
-    }
-
-    // The pending reboot's mode: hard once any of its requests was hard, recorded before any
-    // power-off it causes, so a hard request removed before its power-off is sent (host
-    // transitioning, failed or lost call, BMC down) is still served hard.
-    let mut reboot_mode = if pending_recorded_now {
-        PowerOffMode::Soft
-    } else {
-        st.provisioning
-            .pending_reboot_mode
-            .unwrap_or(PowerOffMode::Soft)
-    };
-    if reboot_pending
-        && reboot_mode != PowerOffMode::Hard
-        && requests.effective_mode() == PowerOffMode::Hard
-    {
-        d.status.push(StatusUpdate::MarkPendingRebootHard);
-        reboot_mode = PowerOffMode::Hard;
-    }
-    if !reboot_pending {
-        reboot_mode = requests.effective_mode();
-    }
-
-    let Some(on) = observed else {
-        // Transitioning or unknown: no power decision on a state we cannot see, except that
-        // a hard request overrides a soft power-off in flight at once.
-        if let Some(action) = last_action.as_ref()
-            && reboot_pending
-            && should_escalate(action, reboot_mode)
-        {
-            escalate(&mut d, action, &requests, now);
+    /// Notices new reboot requests. Unlike the seed (host on only) this also applies to a host
+    /// that is off or transitioning: the request is recorded either way, so the suffixless
+    /// form can complete and `lastPoweredOn > pendingRebootSince` means "the reboot asked for
+    /// is done" whatever the power state was.
+    fn notice_reboot_requests(&mut self) -> PendingReboot {
+        let mut pending = reboot_is_pending(self.pending, self.last_powered_on);
+        let recorded_now = !self.requests.is_empty() && !pending;
+        if recorded_now {
+            let since = strictly_after(self.now, self.last_powered_on);
+            self.d
+                .status
+                .push(StatusUpdate::SetPendingRebootSince(since));
+            self.pending = Some(since);
+            pending = true;
+            event(
+                &mut self.d,
+                EventType::Normal,
+                event_reason::REBOOT_REQUESTED,
+                format!(
+                    "reboot requested by {} ({} mode)",
+                    self.requests.annotation_keys().join(", "),
+                    self.requests.effective_mode().as_str()
+                ),
+            );
+            warn_invalid(&mut self.d, &self.requests, &mut self.warned_invalid);
         }
-        set_reboot_condition(
-            &mut d,
-            st,
-            reboot_pending,
-            None,
-            &requests,
-            online,
-            s.disable_power_off,
-        );
-        d.requeue_after = Some(match power {
-            ObservedPower::Unknown => cfg.unknown_power_requeue,
-            _ => cfg.transition_requeue,
-        });
-        return d;
-    };
-
-    // 3. The host is off: the suffixless request's power cycle has done its "off".
-    if reboot_pending && !on && online && requests.has_suffixless() {
-        remove_annotations(
-            &mut d,
-            vec![REBOOT_ANNOTATION.to_owned()],
-            AnnotationRemovalReason::RebootPoweredOff,
-            "the host is off; it is powered back on once no reboot annotation remains",
-        );
-        requests = requests.without_suffixless();
-        removed_annotations = true;
+        PendingReboot {
+            pending,
+            mode: self.pending_reboot_mode(pending, recorded_now),
+        }
     }
 
-    // 4. Desired power. Any reboot annotation holds the host off; a pending reboot must
-    //    pass through "off" before the host may run again; otherwise spec.online decides.
-    let reboot_driven = reboot_pending || !requests.is_empty();
-    // spec.disablePowerOff: the host always runs, and a pending reboot of a running host is a
-    // BMC restart (the power-on rule below still waits for a snapshot without annotations).
-    let restart = s.disable_power_off && reboot_pending && on;
-    let want_on = s.disable_power_off || (online && requests.is_empty() && !(reboot_pending && on));
-    let (trigger, mode) = if restart {
-        (PowerActionTrigger::RebootRequested, reboot_mode)
-    } else if want_on {
-        (PowerActionTrigger::SpecOnline, PowerOffMode::Soft)
-    } else if reboot_driven {
-        (PowerActionTrigger::RebootRequested, reboot_mode)
-    } else {
-        (PowerActionTrigger::SpecOffline, PowerOffMode::Soft)
-    };
-    let target = PowerTarget::from_powered_on(want_on);
-
-    let mut timed_out_now = false;
-    let mut requeue = cfg.steady_requeue;
-    if on == want_on && !restart {
-        // Nothing to change. Keep watching closely while an action may still land.
-        if last_action
-            .as_ref()
-            .is_some_and(|a| a.state == PowerActionState::Requested && !timed_out(a, now, cfg))
-            || removed_annotations
-        {
-            requeue = cfg.transition_requeue;
+    /// The pending reboot's mode: hard once any of its requests was hard, recorded before any
+    /// power-off it causes, so a hard request removed before its power-off is sent (host
+    /// transitioning, failed or lost call, BMC down) is still served hard.
+    fn pending_reboot_mode(&mut self, pending: bool, recorded_now: bool) -> PowerOffMode {
+        if !pending {
+            return self.requests.effective_mode();
         }
-    } else if want_on
-        && !on
-        && last_action
-            .as_ref()
-            .is_some_and(|a| a.restart && !timed_out(a, now, cfg))
-    {
+        let recorded = if recorded_now {
+            PowerOffMode::Soft
+        } else {
+            self.st
+                .provisioning
+                .pending_reboot_mode
+                .unwrap_or(PowerOffMode::Soft)
+        };
+        if recorded != PowerOffMode::Hard && self.requests.effective_mode() == PowerOffMode::Hard {
+            self.d.status.push(StatusUpdate::MarkPendingRebootHard);
+            return PowerOffMode::Hard;
+        }
+        recorded
+    }
+
+    /// Transitioning or unknown: no power decision on a state we cannot see, except that a
+    /// hard request overrides a soft power-off in flight at once.
+    fn await_visible_power(mut self, power: ObservedPower, reboot: PendingReboot) -> Decision {
+        if let Some(action) = self.last_action.as_ref()
+            && reboot.pending
+            && should_escalate(action, reboot.mode)
+        {
+            escalate(&mut self.d, action, &self.requests, self.now);
+        }
+        let requeue = match power {
+            ObservedPower::Unknown => self.cfg.unknown_power_requeue,
+            _ => self.cfg.transition_requeue,
+        };
+        self.finish(None, requeue)
+    }
+
+    /// The host is off: the suffixless request's power cycle has done its "off".
+    fn finish_suffixless_power_off(&mut self, reboot_pending: bool, on: bool) {
+        if reboot_pending && !on && self.online && self.requests.has_suffixless() {
+            remove_annotations(
+                &mut self.d,
+                vec![REBOOT_ANNOTATION.to_owned()],
+                AnnotationRemovalReason::RebootPoweredOff,
+                "the host is off; it is powered back on once no reboot annotation remains",
+            );
+            self.requests = self.requests.without_suffixless();
+            self.removed_annotations = true;
+        }
+    }
+
+    /// Any reboot annotation holds the host off; a pending reboot must pass through "off"
+    /// before the host may run again; otherwise spec.online decides.
+    fn desired_power(&self, reboot: PendingReboot, on: bool) -> DesiredPower {
+        let reboot_driven = reboot.pending || !self.requests.is_empty();
+        // spec.disablePowerOff: the host always runs, and a pending reboot of a running host is
+        // a BMC restart (the power-on rule below still waits for a snapshot without
+        // annotations).
+        let disable_power_off = self.s.disable_power_off;
+        let restart = disable_power_off && reboot.pending && on;
+        let want_on = disable_power_off
+            || (self.online && self.requests.is_empty() && !(reboot.pending && on));
+        let (trigger, mode) = if restart {
+            (PowerActionTrigger::RebootRequested, reboot.mode)
+        } else if want_on {
+            (PowerActionTrigger::SpecOnline, PowerOffMode::Soft)
+        } else if reboot_driven {
+            (PowerActionTrigger::RebootRequested, reboot.mode)
+        } else {
+            (PowerActionTrigger::SpecOffline, PowerOffMode::Soft)
+        };
+        DesiredPower {
+            want_on,
+            restart,
+            reboot_driven,
+            trigger,
+            mode,
+            target: PowerTarget::from_powered_on(want_on),
+        }
+    }
+
+    /// Requests the desired power, or waits: for an action that may still land, for a host
+    /// coming back by itself, for the reboot command, or for a snapshot without annotations.
+    fn drive_power(&mut self, desired: &DesiredPower, on: bool) -> PowerStep {
+        let cfg = self.cfg;
+        let waiting = PowerStep {
+            requeue: cfg.transition_requeue,
+            timed_out: false,
+        };
+        if on == desired.want_on && !desired.restart {
+            // Nothing to change. Keep watching closely while an action may still land.
+            let may_land = self.last_action.as_ref().is_some_and(|a| {
+                a.state == PowerActionState::Requested && !timed_out(a, self.now, cfg)
+            });
+            return if may_land || self.removed_annotations {
+                waiting
+            } else {
+                PowerStep {
+                    requeue: cfg.steady_requeue,
+                    timed_out: false,
+                }
+            };
+        }
+        if desired.want_on && !on && self.host_is_off_on_purpose(desired) {
+            return waiting;
+        }
+        if desired.want_on && self.removed_annotations {
+            // Power on only from a snapshot that shows no reboot annotation at all.
+            return waiting;
+        }
+        self.request_desired_power(desired, on)
+    }
+
+    /// The host is off although it should run, and that is expected for now.
+    fn host_is_off_on_purpose(&self, desired: &DesiredPower) -> bool {
         // A host seen off just after a BMC restart is coming back by itself (a restart may
         // show "off" for a while): no power-on, and no "corrected" warning, unless it stays
         // off past the power-action timeout.
-        requeue = cfg.transition_requeue;
-    } else if want_on && !on && s.command_reboot && !reboot_driven {
+        let restarting = self
+            .last_action
+            .as_ref()
+            .is_some_and(|a| a.restart && !timed_out(a, self.now, self.cfg));
         // The reboot queue's reboot command is power-cycling this host: it is off on purpose.
         // Powering it on would race the command (a waiting command then times out, and a
         // retried one reboots the node twice): the power is the command's until the queue
         // removes its marker.
-        requeue = cfg.transition_requeue;
-    } else if want_on && removed_annotations {
-        // Power on only from a snapshot that shows no reboot annotation at all.
-        requeue = cfg.transition_requeue;
-    } else {
-        let open_same = last_action.as_ref().filter(|a| {
-            a.state != PowerActionState::Completed && a.action == target && a.restart == restart
+        let command_cycling = self.s.command_reboot && !desired.reboot_driven;
+        restarting || command_cycling
+    }
+
+    /// The host is not where it should be: request it there, or follow up the request in
+    /// flight (fall back to hard, escalate, wait, retry after a timeout or failure).
+    fn request_desired_power(&mut self, desired: &DesiredPower, on: bool) -> PowerStep {
+        let (now, cfg) = (self.now, self.cfg);
+        let open_same = self.last_action.clone().filter(|a| {
+            a.state != PowerActionState::Completed
+                && a.action == desired.target
+                && a.restart == desired.restart
         });
-        let reason = power_reason(trigger, &requests);
+        let reason = power_reason(desired.trigger, &self.requests);
         let wanted = WantedPower {
-            target,
-            mode,
-            restart,
-            trigger,
-            pending,
+            target: desired.target,
+            mode: desired.mode,
+            restart: desired.restart,
+            trigger: desired.trigger,
+            pending: self.pending,
             now,
             reason: &reason,
         };
+        let mut step = PowerStep {
+            requeue: cfg.transition_requeue,
+            timed_out: false,
+        };
         match open_same {
-            Some(action) if soft_off_timed_out(action, now, cfg) => {
+            Some(action) if soft_off_timed_out(&action, now, cfg) => {
                 // Soft first; still on after the soft timeout: cut power.
-                soft_timeout_fallback(&mut d, action, now, cfg);
-                requeue = cfg.transition_requeue;
+                soft_timeout_fallback(&mut self.d, &action, now, cfg);
             }
             Some(action)
-                if action.state == PowerActionState::Requested && !timed_out(action, now, cfg) =>
+                if action.state == PowerActionState::Requested && !timed_out(&action, now, cfg) =>
             {
-                if should_escalate(action, mode) {
-                    escalate(&mut d, action, &requests, now);
+                if should_escalate(&action, desired.mode) {
+                    escalate(&mut self.d, &action, &self.requests, now);
                 }
                 // Otherwise already asked and not yet observed: wait, do not ask again.
-                requeue = cfg.transition_requeue;
             }
             Some(action) if action.state == PowerActionState::Requested => {
-                // Timed out: the request may have been lost; asking again is safe (power
-                // calls are idempotent at the BMC) and the chain keeps its first request time.
-                timed_out_now = true;
-                let count = st.error_count.saturating_add(1);
-                let message = format!(
-                    "power {} requested at {} was not observed within {}s (attempt {}); requesting again",
-                    target.as_str(),
-                    action.last_attempt_at,
-                    cfg.power_action_timeout.as_secs(),
-                    action.attempts.max(1)
-                );
-                set_operational_status(&mut d, st, OperationalStatus::Error);
-                d.status.push(StatusUpdate::SetError {
-                    error_type: ErrorType::PowerManagementError,
-                    message: message.clone(),
-                    count,
-                });
-                set_condition(
-                    &mut d,
-                    st,
-                    ConditionUpdate {
-                        type_: condition::BMC_HEALTHY,
-                        status: condition::FALSE,
-                        reason: condition_reason::POWER_ACTION_TIMED_OUT,
-                        message: format!("power {} not observed in time", target.as_str()),
-                    },
-                );
-                // The status message says when and which attempt; the Event note carries no
-                // counter or time, so repeated timeouts fold into one Event series.
-                event(
-                    &mut d,
-                    EventType::Warning,
-                    event_reason::POWER_ACTION_TIMED_OUT,
-                    format!(
-                        "power {} was not observed within {}s; requesting again",
-                        target.as_str(),
-                        cfg.power_action_timeout.as_secs()
-                    ),
-                );
-                send_power_request(
-                    &mut d,
-                    &wanted,
-                    Some(action),
-                    &requests,
-                    &mut warned_invalid,
-                );
-                requeue = cfg.transition_requeue;
+                step.timed_out = true;
+                self.report_power_timeout(&action, desired.target);
+                self.send(&wanted, Some(&action));
             }
             Some(action) => {
                 // The BMC call failed: retry once the error backoff has passed.
-                let wait = cfg.error_backoff(st.error_count.max(1));
-                let elapsed = now.duration_since(action.last_attempt_at);
-                match remaining(wait, elapsed) {
-                    Some(left) => requeue = left,
-                    None => {
-                        send_power_request(
-                            &mut d,
-                            &wanted,
-                            Some(action),
-                            &requests,
-                            &mut warned_invalid,
-                        );
-                        requeue = cfg.transition_requeue;
-                    }
+                let wait = cfg.error_backoff(self.st.error_count.max(1));
+                match remaining(wait, now.duration_since(action.last_attempt_at)) {
+                    Some(left) => step.requeue = left,
+                    None => self.send(&wanted, Some(&action)),
                 }
             }
             None => {
-                // We saw the host in the desired state before and did not change it since:
-                // someone else did. Put it back, and say so.
-                if !restart
-                    && st.observed_powered_on().map(PowerTarget::from_powered_on) == Some(target)
-                {
-                    event(
-                        &mut d,
-                        EventType::Warning,
-                        event_reason::POWER_STATE_CORRECTED,
-                        format!(
-                            "host was found powered {} but should be {} ({reason}); correcting",
-                            if on { "on" } else { "off" },
-                            target.as_str()
-                        ),
-                    );
-                }
-                send_power_request(&mut d, &wanted, None, &requests, &mut warned_invalid);
-                requeue = cfg.transition_requeue;
+                self.warn_power_changed_by_others(desired, on, &reason);
+                self.send(&wanted, None);
             }
+        }
+        step
+    }
+
+    fn send(&mut self, wanted: &WantedPower, retry_of: Option<&LastPowerAction>) {
+        send_power_request(
+            &mut self.d,
+            wanted,
+            retry_of,
+            &self.requests,
+            &mut self.warned_invalid,
+        );
+    }
+
+    /// Timed out: the request may have been lost; asking again is safe (power calls are
+    /// idempotent at the BMC) and the chain keeps its first request time.
+    fn report_power_timeout(&mut self, action: &LastPowerAction, target: PowerTarget) {
+        let (st, cfg) = (self.st, self.cfg);
+        let count = st.error_count.saturating_add(1);
+        let message = format!(
+            "power {} requested at {} was not observed within {}s (attempt {}); requesting again",
+            target.as_str(),
+            action.last_attempt_at,
+            cfg.power_action_timeout.as_secs(),
+            action.attempts.max(1)
+        );
+        set_operational_status(&mut self.d, st, OperationalStatus::Error);
+        self.d.status.push(StatusUpdate::SetError {
+            error_type: ErrorType::PowerManagementError,
+            message: message.clone(),
+            count,
+        });
+        set_condition(
+            &mut self.d,
+            st,
+            ConditionUpdate {
+                type_: condition::BMC_HEALTHY,
+                status: condition::FALSE,
+                reason: condition_reason::POWER_ACTION_TIMED_OUT,
+                message: format!("power {} not observed in time", target.as_str()),
+            },
+        );
+        // The status message says when and which attempt; the Event note carries no counter or
+        // time, so repeated timeouts fold into one Event series.
+        event(
+            &mut self.d,
+            EventType::Warning,
+            event_reason::POWER_ACTION_TIMED_OUT,
+            format!(
+                "power {} was not observed within {}s; requesting again",
+                target.as_str(),
+                cfg.power_action_timeout.as_secs()
+            ),
+        );
+    }
+
+    /// We saw the host in the desired state before and did not change it since: someone else
+    /// did. It is put back; say so.
+    fn warn_power_changed_by_others(&mut self, desired: &DesiredPower, on: bool, reason: &str) {
+        let target = desired.target;
+        if !desired.restart
+            && self
+                .st
+                .observed_powered_on()
+                .map(PowerTarget::from_powered_on)
+                == Some(target)
+        {
+            event(
+                &mut self.d,
+                EventType::Warning,
+                event_reason::POWER_STATE_CORRECTED,
+                format!(
+                    "host was found powered {} but should be {} ({reason}); correcting",
+                    if on { "on" } else { "off" },
+                    target.as_str()
+                ),
+            );
         }
     }
 
-    // 5. Errors: a power-management error lasts until the power change it is about is seen
-    //    (so its count keeps backing off retries); anything else clears once the BMC answers.
-    let power_error_outstanding = timed_out_now
-        || (st.error_type.is_some()
-            && (on != want_on || restart)
-            && last_action.as_ref().is_some_and(|a| {
-                a.action == target
-                    && (a.state == PowerActionState::Failed
-                        || (a.state == PowerActionState::Requested
-                            && st.error_type == Some(ErrorType::PowerManagementError)))
-            }));
-    if !power_error_outstanding {
+    /// A power-management error lasts until the power change it is about is seen (so its count
+    /// keeps backing off retries); anything else clears once the BMC answers.
+    fn settle_errors(&mut self, desired: &DesiredPower, on: bool, timed_out_now: bool) {
+        let st = self.st;
+        let power_error_outstanding = timed_out_now
+            || (st.error_type.is_some()
+                && (on != desired.want_on || desired.restart)
+                && self.last_action.as_ref().is_some_and(|a| {
+                    a.action == desired.target
+                        && (a.state == PowerActionState::Failed
+                            || (a.state == PowerActionState::Requested
+                                && st.error_type == Some(ErrorType::PowerManagementError)))
+                }));
+        if power_error_outstanding {
+            return;
+        }
         if st.error_type.is_some() || st.error_count > 0 || !st.error_message.is_empty() {
-            d.status.push(StatusUpdate::ClearError);
+            self.d.status.push(StatusUpdate::ClearError);
             event(
-                &mut d,
+                &mut self.d,
                 EventType::Normal,
                 event_reason::BMC_RECOVERED,
                 "BMC answers again; error cleared".to_owned(),
             );
         }
-        set_operational_status(&mut d, st, OperationalStatus::Ok);
+        set_operational_status(&mut self.d, st, OperationalStatus::Ok);
         set_condition(
-            &mut d,
+            &mut self.d,
             st,
             ConditionUpdate {
                 type_: condition::BMC_HEALTHY,
@@ -470,18 +637,20 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
         );
     }
 
-    let reboot_pending_after = reboot_is_pending(pending, last_powered_on);
-    set_reboot_condition(
-        &mut d,
-        st,
-        reboot_pending_after,
-        Some(on),
-        &requests,
-        online,
-        s.disable_power_off,
-    );
-    d.requeue_after = Some(requeue);
-    d
+    /// Records the reboot condition as the pass leaves the reboot, and when to look again.
+    fn finish(mut self, on: Option<bool>, requeue: Duration) -> Decision {
+        set_reboot_condition(
+            &mut self.d,
+            self.st,
+            reboot_is_pending(self.pending, self.last_powered_on),
+            on,
+            &self.requests,
+            self.online,
+            self.s.disable_power_off,
+        );
+        self.d.requeue_after = Some(requeue);
+        self.d
+    }
 }
 
 /// Follow-up of a power call: record what the BMC layer did. `status` is the status as
