@@ -273,13 +273,26 @@ pub struct Plan {
 ///    worker is in progress.
 /// 6. When slots are free every eligible entry up to the free slots starts at once.
 pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
-    let config = &snapshot.config;
     let mut out = Plan::default();
+    // 1. Removals.
+    let live = remove_entries(snapshot, &mut out);
+    // 2./3. What is in progress, and what is queued.
+    let progress = sort_in_progress(snapshot, &live, &mut out);
+    // Queued entries: disabled, backed off, cannot reboot, or eligible.
+    let eligible = sort_queued(snapshot, &progress.queued, now, &mut out);
+    // 4.–6. Which eligible entries start, and why the others wait.
+    let admitted = admit(snapshot, &progress, &eligible);
+    record_admission(&mut out, admitted);
+    // Stray cordons: the queue's cordon on a node nobody is processing.
+    out.uncordon = stray_cordons(snapshot, &progress.busy_nodes, &out.start_draining);
+    out
+}
 
+/// Rule 1: moves cancelled entries, entries of missing Nodes and duplicates to
+/// `out.dequeue`; returns the others in index order.
+fn remove_entries<'a>(snapshot: &'a QueueSnapshot, out: &mut Plan) -> Vec<&'a EntryView> {
     let mut entries: Vec<&EntryView> = snapshot.entries.iter().collect();
     entries.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.name.cmp(&b.name)));
-
-    // 1. Removals.
     let mut first_for_node: BTreeMap<&str, u64> = BTreeMap::new();
     let mut live: Vec<&EntryView> = Vec::new();
     for entry in entries {
@@ -308,44 +321,82 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
             None => live.push(entry),
         }
     }
+    live
+}
 
-    // 2./3. What is in progress.
-    let mut busy_nodes: BTreeSet<&str> = BTreeSet::new();
-    let mut api_in_progress: Option<&str> = None;
-    let mut workers_in_progress: Vec<String> = Vec::new();
-    let mut queued: Vec<&EntryView> = Vec::new();
-    for entry in &live {
-        let api_server = is_api_server(snapshot, &entry.node);
+/// The entries that stay, sorted by what they do now.
+struct Progress<'a> {
+    /// Nodes whose entry is draining or rebooting.
+    busy_nodes: BTreeSet<&'a str>,
+    /// The first API-server node in progress.
+    api_in_progress: Option<&'a str>,
+    workers_in_progress: Vec<String>,
+    /// Queued entries, and draining ones that stop.
+    queued: Vec<&'a EntryView>,
+}
+
+/// Rules 2 and 3: entries in progress carry on (recorded in `out`), except draining ones that
+/// stop because the queue is disabled or their node is being remediated.
+fn sort_in_progress<'a>(
+    snapshot: &QueueSnapshot,
+    live: &[&'a EntryView],
+    out: &mut Plan,
+) -> Progress<'a> {
+    let mut progress = Progress {
+        busy_nodes: BTreeSet::new(),
+        api_in_progress: None,
+        workers_in_progress: Vec::new(),
+        queued: Vec::new(),
+    };
+    for &entry in live {
         match entry.phase {
             // A remediation takes precedence over a drain: the drain stops (the node may be
             // fenced any moment) and the entry waits for the remediation to end.
             EntryPhase::Draining
-                if !config.enabled || snapshot.being_remediated.contains(&entry.node) =>
+                if !snapshot.config.enabled
+                    || snapshot.being_remediated.contains(&entry.node) =>
             {
                 out.stop_draining.push(entry.reference());
-                queued.push(entry);
+                progress.queued.push(entry);
             }
             phase if phase.in_progress() => {
-                busy_nodes.insert(&entry.node);
+                progress.busy_nodes.insert(&entry.node);
                 out.in_progress.push((entry.reference(), phase));
                 if entry.cancel {
                     out.cancel_rebooting.push(entry.reference());
                 }
-                if api_server {
-                    api_in_progress.get_or_insert(&entry.node);
+                if is_api_server(snapshot, &entry.node) {
+                    progress.api_in_progress.get_or_insert(&entry.node);
                 } else {
-                    workers_in_progress.push(entry.node.clone());
+                    progress.workers_in_progress.push(entry.node.clone());
                 }
             }
-            _ => queued.push(entry),
+            _ => progress.queued.push(entry),
         }
     }
+    progress
+}
 
-    // Queued entries: disabled, backed off, cannot reboot, or eligible.
-    let mut eligible_workers: Vec<&EntryView> = Vec::new();
-    let mut eligible_api: Vec<&EntryView> = Vec::new();
-    for entry in queued {
-        let wait = if !config.enabled {
+/// Queued entries that may start as far as they themselves are concerned.
+struct Eligible<'a> {
+    workers: Vec<&'a EntryView>,
+    api: Vec<&'a EntryView>,
+}
+
+/// Records why queued entries wait on their own account (disabled, remediated, backed off,
+/// cannot reboot); returns the rest.
+fn sort_queued<'a>(
+    snapshot: &QueueSnapshot,
+    queued: &[&'a EntryView],
+    now: Timestamp,
+    out: &mut Plan,
+) -> Eligible<'a> {
+    let mut eligible = Eligible {
+        workers: Vec::new(),
+        api: Vec::new(),
+    };
+    for &entry in queued {
+        let wait = if !snapshot.config.enabled {
             Some(WaitReason::Disabled)
         } else if snapshot.being_remediated.contains(&entry.node) {
             Some(WaitReason::BeingRemediated)
@@ -363,13 +414,76 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
                 entry: entry.reference(),
                 reason,
             }),
-            None if is_api_server(snapshot, &entry.node) => eligible_api.push(entry),
-            None => eligible_workers.push(entry),
+            None if is_api_server(snapshot, &entry.node) => eligible.api.push(entry),
+            None => eligible.workers.push(entry),
         }
     }
+    eligible
+}
 
+/// The eligible entries that start, and those that wait with the reason.
+#[derive(Default)]
+struct Admission<'a> {
+    starts: Vec<&'a EntryView>,
+    waits: Vec<(&'a EntryView, WaitReason)>,
+}
+
+impl<'a> Admission<'a> {
+    fn all_wait(entries: impl Iterator<Item = &'a EntryView>, reason: &WaitReason) -> Self {
+        Admission {
+            starts: Vec::new(),
+            waits: entries.map(|e| (e, reason.clone())).collect(),
+        }
+    }
+}
+
+/// Rules 4–6: the unreachable gate, API servers alone and after the workers, workers up to
+/// the free slots.
+fn admit<'a>(
+    snapshot: &QueueSnapshot,
+    progress: &Progress,
+    eligible: &Eligible<'a>,
+) -> Admission<'a> {
+    let config = &snapshot.config;
+    let all = || eligible.workers.iter().chain(eligible.api.iter()).copied();
     // 4. The unreachable gate.
-    let unreachable: Vec<String> = snapshot
+    let unreachable = unreachable_nodes(snapshot, &progress.busy_nodes);
+    if unreachable.len() > config.max_unreachable_nodes as usize {
+        let reason = WaitReason::TooManyUnreachable {
+            nodes: unreachable,
+            max: config.max_unreachable_nodes,
+        };
+        return Admission::all_wait(all(), &reason);
+    }
+    if let Some(node) = progress.api_in_progress {
+        // 5. Nothing runs next to an API server.
+        let reason = WaitReason::ApiServerInProgress {
+            node: node.to_string(),
+        };
+        return Admission::all_wait(all(), &reason);
+    }
+    if !eligible.workers.is_empty() || !progress.workers_in_progress.is_empty() {
+        // 3./6. Workers first, as many as there are free slots.
+        return admit_workers(snapshot, &progress.workers_in_progress, eligible);
+    }
+    let mut admission = Admission::default();
+    if let Some((first, rest)) = eligible.api.split_first() {
+        // 5. One API server, alone.
+        admission.starts.push(first);
+        let reason = WaitReason::ApiServerOneAtATime {
+            first: first.node.clone(),
+        };
+        admission
+            .waits
+            .extend(rest.iter().map(|&e| (e, reason.clone())));
+    }
+    admission
+}
+
+/// Rule 4's count: nodes not in progress whose Ready condition is not True, or that a
+/// remediation is working on (with or without a Node object).
+fn unreachable_nodes(snapshot: &QueueSnapshot, busy_nodes: &BTreeSet<&str>) -> Vec<String> {
+    snapshot
         .nodes
         .values()
         .filter(|n| !n.ready)
@@ -379,91 +493,73 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
         .collect::<BTreeSet<&str>>()
         .into_iter()
         .map(str::to_string)
-        .collect();
-    let too_many_unreachable = unreachable.len() > config.max_unreachable_nodes as usize;
+        .collect()
+}
 
-    let mut starts: Vec<&EntryView> = Vec::new();
-    let mut waits: Vec<(&EntryView, WaitReason)> = Vec::new();
-    if too_many_unreachable {
-        let reason = WaitReason::TooManyUnreachable {
-            nodes: unreachable,
-            max: config.max_unreachable_nodes,
-        };
-        for entry in eligible_workers.iter().chain(eligible_api.iter()) {
-            waits.push((entry, reason.clone()));
-        }
-    } else if let Some(node) = api_in_progress {
-        // 5. Nothing runs next to an API server.
-        let reason = WaitReason::ApiServerInProgress {
-            node: node.to_string(),
-        };
-        for entry in eligible_workers.iter().chain(eligible_api.iter()) {
-            waits.push((entry, reason.clone()));
-        }
-    } else if !eligible_workers.is_empty() || !workers_in_progress.is_empty() {
-        // 3./6. Workers first, as many as there are free slots.
-        let free =
-            (config.max_concurrent_reboots as usize).saturating_sub(workers_in_progress.len());
-        for (i, entry) in eligible_workers.iter().enumerate() {
-            if i < free {
-                starts.push(entry);
-            } else if free == 0 {
-                waits.push((
-                    entry,
-                    WaitReason::NoFreeSlot {
-                        in_progress: workers_in_progress.clone(),
-                        max: config.max_concurrent_reboots,
-                    },
-                ));
-            } else {
-                waits.push((
-                    entry,
-                    WaitReason::BehindEarlierEntries {
-                        free_slots: free as u32,
-                    },
-                ));
-            }
-        }
-        let workers: Vec<String> = workers_in_progress
-            .iter()
-            .cloned()
-            .chain(eligible_workers.iter().map(|e| e.node.clone()))
-            .collect();
-        for entry in &eligible_api {
-            waits.push((
+/// Rules 3 and 6: eligible workers start up to the free slots; the rest, and every API server,
+/// wait.
+fn admit_workers<'a>(
+    snapshot: &QueueSnapshot,
+    workers_in_progress: &[String],
+    eligible: &Eligible<'a>,
+) -> Admission<'a> {
+    let max = snapshot.config.max_concurrent_reboots;
+    let free = (max as usize).saturating_sub(workers_in_progress.len());
+    let mut admission = Admission::default();
+    for (i, &entry) in eligible.workers.iter().enumerate() {
+        if i < free {
+            admission.starts.push(entry);
+        } else if free == 0 {
+            admission.waits.push((
                 entry,
-                WaitReason::ApiServerAfterWorkers {
-                    workers: workers.clone(),
+                WaitReason::NoFreeSlot {
+                    in_progress: workers_in_progress.to_vec(),
+                    max,
                 },
             ));
-        }
-    } else if let Some((first, rest)) = eligible_api.split_first() {
-        // 5. One API server, alone.
-        starts.push(first);
-        for entry in rest {
-            waits.push((
+        } else {
+            admission.waits.push((
                 entry,
-                WaitReason::ApiServerOneAtATime {
-                    first: first.node.clone(),
+                WaitReason::BehindEarlierEntries {
+                    free_slots: free as u32,
                 },
             ));
         }
     }
+    let workers: Vec<String> = workers_in_progress
+        .iter()
+        .cloned()
+        .chain(eligible.workers.iter().map(|e| e.node.clone()))
+        .collect();
+    let reason = WaitReason::ApiServerAfterWorkers { workers };
+    admission
+        .waits
+        .extend(eligible.api.iter().map(|&e| (e, reason.clone())));
+    admission
+}
 
-    out.start_draining = starts.iter().map(|e| e.reference()).collect();
-    for (entry, reason) in waits {
+/// Records the starts, and every wait in index order (object names need not follow the
+/// index).
+fn record_admission(out: &mut Plan, admission: Admission) {
+    out.start_draining = admission.starts.iter().map(|e| e.reference()).collect();
+    for (entry, reason) in admission.waits {
         out.waiting.push(Waiting {
             entry: entry.reference(),
             reason,
         });
     }
-    // Index order (object names need not follow the index).
     out.waiting
         .sort_by(|a, b| (a.entry.index, &a.entry.name).cmp(&(b.entry.index, &b.entry.name)));
+}
 
-    // Stray cordons: the queue's cordon on a node nobody is processing.
-    let starting: BTreeSet<&str> = out.start_draining.iter().map(|e| e.node.as_str()).collect();
-    out.uncordon = snapshot
+/// Nodes the queue cordoned that no entry is processing or starting to.
+fn stray_cordons(
+    snapshot: &QueueSnapshot,
+    busy_nodes: &BTreeSet<&str>,
+    start_draining: &[EntryRef],
+) -> Vec<String> {
+    let starting: BTreeSet<&str> = start_draining.iter().map(|e| e.node.as_str()).collect();
+    snapshot
         .nodes
         .values()
         .filter(|n| {
@@ -472,8 +568,7 @@ pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
                 && !starting.contains(n.name.as_str())
         })
         .map(|n| n.name.clone())
-        .collect();
-    out
+        .collect()
 }
 
 fn is_api_server(snapshot: &QueueSnapshot, node: &str) -> bool {
