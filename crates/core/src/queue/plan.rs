@@ -353,8 +353,7 @@ fn sort_in_progress<'a>(
             // A remediation takes precedence over a drain: the drain stops (the node may be
             // fenced any moment) and the entry waits for the remediation to end.
             EntryPhase::Draining
-                if !snapshot.config.enabled
-                    || snapshot.being_remediated.contains(&entry.node) =>
+                if !snapshot.config.enabled || snapshot.being_remediated.contains(&entry.node) =>
             {
                 out.stop_draining.push(entry.reference());
                 progress.queued.push(entry);

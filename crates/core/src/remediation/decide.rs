@@ -854,141 +854,180 @@ fn bind(host: &HostView) -> Option<BoundHost> {
     })
 }
 
+/// The power-off step as a ladder: each rung either decides (and the step ends there) or
+/// hands the next rung what it established.
 fn power_off(obs: &Observation, now: Timestamp) -> Decision {
-    let record = &obs.record;
-    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
-    let acting = acting_host(obs);
-    let host_name = acting_name(obs);
-
-    if !obs.requested {
-        // Withdrawn before the Node was released: release the host; nothing else was done.
-        // Once the Node's backup is recorded its deletion is decided (and may have happened
-        // unseen by the cache), so the flow finishes instead.
-        if record.labels_backup.is_none() {
-            let next = Record {
-                step: RemediationStep::Cancelled,
-                ..record.clone()
-            };
-            let mut actions = vec![Action::ReleasePowerOff];
-            if obs.trigger == Trigger::MachineAnnotation {
-                actions.push(Action::FinishAnnotationFlow);
-            }
-            return Decision {
-                record: Some(next),
-                actions,
-                events: vec![event(
-                    false,
-                    event_reason::CANCELLED,
-                    format!(
-                        "the remediation of node {node_name} was withdrawn before the node was \
-                         released; host {host_name} released (it stays on or powers back on)"
-                    ),
-                )],
-                phase: RemediationPhase::Pending,
-                message: finished_message(RemediationStep::Cancelled),
-                blocked: None,
-                requeue: None,
-            };
-        }
-    }
-
-    // Without the time of the request nothing can be fresher than it: the wait starts now.
-    let Some(requested_at) = record.cycle_started_at else {
-        let mut d = Decision::wait(
-            RemediationPhase::Running,
-            format!("waiting for host {host_name} to power off"),
-        );
-        d.record = Some(Record {
-            cycle_started_at: Some(now),
-            ..record.clone()
-        });
-        d.requeue = Some(POLL);
+    // 1. Withdrawn before the Node was released: release the host, nothing else was done.
+    if let Some(d) = cancel_before_release(obs) {
         return d;
+    }
+    // 2. Without the time of the request nothing can be fresher than it: the wait starts now.
+    let Some(requested_at) = obs.record.cycle_started_at else {
+        return start_power_off_wait(obs, now);
     };
     let deadline = add(requested_at, obs.power_off_timeout);
-
-    let host = match acting {
+    // 3. The bound host, or why it is not there.
+    let host = match acting_host(obs) {
         Acting::Host(h) => h,
-        Acting::Missing | Acting::Replaced(_) => {
-            let why = match acting {
-                Acting::Replaced(h) => format!(
-                    "BareMetalHost {host_name} was replaced (uid {} instead of the bound {}); \
-                     the remediation never acts on the new host",
-                    h.uid,
-                    record.host.as_ref().map(|b| b.uid.as_str()).unwrap_or("?")
-                ),
-                _ => match (&record.host, &obs.target) {
-                    (Some(_), _) => format!(
-                        "BareMetalHost {host_name}, bound when the remediation started, no longer \
-                         exists"
-                    ),
-                    (None, Err(blocker)) => blocker.to_string(),
-                    (None, Ok(_)) => format!("BareMetalHost {host_name} is missing"),
-                },
-            };
-            if now >= deadline {
-                return give_up(
-                    obs,
-                    record.clone(),
-                    format!(
-                        "host {host_name} was not confirmed off within {}s of the power-off \
-                         request: {why}",
-                        obs.power_off_timeout.as_secs()
-                    ),
-                    false,
-                );
-            }
-            let mut d = Decision::wait(RemediationPhase::Running, format!("waiting: {why}"));
-            d.events.push(event(true, event_reason::HOST_LOST, why));
-            d.requeue = Some(until_or_poll(now, deadline));
-            return d;
-        }
+        lost => return host_lost(obs, lost, now, deadline),
     };
-    let evidence = power_since(&host.power_report(), requested_at);
-    if !host.power_off_requested || evidence != PowerEvidence::Off {
-        if now >= deadline {
-            let why = if host.power_off_requested {
-                evidence.describe(requested_at)
-            } else {
-                "the power-off request never reached the host".into()
-            };
-            return give_up(
-                obs,
-                record.clone(),
-                format!(
-                    "host {} was not confirmed off within {}s of the power-off request ({why})",
-                    host.name,
-                    obs.power_off_timeout.as_secs()
-                ),
-                true,
-            );
-        }
-        if !host.power_off_requested {
-            // Recorded, not (yet) on the host: request it (idempotent).
-            return Decision {
-                record: None,
-                actions: vec![Action::RequestPowerOff],
-                events: Vec::new(),
-                phase: RemediationPhase::Running,
-                message: format!("powering host {} off", host.name),
-                blocked: None,
-                requeue: Some(POLL),
-            };
-        }
-        let message = match &evidence {
-            PowerEvidence::On => format!("waiting for host {} to power off", host.name),
-            other => format!(
-                "waiting for host {} to be confirmed off ({}); the node is kept until then",
-                host.name,
-                other.describe(requested_at)
-            ),
-        };
-        let mut d = Decision::wait(RemediationPhase::Running, message);
-        d.requeue = Some(until_or_poll(now, deadline));
+    // 4. Requested on the host and confirmed off by a status written after the request.
+    if let Some(d) = await_confirmed_off(obs, host, requested_at, deadline, now) {
         return d;
     }
-    // Off, confirmed by a status written after the request: only now is the Node released.
-    let mut next = record.clone();
+    // 5. Only now is the Node released.
+    release_node(obs, host, now)
+}
+
+/// Withdrawn before the Node was released: the host is released and the flow cancelled. Once
+/// the Node's backup is recorded its deletion is decided (and may have happened unseen by the
+/// cache), so the flow finishes instead (`None`).
+fn cancel_before_release(obs: &Observation) -> Option<Decision> {
+    let record = &obs.record;
+    if obs.requested || record.labels_backup.is_some() {
+        return None;
+    }
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let host_name = acting_name(obs);
+    let next = Record {
+        step: RemediationStep::Cancelled,
+        ..record.clone()
+    };
+    let mut actions = vec![Action::ReleasePowerOff];
+    if obs.trigger == Trigger::MachineAnnotation {
+        actions.push(Action::FinishAnnotationFlow);
+    }
+    Some(Decision {
+        record: Some(next),
+        actions,
+        events: vec![event(
+            false,
+            event_reason::CANCELLED,
+            format!(
+                "the remediation of node {node_name} was withdrawn before the node was \
+                 released; host {host_name} released (it stays on or powers back on)"
+            ),
+        )],
+        phase: RemediationPhase::Pending,
+        message: finished_message(RemediationStep::Cancelled),
+        blocked: None,
+        requeue: None,
+    })
+}
+
+/// Records `now` as the power-off request's time and waits.
+fn start_power_off_wait(obs: &Observation, now: Timestamp) -> Decision {
+    let mut d = Decision::wait(
+        RemediationPhase::Running,
+        format!("waiting for host {} to power off", acting_name(obs)),
+    );
+    d.record = Some(Record {
+        cycle_started_at: Some(now),
+        ..obs.record.clone()
+    });
+    d.requeue = Some(POLL);
+    d
+}
+
+/// The bound host is missing or replaced: wait for it until the power-off deadline, then
+/// give up (nothing to release on a host that is not the bound one).
+fn host_lost(obs: &Observation, acting: Acting, now: Timestamp, deadline: Timestamp) -> Decision {
+    let record = &obs.record;
+    let host_name = acting_name(obs);
+    let why = match acting {
+        Acting::Replaced(h) => format!(
+            "BareMetalHost {host_name} was replaced (uid {} instead of the bound {}); \
+             the remediation never acts on the new host",
+            h.uid,
+            record.host.as_ref().map(|b| b.uid.as_str()).unwrap_or("?")
+        ),
+        _ => match (&record.host, &obs.target) {
+            (Some(_), _) => format!(
+                "BareMetalHost {host_name}, bound when the remediation started, no longer \
+                 exists"
+            ),
+            (None, Err(blocker)) => blocker.to_string(),
+            (None, Ok(_)) => format!("BareMetalHost {host_name} is missing"),
+        },
+    };
+    if now >= deadline {
+        return give_up(
+            obs,
+            record.clone(),
+            format!(
+                "host {host_name} was not confirmed off within {}s of the power-off \
+                 request: {why}",
+                obs.power_off_timeout.as_secs()
+            ),
+            false,
+        );
+    }
+    let mut d = Decision::wait(RemediationPhase::Running, format!("waiting: {why}"));
+    d.events.push(event(true, event_reason::HOST_LOST, why));
+    d.requeue = Some(until_or_poll(now, deadline));
+    d
+}
+
+/// Until the host is confirmed off: request the power-off where it is not on the host yet,
+/// wait, or give up at the deadline (releasing the power-off). `None` once it is off.
+fn await_confirmed_off(
+    obs: &Observation,
+    host: &HostView,
+    requested_at: Timestamp,
+    deadline: Timestamp,
+    now: Timestamp,
+) -> Option<Decision> {
+    let evidence = power_since(&host.power_report(), requested_at);
+    if host.power_off_requested && evidence == PowerEvidence::Off {
+        return None;
+    }
+    if now >= deadline {
+        let why = if host.power_off_requested {
+            evidence.describe(requested_at)
+        } else {
+            "the power-off request never reached the host".into()
+        };
+        return Some(give_up(
+            obs,
+            obs.record.clone(),
+            format!(
+                "host {} was not confirmed off within {}s of the power-off request ({why})",
+                host.name,
+                obs.power_off_timeout.as_secs()
+            ),
+            true,
+        ));
+    }
+    if !host.power_off_requested {
+        // Recorded, not (yet) on the host: request it (idempotent).
+        return Some(Decision {
+            record: None,
+            actions: vec![Action::RequestPowerOff],
+            events: Vec::new(),
+            phase: RemediationPhase::Running,
+            message: format!("powering host {} off", host.name),
+            blocked: None,
+            requeue: Some(POLL),
+        });
+    }
+    let message = match &evidence {
+        PowerEvidence::On => format!("waiting for host {} to power off", host.name),
+        other => format!(
+            "waiting for host {} to be confirmed off ({}); the node is kept until then",
+            host.name,
+            other.describe(requested_at)
+        ),
+    };
+    let mut d = Decision::wait(RemediationPhase::Running, message);
+    d.requeue = Some(until_or_poll(now, deadline));
+    Some(d)
+}
+
+/// The host is off: back the Node up and delete it, or, once it is gone, record the Node
+/// released.
+fn release_node(obs: &Observation, host: &HostView, now: Timestamp) -> Decision {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let mut next = obs.record.clone();
     let mut events = Vec::new();
     if next.powered_off_at.is_none() {
         next.powered_off_at = Some(now);
@@ -998,54 +1037,50 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
             format!("host {} is off", host.name),
         ));
     }
-    match &obs.node {
-        Some(node) => {
-            if next.labels_backup.is_none() {
-                next.labels_backup = Some(node.labels.clone());
-            }
-            if next.annotations_backup.is_none() {
-                next.annotations_backup = Some(node.annotations_backup());
-            }
-            if next.node_spec_backup.is_none() {
-                next.node_spec_backup = Some(node.spec_backup()).filter(|b| !b.is_empty());
-            }
-            events.push(event(
-                false,
-                event_reason::NODE_DELETED,
-                format!(
-                    "host {} is off: deleting node {node_name} so its workloads can start elsewhere \
-                     (labels, annotations, cordon and taints backed up)",
-                    host.name
-                ),
-            ));
-            Decision {
-                record: Some(next),
-                actions: vec![Action::DeleteNode],
-                events,
-                phase: RemediationPhase::Running,
-                message: format!("host off; deleting node {node_name}"),
-                blocked: None,
-                requeue: Some(POLL),
-            }
-        }
-        None => {
-            next.step = RemediationStep::NodeReleased;
-            next.node_released_at = Some(now);
-            events.push(event(
-                false,
-                event_reason::NODE_RELEASED,
-                format!("host {} is off and node {node_name} is gone", host.name),
-            ));
-            Decision {
-                record: Some(next),
-                actions: Vec::new(),
-                events,
-                phase: RemediationPhase::Running,
-                message: format!("host off, node {node_name} released"),
-                blocked: None,
-                requeue: Some(Duration::ZERO),
-            }
-        }
+    let Some(node) = &obs.node else {
+        next.step = RemediationStep::NodeReleased;
+        next.node_released_at = Some(now);
+        events.push(event(
+            false,
+            event_reason::NODE_RELEASED,
+            format!("host {} is off and node {node_name} is gone", host.name),
+        ));
+        return Decision {
+            record: Some(next),
+            actions: Vec::new(),
+            events,
+            phase: RemediationPhase::Running,
+            message: format!("host off, node {node_name} released"),
+            blocked: None,
+            requeue: Some(Duration::ZERO),
+        };
+    };
+    if next.labels_backup.is_none() {
+        next.labels_backup = Some(node.labels.clone());
+    }
+    if next.annotations_backup.is_none() {
+        next.annotations_backup = Some(node.annotations_backup());
+    }
+    if next.node_spec_backup.is_none() {
+        next.node_spec_backup = Some(node.spec_backup()).filter(|b| !b.is_empty());
+    }
+    events.push(event(
+        false,
+        event_reason::NODE_DELETED,
+        format!(
+            "host {} is off: deleting node {node_name} so its workloads can start elsewhere \
+             (labels, annotations, cordon and taints backed up)",
+            host.name
+        ),
+    ));
+    Decision {
+        record: Some(next),
+        actions: vec![Action::DeleteNode],
+        events,
+        phase: RemediationPhase::Running,
+        message: format!("host off; deleting node {node_name}"),
+        blocked: None,
+        requeue: Some(POLL),
     }
 }
 
@@ -1054,138 +1089,177 @@ fn until_or_poll(now: Timestamp, deadline: Timestamp) -> Duration {
     crate::queue::drain::elapsed(now, deadline).min(POLL) + Duration::from_millis(5)
 }
 
+/// The power-on step as a ladder: each rung either decides (and the step ends there) or
+/// hands the next rung what it established.
 fn power_on(obs: &Observation, now: Timestamp) -> Decision {
-    let record = &obs.record;
-    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    // 1. The power-off is recorded released but still on the host: release it (idempotent).
     if acting_host(obs)
         .host()
         .is_some_and(|h| h.power_off_requested)
     {
-        // Recorded, not yet done: release the power-off (idempotent).
-        return Decision {
-            record: None,
-            actions: vec![Action::ReleasePowerOff],
-            events: Vec::new(),
-            phase: RemediationPhase::Waiting,
-            message: format!("powering on; waiting for node {node_name} to register"),
-            blocked: None,
-            requeue: Some(POLL),
-        };
+        return release_power_off_again(obs);
     }
-    // The record with what this round learnt (a restored Node's backup forgotten).
-    let mut next = record.clone();
-    if let Some(node) = &obs.node {
-        if let Some(restore) = restore_node(record, node) {
-            // The backup is forgotten only once the Node has it (a later round): a restore
-            // lost after a write-ahead record must not lose the labels with it.
-            return Decision {
-                record: None,
-                actions: vec![restore],
-                events: vec![event(
-                    false,
-                    event_reason::NODE_RESTORED,
-                    format!(
-                        "node {node_name} registered again; its labels, annotations, cordon and \
-                         taints are restored (keys on the new node win)"
-                    ),
-                )],
-                phase: RemediationPhase::Waiting,
-                message: format!("node {node_name} registered; restoring its labels"),
-                blocked: None,
-                requeue: Some(Duration::ZERO),
-            };
-        }
-        next.labels_backup = None;
-        next.annotations_backup = None;
-        next.node_spec_backup = None;
-        if node.ready {
-            let next = Record {
-                step: RemediationStep::Done,
-                ..next
-            };
-            let mut actions = Vec::new();
-            if obs.trigger == Trigger::MachineAnnotation {
-                actions.push(Action::FinishAnnotationFlow);
-            }
-            if obs.trigger == Trigger::Request && obs.escalation == Escalation::MarkOwnerRemediated
-            {
-                actions.push(Action::ClearExternallyRemediated);
-            }
-            return Decision {
-                record: Some(next),
-                actions,
-                events: vec![event(
-                    false,
-                    event_reason::SUCCEEDED,
-                    format!("node {node_name} is back and Ready"),
-                )],
-                phase: RemediationPhase::Succeeded,
-                message: finished_message(RemediationStep::Done),
-                blocked: None,
-                requeue: None,
-            };
-        }
-    }
-    let Some(deadline) = record.power_on_timeout_at else {
-        // No deadline (lost, or an unreadable annotation): the wait starts now. Read as
-        // passed, it would give up (and escalate) at once.
-        let deadline = add(now, obs.power_on_timeout);
-        next.power_on_timeout_at = Some(deadline);
-        let mut d = Decision::wait(
-            RemediationPhase::Waiting,
-            format!("waiting for node {node_name} to register (until {deadline})"),
-        );
-        d.record = Some(next);
-        d.requeue = Some(POLL);
+    // 2. The Node is back: restore it, then forget its backup; Ready ends the flow.
+    let mut next = obs.record.clone();
+    if let Some(node) = &obs.node
+        && let Some(d) = node_back(obs, node, &mut next)
+    {
         return d;
+    }
+    // 3. Wait for the Node until the power-on deadline.
+    let Some(deadline) = obs.record.power_on_timeout_at else {
+        return start_power_on_wait(obs, now, next);
     };
     if now < deadline {
-        let mut d = Decision::wait(
-            RemediationPhase::Waiting,
-            match &obs.node {
-                Some(_) => format!("waiting for node {node_name} to be Ready (until {deadline})"),
-                None => format!("waiting for node {node_name} to register (until {deadline})"),
-            },
-        );
-        d.requeue = Some(until_or_poll(now, deadline));
-        d.record = (next != *record).then_some(next);
-        return d;
+        return await_node(obs, now, deadline, next);
     }
-    // Not back in time.
-    if obs.requested && record.retry_count < obs.retry_limit {
-        let next = Record {
-            step: RemediationStep::PowerOffRequested,
-            retry_count: record.retry_count + 1,
-            cycle_started_at: Some(now),
-            powered_off_at: None,
-            node_released_at: None,
-            power_on_timeout_at: None,
-            ..next.clone()
-        };
-        return Decision {
-            record: Some(next),
-            actions: vec![Action::RequestPowerOff],
+    // 4. Not back in time: another power cycle, or give up.
+    retry_or_give_up(obs, now, deadline, next)
+}
+
+/// Recorded, not yet done: release the power-off (idempotent).
+fn release_power_off_again(obs: &Observation) -> Decision {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    Decision {
+        record: None,
+        actions: vec![Action::ReleasePowerOff],
+        events: Vec::new(),
+        phase: RemediationPhase::Waiting,
+        message: format!("powering on; waiting for node {node_name} to register"),
+        blocked: None,
+        requeue: Some(POLL),
+    }
+}
+
+/// The Node registered again: restore its backup (forgotten in `next` only once the Node has
+/// it, a later round: a restore lost after a write-ahead record must not lose the labels with
+/// it); a Ready Node ends the flow. `None` while it is not Ready.
+fn node_back(obs: &Observation, node: &NodeView, next: &mut Record) -> Option<Decision> {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    if let Some(restore) = restore_node(&obs.record, node) {
+        return Some(Decision {
+            record: None,
+            actions: vec![restore],
             events: vec![event(
-                true,
-                event_reason::RETRYING,
+                false,
+                event_reason::NODE_RESTORED,
                 format!(
-                    "node {node_name} did not come back by {deadline}; power cycle {} of {}",
-                    record.retry_count + 2,
-                    obs.retry_limit + 1
+                    "node {node_name} registered again; its labels, annotations, cordon and \
+                     taints are restored (keys on the new node win)"
                 ),
             )],
-            phase: RemediationPhase::Running,
-            message: format!("retrying: node {node_name} did not come back"),
+            phase: RemediationPhase::Waiting,
+            message: format!("node {node_name} registered; restoring its labels"),
             blocked: None,
-            requeue: Some(POLL),
-        };
+            requeue: Some(Duration::ZERO),
+        });
     }
-    let failure = format!(
-        "node {node_name} did not come back by {deadline} after {} power cycle{}",
-        record.retry_count + 1,
-        if record.retry_count == 0 { "" } else { "s" }
+    next.labels_backup = None;
+    next.annotations_backup = None;
+    next.node_spec_backup = None;
+    if !node.ready {
+        return None;
+    }
+    let mut actions = Vec::new();
+    if obs.trigger == Trigger::MachineAnnotation {
+        actions.push(Action::FinishAnnotationFlow);
+    }
+    if obs.trigger == Trigger::Request && obs.escalation == Escalation::MarkOwnerRemediated {
+        actions.push(Action::ClearExternallyRemediated);
+    }
+    Some(Decision {
+        record: Some(Record {
+            step: RemediationStep::Done,
+            ..next.clone()
+        }),
+        actions,
+        events: vec![event(
+            false,
+            event_reason::SUCCEEDED,
+            format!("node {node_name} is back and Ready"),
+        )],
+        phase: RemediationPhase::Succeeded,
+        message: finished_message(RemediationStep::Done),
+        blocked: None,
+        requeue: None,
+    })
+}
+
+/// No deadline (lost, or an unreadable annotation): the wait starts now. Read as passed, it
+/// would give up (and escalate) at once.
+fn start_power_on_wait(obs: &Observation, now: Timestamp, mut next: Record) -> Decision {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let deadline = add(now, obs.power_on_timeout);
+    next.power_on_timeout_at = Some(deadline);
+    let mut d = Decision::wait(
+        RemediationPhase::Waiting,
+        format!("waiting for node {node_name} to register (until {deadline})"),
     );
-    give_up(obs, next, failure, false)
+    d.record = Some(next);
+    d.requeue = Some(POLL);
+    d
+}
+
+/// Waits for the Node to register and be Ready; `next` is written only if this round changed
+/// it.
+fn await_node(obs: &Observation, now: Timestamp, deadline: Timestamp, next: Record) -> Decision {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let mut d = Decision::wait(
+        RemediationPhase::Waiting,
+        match &obs.node {
+            Some(_) => format!("waiting for node {node_name} to be Ready (until {deadline})"),
+            None => format!("waiting for node {node_name} to register (until {deadline})"),
+        },
+    );
+    d.requeue = Some(until_or_poll(now, deadline));
+    d.record = (next != obs.record).then_some(next);
+    d
+}
+
+/// The Node did not come back in time: power-cycle again while retries are left and the
+/// remediation is still requested, else give up.
+fn retry_or_give_up(
+    obs: &Observation,
+    now: Timestamp,
+    deadline: Timestamp,
+    next: Record,
+) -> Decision {
+    let record = &obs.record;
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    if !obs.requested || record.retry_count >= obs.retry_limit {
+        let failure = format!(
+            "node {node_name} did not come back by {deadline} after {} power cycle{}",
+            record.retry_count + 1,
+            if record.retry_count == 0 { "" } else { "s" }
+        );
+        return give_up(obs, next, failure, false);
+    }
+    let next = Record {
+        step: RemediationStep::PowerOffRequested,
+        retry_count: record.retry_count + 1,
+        cycle_started_at: Some(now),
+        powered_off_at: None,
+        node_released_at: None,
+        power_on_timeout_at: None,
+        ..next
+    };
+    Decision {
+        record: Some(next),
+        actions: vec![Action::RequestPowerOff],
+        events: vec![event(
+            true,
+            event_reason::RETRYING,
+            format!(
+                "node {node_name} did not come back by {deadline}; power cycle {} of {}",
+                record.retry_count + 2,
+                obs.retry_limit + 1
+            ),
+        )],
+        phase: RemediationPhase::Running,
+        message: format!("retrying: node {node_name} did not come back"),
+        blocked: None,
+        requeue: Some(POLL),
+    }
 }
 
 /// The escalation as things are now. CAPBM's rule: a Machine is deleted on the power-on
