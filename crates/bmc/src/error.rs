@@ -209,46 +209,33 @@ impl BmcError {
 
     /// Calls `f` on every text field, the nested error's included.
     fn for_each_text(&mut self, f: &mut dyn FnMut(&mut String)) {
+        for text in self.text_fields() {
+            f(text);
+        }
+    }
+
+    /// Every text field, the nested error's included, in declaration order.
+    fn text_fields(&mut self) -> Vec<&mut String> {
         match self {
-            BmcError::Address(address) => {
-                f(&mut address.address);
-                f(&mut address.reason);
-            }
+            BmcError::Address(address) => vec![&mut address.address, &mut address.reason],
             BmcError::AuthenticationFailed { endpoint, detail }
             | BmcError::Certificate { endpoint, detail }
-            | BmcError::Connection { endpoint, detail } => {
-                f(endpoint);
-                f(detail);
-            }
+            | BmcError::Connection { endpoint, detail } => vec![endpoint, detail],
             BmcError::PermissionDenied {
                 endpoint,
                 method,
                 path,
-            } => {
-                f(endpoint);
-                f(method);
-                f(path);
-            }
-            BmcError::SystemNotFound { endpoint, path } => {
-                f(endpoint);
-                f(path);
-            }
+            } => vec![endpoint, method, path],
+            BmcError::SystemNotFound { endpoint, path } => vec![endpoint, path],
             BmcError::SystemAmbiguous {
                 endpoint, members, ..
-            } => {
-                f(endpoint);
-                f(members);
-            }
+            } => vec![endpoint, members],
             BmcError::Unsupported {
                 driver,
                 operation,
                 reason,
-            } => {
-                f(driver);
-                f(operation);
-                f(reason);
-            }
-            BmcError::Timeout { what, .. } | BmcError::OutcomeUnknown { what, .. } => f(what),
+            } => vec![driver, operation, reason],
+            BmcError::Timeout { what, .. } | BmcError::OutcomeUnknown { what, .. } => vec![what],
             BmcError::Http {
                 endpoint,
                 method,
@@ -256,36 +243,26 @@ impl BmcError {
                 message,
                 ..
             } => {
-                f(endpoint);
-                f(method);
-                f(path);
-                f(message);
+                vec![endpoint, method, path, message]
             }
             BmcError::InvalidResponse {
                 endpoint,
                 path,
                 detail,
-            } => {
-                f(endpoint);
-                f(path);
-                f(detail);
-            }
+            } => vec![endpoint, path, detail],
             BmcError::RedirectRefused {
                 endpoint,
                 path,
                 target,
-            } => {
-                f(endpoint);
-                f(path);
-                f(target);
-            }
+            } => vec![endpoint, path, target],
             BmcError::RetriesExhausted {
                 operation, last, ..
             } => {
-                f(operation);
-                last.for_each_text(f);
+                let mut fields = vec![operation];
+                fields.extend(last.text_fields());
+                fields
             }
-            BmcError::IpmitoolMissing { path } => f(path),
+            BmcError::IpmitoolMissing { path } => vec![path],
             BmcError::Ipmitool {
                 endpoint,
                 operation,
@@ -293,19 +270,14 @@ impl BmcError {
                 stderr,
                 ..
             } => {
-                f(endpoint);
-                f(operation);
-                f(status);
-                f(stderr);
+                vec![endpoint, operation, status, stderr]
             }
             BmcError::IpmitoolOutput {
                 endpoint,
                 operation,
                 output,
             } => {
-                f(endpoint);
-                f(operation);
-                f(output);
+                vec![endpoint, operation, output]
             }
             BmcError::Command {
                 command,
@@ -313,20 +285,11 @@ impl BmcError {
                 stdout,
                 stderr,
             } => {
-                f(command);
-                f(status);
-                f(stdout);
-                f(stderr);
+                vec![command, status, stdout, stderr]
             }
-            BmcError::Spawn { program, detail } => {
-                f(program);
-                f(detail);
-            }
-            BmcError::Config(detail) => f(detail),
-            BmcError::PowerStateNotReached { expected, last, .. } => {
-                f(expected);
-                f(last);
-            }
+            BmcError::Spawn { program, detail } => vec![program, detail],
+            BmcError::Config(detail) => vec![detail],
+            BmcError::PowerStateNotReached { expected, last, .. } => vec![expected, last],
         }
     }
 
