@@ -5,7 +5,7 @@
 //! `hostcycle lab env` prints shell exports for a running lab (like `kind get kubeconfig`);
 //! `hostcycle lab rolling-reboot` and `hostcycle lab remediate NODE` start the demos.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -110,31 +110,82 @@ impl Drop for PidFile {
 }
 
 async fn run_lab() -> anyhow::Result<()> {
+    // 1. One lab at a time, in a fresh directory.
+    let (dir, _pid_file) = claim_lab_dir()?;
+    let started = Instant::now();
+    // 2. The control plane.
+    let cluster = start_control_plane(dir.join("cluster")).await?;
+    let client = cluster.client();
+    // 3. The Redfish emulator, and the objects of the hosts behind it.
+    let redfish = start_redfish().await?;
+    create_bare_metal_hosts(&client, &redfish).await?;
+    create_machines(&client).await?;
+    create_reboot_queue(&client).await?;
+    // 4. The operator, with every controller.
+    println!("Starting the operator...");
+    let metrics_port = hostcycle_testkit::free_port()?;
+    let operator_stop = tokio_util::sync::CancellationToken::new();
+    let operator = tokio::spawn(hostcycle_operator::run(
+        client.clone(),
+        lab_operator_config(metrics_port)?,
+        operator_stop.clone(),
+    ));
+    // 5. Simulated nodes, Ready, with a sample workload.
+    let sim = start_simulated_nodes(&client, &redfish)?;
+    wait_nodes_ready(&client, LAB_HOSTS.len(), Duration::from_secs(60)).await?;
+    create_sample_workload(&client).await?;
+    // 6. How to use it.
+    write_lab_env(&dir, &cluster, &redfish)?;
+    println!("\nThe hostcycle lab is up ({:.1?}).", started.elapsed());
+    print_instructions(metrics_port, &cluster, &redfish);
+    // 7. Until Ctrl-C; then everything stops.
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    println!("\nStopping the lab...");
+    operator_stop.cancel();
+    match operator.await {
+        Ok(Err(e)) => eprintln!("operator: {e:#}"),
+        Err(e) => eprintln!("operator task: {e}"),
+        Ok(Ok(())) => {}
+    }
+    sim.stop().await;
+    drop(redfish);
+    drop(cluster);
+    println!("Lab stopped; nothing is left running.");
+    Ok(())
+}
+
+/// Refuses to start a second lab; empties the cluster directory and writes the PID file
+/// (removed when the returned guard drops).
+fn claim_lab_dir() -> anyhow::Result<(PathBuf, PidFile)> {
     if let Some(pid) = running_lab_pid() {
         bail!(
             "a lab is already running (pid {pid}); stop it with Ctrl-C in its terminal, or `kill {pid}`"
         );
     }
     let dir = lab_dir();
-    let cluster_dir = dir.join("cluster");
-    let _ = std::fs::remove_dir_all(&cluster_dir);
+    let _ = std::fs::remove_dir_all(dir.join("cluster"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let pid_path = dir.join("lab.pid");
     std::fs::write(&pid_path, std::process::id().to_string())
         .with_context(|| format!("writing {}", pid_path.display()))?;
-    let _pid_file = PidFile(pid_path);
-    let started = Instant::now();
+    Ok((dir, PidFile(pid_path)))
+}
 
+async fn start_control_plane(cluster_dir: PathBuf) -> anyhow::Result<LocalCluster> {
     println!("Starting the control plane (etcd, kube-apiserver, controller manager, scheduler)...");
-    let cluster = LocalCluster::start(ClusterOptions {
+    LocalCluster::start(ClusterOptions {
         base_dir: Some(cluster_dir),
         node_monitor_grace_period: Duration::from_secs(20),
         ..ClusterOptions::default()
     })
     .await
-    .context("starting the local control plane")?;
-    let client = cluster.client();
+    .context("starting the local control plane")
+}
 
+/// One powered-on system per lab host, behind basic auth, over plain HTTP.
+async fn start_redfish() -> anyhow::Result<RedfishEmulator> {
     println!(
         "Starting the Redfish emulator with {} hosts...",
         LAB_HOSTS.len()
@@ -143,23 +194,20 @@ async fn run_lab() -> anyhow::Result<()> {
         .iter()
         .map(|(name, _)| FakeSystem::new(*name, FakePower::On))
         .collect::<Vec<_>>();
-    let redfish = RedfishEmulator::start(RedfishEmulatorOptions {
-        systems: systems.clone(),
+    RedfishEmulator::start(RedfishEmulatorOptions {
+        systems,
         basic_auth: Some((LAB_BMC_USER.into(), LAB_BMC_PASSWORD.into())),
         tls: false,
         ..RedfishEmulatorOptions::default()
     })
     .await
-    .context("starting the Redfish emulator")?;
+    .context("starting the Redfish emulator")
+}
 
-    create_bare_metal_hosts(&client, &redfish).await?;
-    create_machines(&client).await?;
-    create_reboot_queue(&client).await?;
-
-    println!("Starting the operator...");
-    let metrics_port = hostcycle_testkit::free_port()?;
-    let operator_stop = tokio_util::sync::CancellationToken::new();
-    let operator_config = hostcycle_operator::OperatorConfig {
+/// Every controller, leader election on a Lease, metrics on `metrics_port`; BMC credentials
+/// may go to loopback over plain HTTP, where the lab's emulators listen.
+fn lab_operator_config(metrics_port: u16) -> anyhow::Result<hostcycle_operator::OperatorConfig> {
+    Ok(hostcycle_operator::OperatorConfig {
         metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port)),
         leader_election: Some(hostcycle_operator::LeaderElection {
             namespace: LAB_NAMESPACE.into(),
@@ -171,7 +219,6 @@ async fn run_lab() -> anyhow::Result<()> {
         controllers: hostcycle_operator::ControllerName::ALL.to_vec(),
         namespace: None,
         bmh: hostcycle_operator::BmhControllerConfig {
-            // The lab's emulators listen on loopback, over plain HTTP.
             credentials: hostcycle_operator::CredentialsPolicy {
                 destinations: hostcycle_bmc::destination::CredentialDestinations {
                     networks: ["127.0.0.0/8", "::1/128"]
@@ -187,13 +234,14 @@ async fn run_lab() -> anyhow::Result<()> {
         },
         queue: hostcycle_operator::QueueControllerConfig::default(),
         remediation: hostcycle_operator::RemediationControllerConfig::default(),
-    };
-    let operator = tokio::spawn(hostcycle_operator::run(
-        client.clone(),
-        operator_config,
-        operator_stop.clone(),
-    ));
+    })
+}
 
+/// One simulated node per lab host, following the power of its emulated system.
+fn start_simulated_nodes(
+    client: &Client,
+    redfish: &RedfishEmulator,
+) -> anyhow::Result<hostcycle_sim::SimHandle> {
     println!("Starting simulated nodes...");
     let connector = hostcycle_sim::bmc_connector();
     let credentials = BmcCredentials::new(LAB_BMC_USER, LAB_BMC_PASSWORD)?;
@@ -214,19 +262,25 @@ async fn run_lab() -> anyhow::Result<()> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let sim = NodeSimulator::new(client.clone(), SimConfig::default(), hosts).spawn();
-    wait_nodes_ready(&client, LAB_HOSTS.len(), Duration::from_secs(60)).await?;
-    create_sample_workload(&client).await?;
+    Ok(NodeSimulator::new(client.clone(), SimConfig::default(), hosts).spawn())
+}
 
+/// `lab.env`: the exports `hostcycle lab env` prints.
+fn write_lab_env(
+    dir: &Path,
+    cluster: &LocalCluster,
+    redfish: &RedfishEmulator,
+) -> anyhow::Result<()> {
     let env = format!(
         "export KUBECONFIG={}\nexport HOSTCYCLE_REDFISH={}\nexport HOSTCYCLE_REDFISH_USERNAME={LAB_BMC_USER}\nexport HOSTCYCLE_REDFISH_PASSWORD_FILE={}\n",
         cluster.kubeconfig_path().display(),
         redfish.endpoint(),
-        write_password_file(&dir)?.display(),
+        write_password_file(dir)?.display(),
     );
-    std::fs::write(dir.join("lab.env"), &env).context("writing lab.env")?;
+    std::fs::write(dir.join("lab.env"), &env).context("writing lab.env")
+}
 
-    println!("\nThe hostcycle lab is up ({:.1?}).", started.elapsed());
+fn print_instructions(metrics_port: u16, cluster: &LocalCluster, redfish: &RedfishEmulator) {
     println!("From another terminal:\n");
     println!("  eval \"$(cargo run -q -p hostcycle --features lab -- lab env)\"");
     println!("  kubectl get nodes,bmh,pods -o wide");
@@ -261,22 +315,6 @@ async fn run_lab() -> anyhow::Result<()> {
     );
     println!("Component logs:   {}", cluster.log_dir().display());
     println!("\nPress Ctrl-C to stop the lab and tear everything down.");
-
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
-    println!("\nStopping the lab...");
-    operator_stop.cancel();
-    match operator.await {
-        Ok(Err(e)) => eprintln!("operator: {e:#}"),
-        Err(e) => eprintln!("operator task: {e}"),
-        Ok(Ok(())) => {}
-    }
-    sim.stop().await;
-    drop(redfish);
-    drop(cluster);
-    println!("Lab stopped; nothing is left running.");
-    Ok(())
 }
 
 /// Queues every lab node through the reboot queue, as `hostcycle rq add` would.

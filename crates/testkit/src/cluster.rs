@@ -181,184 +181,72 @@ impl LocalCluster {
     ) -> Result<LocalCluster, TestkitError> {
         let root = root.to_path_buf();
         let logs = root.join("logs");
-        let pki_dir = root.join("pki");
-        std::fs::create_dir_all(&pki_dir).map_err(io_err("creating pki dir"))?;
-
-        // PKI: one CA, one serving cert for all components, a service-account signing key.
-        let ca = TestCa::new("hostcycle-local-ca")?;
-        let ca_pem = ca.cert_pem();
-        let ca_file = pki_dir.join("ca.crt");
-        pki::write_private(&ca_file, &ca_pem)?;
-        let serving = ca.write_server_cert(
-            &pki_dir,
-            "serving",
-            &[
-                "127.0.0.1",
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "10.0.0.1",
-            ],
-        )?;
-        let (sa_key, sa_pub) = pki::key_pair_pem()?;
-        let sa_key_file = pki_dir.join("sa.key");
-        let sa_pub_file = pki_dir.join("sa.pub");
-        pki::write_private(&sa_key_file, &sa_key)?;
-        pki::write_private(&sa_pub_file, &sa_pub)?;
-        let token = random_token();
-        let token_file = pki_dir.join("tokens.csv");
-        pki::write_private(
-            &token_file,
-            &format!("{token},admin,admin,\"system:masters\"\n"),
-        )?;
-
-        let etcd_port = free_port()?;
-        let etcd_peer_port = free_port()?;
-        let api_port = match opts.apiserver_port {
-            Some(p) => p,
-            None => free_port()?,
-        };
-        let server = format!("https://127.0.0.1:{api_port}");
-        let kubeconfig = root.join("kubeconfig");
-        write_kubeconfig(&kubeconfig, &server, &ca_pem, &token)?;
-
         let deadline = opts.start_timeout;
-
-        // etcd keeps its data in tmpfs when available: fsync there is free, which keeps
-        // large-fleet tests fast without an unsafe etcd flag.
-        let root_name = root
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let etcd_data =
-            RemoveOnDrop(shm_or(&root).join(format!("hostcycle-etcd-{root_name}-{api_port}")));
-        let _ = std::fs::remove_dir_all(&etcd_data.0);
-        // Declared after the data dir guard: on an error return, etcd stops before its data goes.
-        let mut cluster_processes = Vec::new();
-        prune_stale_etcd_dirs(&shm_or(&root));
-        let mut etcd = std::process::Command::new(etcd_bin);
-        etcd.args(["--name", "default", "--data-dir"])
-            .arg(&etcd_data.0)
-            .args([
-                "--listen-client-urls",
-                &format!("http://127.0.0.1:{etcd_port}"),
-                "--advertise-client-urls",
-                &format!("http://127.0.0.1:{etcd_port}"),
-                "--listen-peer-urls",
-                &format!("http://127.0.0.1:{etcd_peer_port}"),
-                "--initial-advertise-peer-urls",
-                &format!("http://127.0.0.1:{etcd_peer_port}"),
-                "--initial-cluster",
-                &format!("default=http://127.0.0.1:{etcd_peer_port}"),
-                "--logger",
-                "zap",
-                "--log-outputs",
-                "stderr",
-            ]);
-        let mut etcd = ManagedProcess::spawn("etcd", etcd, &logs)?;
-        let started = Instant::now();
-        wait_tcp(&mut etcd, etcd_port, deadline).await?;
-        tracing::info!(elapsed = ?started.elapsed(), port = etcd_port, "etcd ready");
-        cluster_processes.push(etcd);
-
-        let mut apiserver_args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--secure-port={api_port}"),
-            "--insecure-port=0".into(),
-            format!("--tls-cert-file={}", serving.cert.display()),
-            format!("--tls-private-key-file={}", serving.key.display()),
-            format!("--client-ca-file={}", ca_file.display()),
-            format!("--token-auth-file={}", token_file.display()),
-            "--authorization-mode=RBAC".into(),
-            format!("--service-account-key-file={}", sa_pub_file.display()),
-            format!(
-                "--service-account-signing-key-file={}",
-                sa_key_file.display()
-            ),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--allow-privileged=true".into(),
-            // The kubernetes Service cannot point at a loopback address; we do not need it.
-            "--endpoint-reconciler-type=none".into(),
-            format!(
-                "--default-unreachable-toleration-seconds={}",
-                opts.default_unreachable_toleration.as_secs()
-            ),
-            format!(
-                "--default-not-ready-toleration-seconds={}",
-                opts.default_unreachable_toleration.as_secs()
-            ),
-            format!("--cert-dir={}", pki_dir.display()),
-            "--profiling=false".into(),
-        ];
-        apiserver_args.extend(opts.extra_apiserver_args.iter().cloned());
-        let apiserver_launch = ApiServerLaunch {
-            program: bin.join("kube-apiserver"),
-            args: apiserver_args,
-            starts: 1,
-        };
-        let apiserver = apiserver_launch.spawn(&logs)?;
-        cluster_processes.push(apiserver);
-
+        // 1. PKI: one CA, one serving cert for all components, a service-account signing key.
+        let pki = ClusterPki::write(&root.join("pki"))?;
+        // 2. Ports, and the kubeconfig that reaches the API server.
+        let ports = ClusterPorts::pick(opts)?;
+        let server = format!("https://127.0.0.1:{}", ports.api);
+        let kubeconfig = root.join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &server, &pki.ca_pem, &pki.token)?;
+        // 3. etcd. Its processes are declared after the data dir guard: on an error return,
+        //    etcd stops before its data goes.
+        let etcd_data = etcd_data_dir(&root, ports.api);
+        let mut processes = vec![start_etcd(etcd_bin, &etcd_data, &ports, &logs, deadline).await?];
+        // 4. kube-apiserver, waited for through the client.
+        let apiserver = apiserver_launch(opts, bin, &ports, &pki);
+        processes.push(apiserver.spawn(&logs)?);
         let client = client_from_kubeconfig(&kubeconfig).await?;
-        let started = Instant::now();
-        {
-            let api_proc = cluster_processes
-                .last_mut()
-                .ok_or_else(|| other("cluster", "no api server process"))?;
-            wait_apiserver_ready(api_proc, &client, deadline).await?;
-        }
-        tracing::info!(elapsed = ?started.elapsed(), %server, "kube-apiserver ready");
-
+        wait_apiserver_started(&mut processes, &client, &server, deadline).await?;
+        // 5. kube-controller-manager and kube-scheduler.
         let kcm_port = free_port()?;
-        let mut kcm = std::process::Command::new(bin.join("kube-controller-manager"));
-        kcm.args(component_common_args(&kubeconfig, kcm_port, &serving))
-            .args([
-                format!(
-                    "--service-account-private-key-file={}",
-                    sa_key_file.display()
-                ),
-                format!("--root-ca-file={}", ca_file.display()),
-                "--controllers=*".into(),
-                "--use-service-account-credentials=false".into(),
-                format!(
-                    "--node-monitor-grace-period={}s",
-                    opts.node_monitor_grace_period.as_secs().max(2)
-                ),
-                "--node-monitor-period=1s".into(),
-                "--allocate-node-cidrs=false".into(),
-            ]);
-        let kcm = ManagedProcess::spawn("kube-controller-manager", kcm, &logs)?;
-        cluster_processes.push(kcm);
-
+        processes.push(spawn_controller_manager(
+            opts,
+            bin,
+            &kubeconfig,
+            kcm_port,
+            &pki,
+            &logs,
+        )?);
         let sched_port = free_port()?;
-        let mut sched = std::process::Command::new(bin.join("kube-scheduler"));
-        sched.args(component_common_args(&kubeconfig, sched_port, &serving));
-        let sched = ManagedProcess::spawn("kube-scheduler", sched, &logs)?;
-        cluster_processes.push(sched);
-
+        processes.push(spawn_scheduler(bin, &kubeconfig, sched_port, &pki, &logs)?);
         let mut cluster = LocalCluster {
-            processes: cluster_processes,
-            apiserver: apiserver_launch,
+            processes,
+            apiserver,
             root: root.clone(),
             delete_on_drop: false,
             kubeconfig,
             server,
-            ca_pem,
+            ca_pem: pki.ca_pem,
             client,
             _etcd_data: etcd_data,
         };
+        // 6. Both healthy, and the default ServiceAccount's token issued.
         let started = Instant::now();
-        let http = crate::http::client(Some(&cluster.ca_pem))?;
+        cluster
+            .wait_components_healthy(kcm_port, sched_port, deadline)
+            .await?;
+        cluster.wait_default_service_account_token(deadline).await?;
+        tracing::info!(elapsed = ?started.elapsed(), "controller manager and scheduler ready");
+        // 7. The CRDs the tests use.
+        cluster.install_crds(&opts.crds).await?;
+        Ok(cluster)
+    }
+
+    /// Waits until the controller manager's and the scheduler's `/healthz` report ok.
+    async fn wait_components_healthy(
+        &mut self,
+        kcm_port: u16,
+        sched_port: u16,
+        deadline: Duration,
+    ) -> Result<(), TestkitError> {
+        let http = crate::http::client(Some(&self.ca_pem))?;
         for (idx, port, name) in [
-            (2usize, kcm_port, "kube-controller-manager"),
-            (3, sched_port, "kube-scheduler"),
+            (KCM_PROCESS, kcm_port, "kube-controller-manager"),
+            (SCHEDULER_PROCESS, sched_port, "kube-scheduler"),
         ] {
             let url = format!("https://127.0.0.1:{port}/healthz");
-            let proc = &mut cluster.processes[idx];
+            let proc = &mut self.processes[idx];
             wait_process(
                 proc,
                 &format!("{name} /healthz to report ok"),
@@ -374,10 +262,17 @@ impl LocalCluster {
             )
             .await?;
         }
-        // Pods cannot be created until the token controller has given the default
-        // ServiceAccount its token secret (Kubernetes < 1.24 admission requires it).
-        let sa: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), "default");
-        let kcm_proc = &mut cluster.processes[2];
+        Ok(())
+    }
+
+    /// Pods cannot be created until the token controller has given the default ServiceAccount
+    /// its token secret (Kubernetes < 1.24 admission requires it).
+    async fn wait_default_service_account_token(
+        &mut self,
+        deadline: Duration,
+    ) -> Result<(), TestkitError> {
+        let sa: Api<ServiceAccount> = Api::namespaced(self.client.clone(), "default");
+        let kcm_proc = &mut self.processes[KCM_PROCESS];
         wait_process(
             kcm_proc,
             "the default ServiceAccount and its token (kube-controller-manager)",
@@ -390,10 +285,7 @@ impl LocalCluster {
                 }
             },
         )
-        .await?;
-        tracing::info!(elapsed = ?started.elapsed(), "controller manager and scheduler ready");
-        cluster.install_crds(&opts.crds).await?;
-        Ok(cluster)
+        .await
     }
 
     /// A client authenticated as cluster admin.
@@ -656,6 +548,246 @@ async fn wait_apiserver_ready(
         },
     )
     .await
+}
+
+/// The controller manager's and the scheduler's places in [`LocalCluster::processes`] (after
+/// etcd and the API server).
+const KCM_PROCESS: usize = 2;
+const SCHEDULER_PROCESS: usize = 3;
+
+/// The files of a local cluster's PKI, and what its kubeconfig needs.
+struct ClusterPki {
+    dir: PathBuf,
+    ca_pem: String,
+    ca_file: PathBuf,
+    serving: pki::PemFiles,
+    sa_key_file: PathBuf,
+    sa_pub_file: PathBuf,
+    token: String,
+    token_file: PathBuf,
+}
+
+impl ClusterPki {
+    /// One CA, one serving cert for all components, a service-account signing key and an
+    /// admin token, written to `dir`.
+    fn write(dir: &Path) -> Result<ClusterPki, TestkitError> {
+        std::fs::create_dir_all(dir).map_err(io_err("creating pki dir"))?;
+        let ca = TestCa::new("hostcycle-local-ca")?;
+        let ca_pem = ca.cert_pem();
+        let ca_file = dir.join("ca.crt");
+        pki::write_private(&ca_file, &ca_pem)?;
+        let serving = ca.write_server_cert(
+            dir,
+            "serving",
+            &[
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "10.0.0.1",
+            ],
+        )?;
+        let (sa_key, sa_pub) = pki::key_pair_pem()?;
+        let sa_key_file = dir.join("sa.key");
+        let sa_pub_file = dir.join("sa.pub");
+        pki::write_private(&sa_key_file, &sa_key)?;
+        pki::write_private(&sa_pub_file, &sa_pub)?;
+        let token = random_token();
+        let token_file = dir.join("tokens.csv");
+        pki::write_private(
+            &token_file,
+            &format!("{token},admin,admin,\"system:masters\"\n"),
+        )?;
+        Ok(ClusterPki {
+            dir: dir.to_path_buf(),
+            ca_pem,
+            ca_file,
+            serving,
+            sa_key_file,
+            sa_pub_file,
+            token,
+            token_file,
+        })
+    }
+}
+
+/// etcd's client and peer ports and the API server's.
+struct ClusterPorts {
+    etcd: u16,
+    etcd_peer: u16,
+    api: u16,
+}
+
+impl ClusterPorts {
+    fn pick(opts: &ClusterOptions) -> Result<ClusterPorts, TestkitError> {
+        let etcd = free_port()?;
+        let etcd_peer = free_port()?;
+        let api = match opts.apiserver_port {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        Ok(ClusterPorts {
+            etcd,
+            etcd_peer,
+            api,
+        })
+    }
+}
+
+/// etcd keeps its data in tmpfs when available: fsync there is free, which keeps large-fleet
+/// tests fast without an unsafe etcd flag. The directory starts empty; stale ones of earlier
+/// runs are pruned.
+fn etcd_data_dir(root: &Path, api_port: u16) -> RemoveOnDrop {
+    let root_name = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let etcd_data =
+        RemoveOnDrop(shm_or(root).join(format!("hostcycle-etcd-{root_name}-{api_port}")));
+    let _ = std::fs::remove_dir_all(&etcd_data.0);
+    prune_stale_etcd_dirs(&shm_or(root));
+    etcd_data
+}
+
+/// Starts etcd on `ports` and waits until it accepts connections.
+async fn start_etcd(
+    etcd_bin: &Path,
+    data: &RemoveOnDrop,
+    ports: &ClusterPorts,
+    logs: &Path,
+    deadline: Duration,
+) -> Result<ManagedProcess, TestkitError> {
+    let (etcd_port, etcd_peer_port) = (ports.etcd, ports.etcd_peer);
+    let mut etcd = std::process::Command::new(etcd_bin);
+    etcd.args(["--name", "default", "--data-dir"])
+        .arg(&data.0)
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{etcd_port}"),
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{etcd_port}"),
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{etcd_peer_port}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{etcd_peer_port}"),
+            "--initial-cluster",
+            &format!("default=http://127.0.0.1:{etcd_peer_port}"),
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+        ]);
+    let mut etcd = ManagedProcess::spawn("etcd", etcd, logs)?;
+    let started = Instant::now();
+    wait_tcp(&mut etcd, etcd_port, deadline).await?;
+    tracing::info!(elapsed = ?started.elapsed(), port = etcd_port, "etcd ready");
+    Ok(etcd)
+}
+
+/// How kube-apiserver starts: TLS, token auth, RBAC, on etcd, plus the caller's extra flags.
+fn apiserver_launch(
+    opts: &ClusterOptions,
+    bin: &Path,
+    ports: &ClusterPorts,
+    pki: &ClusterPki,
+) -> ApiServerLaunch {
+    let mut args = vec![
+        format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={}", ports.api),
+        "--insecure-port=0".into(),
+        format!("--tls-cert-file={}", pki.serving.cert.display()),
+        format!("--tls-private-key-file={}", pki.serving.key.display()),
+        format!("--client-ca-file={}", pki.ca_file.display()),
+        format!("--token-auth-file={}", pki.token_file.display()),
+        "--authorization-mode=RBAC".into(),
+        format!("--service-account-key-file={}", pki.sa_pub_file.display()),
+        format!(
+            "--service-account-signing-key-file={}",
+            pki.sa_key_file.display()
+        ),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        "--service-cluster-ip-range=10.0.0.0/24".into(),
+        "--allow-privileged=true".into(),
+        // The kubernetes Service cannot point at a loopback address; we do not need it.
+        "--endpoint-reconciler-type=none".into(),
+        format!(
+            "--default-unreachable-toleration-seconds={}",
+            opts.default_unreachable_toleration.as_secs()
+        ),
+        format!(
+            "--default-not-ready-toleration-seconds={}",
+            opts.default_unreachable_toleration.as_secs()
+        ),
+        format!("--cert-dir={}", pki.dir.display()),
+        "--profiling=false".into(),
+    ];
+    args.extend(opts.extra_apiserver_args.iter().cloned());
+    ApiServerLaunch {
+        program: bin.join("kube-apiserver"),
+        args,
+        starts: 1,
+    }
+}
+
+/// Waits until the API server (the last process started) answers through `client`.
+async fn wait_apiserver_started(
+    processes: &mut [ManagedProcess],
+    client: &Client,
+    server: &str,
+    deadline: Duration,
+) -> Result<(), TestkitError> {
+    let started = Instant::now();
+    let api_proc = processes
+        .last_mut()
+        .ok_or_else(|| other("cluster", "no api server process"))?;
+    wait_apiserver_ready(api_proc, client, deadline).await?;
+    tracing::info!(elapsed = ?started.elapsed(), %server, "kube-apiserver ready");
+    Ok(())
+}
+
+/// Starts kube-controller-manager with every controller (node lifecycle included) at the
+/// options' node-monitor grace period.
+fn spawn_controller_manager(
+    opts: &ClusterOptions,
+    bin: &Path,
+    kubeconfig: &Path,
+    port: u16,
+    pki: &ClusterPki,
+    logs: &Path,
+) -> Result<ManagedProcess, TestkitError> {
+    let mut kcm = std::process::Command::new(bin.join("kube-controller-manager"));
+    kcm.args(component_common_args(kubeconfig, port, &pki.serving))
+        .args([
+            format!(
+                "--service-account-private-key-file={}",
+                pki.sa_key_file.display()
+            ),
+            format!("--root-ca-file={}", pki.ca_file.display()),
+            "--controllers=*".into(),
+            "--use-service-account-credentials=false".into(),
+            format!(
+                "--node-monitor-grace-period={}s",
+                opts.node_monitor_grace_period.as_secs().max(2)
+            ),
+            "--node-monitor-period=1s".into(),
+            "--allocate-node-cidrs=false".into(),
+        ]);
+    ManagedProcess::spawn("kube-controller-manager", kcm, logs)
+}
+
+fn spawn_scheduler(
+    bin: &Path,
+    kubeconfig: &Path,
+    port: u16,
+    pki: &ClusterPki,
+    logs: &Path,
+) -> Result<ManagedProcess, TestkitError> {
+    let mut sched = std::process::Command::new(bin.join("kube-scheduler"));
+    sched.args(component_common_args(kubeconfig, port, &pki.serving));
+    ManagedProcess::spawn("kube-scheduler", sched, logs)
 }
 
 fn component_common_args(kubeconfig: &Path, port: u16, serving: &pki::PemFiles) -> Vec<String> {

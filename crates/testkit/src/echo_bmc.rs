@@ -239,123 +239,184 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let path = uri.path().to_string();
-    let body_text = String::from_utf8_lossy(&body[..body.len().min(MAX_ECHOED_BODY)]).into_owned();
-    let token = headers
-        .get("x-auth-token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
     let mut echoes = lock(&app.echoes);
-    let session_body = token.as_ref().and_then(|t| echoes.sessions.get(t).cloned());
-    let basic = basic_credentials(&headers);
-    let password = basic
-        .as_ref()
-        .map(|(_, p)| p.clone())
-        .or_else(|| login_password(&body_text))
-        .or_else(|| session_body.as_deref().and_then(login_password));
-    echoes.requests.push(EchoRequest {
-        method: method.to_string(),
-        path: path.clone(),
-        password: password.clone(),
-    });
-
-    // Everything the request told the BMC, as a careless BMC would repeat it.
-    let header_lines: Vec<String> = headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {}", String::from_utf8_lossy(value.as_bytes())))
-        .collect();
-    let mut echo = format!(
-        "cannot process {method} {uri} from {} with headers [{}] and body [{body_text}]",
-        basic
-            .as_ref()
-            .map(|(u, p)| format!("{u}:{p}"))
-            .unwrap_or_else(|| "(no basic auth)".into()),
-        header_lines.join("; "),
-    );
-    if let Some(login) = &session_body {
-        echo.push_str(&format!(" for the session opened by login [{login}]"));
-    }
-    let secret = password.clone().unwrap_or_default();
-
+    // 1. Record the request, and everything it told the BMC as a careless BMC repeats it.
+    let request = Echoed::record(&mut echoes, method, &uri, &headers, &body);
+    let path = request.path.as_str();
+    // 2. The service root.
     if path == "/redfish/v1" || path == "/redfish/v1/" {
-        let mut root = json!({
-            "@odata.id": "/redfish/v1/",
-            "Id": "RootService",
-            "Name": format!("Echo BMC ({echo})"),
-            "Systems": { "@odata.id": SYSTEMS },
-        });
-        if app.sessions {
-            root["Links"] = json!({ "Sessions": { "@odata.id": SESSIONS } });
-        }
-        return axum::Json(root).into_response();
+        return service_root(&app, &request);
     }
-
+    // 3. Sessions: logins and logouts.
     if path.starts_with(SESSIONS) {
-        if method == Method::POST && path.trim_end_matches('/') == SESSIONS {
-            echoes.logins += 1;
-            if !app.sessions {
-                return redfish_error(StatusCode::METHOD_NOT_ALLOWED, &echo, &secret);
-            }
-            if !echoes.logins.is_multiple_of(2) {
-                return redfish_error(StatusCode::INTERNAL_SERVER_ERROR, &echo, &secret);
-            }
-            let token = format!("echo-token-{}", echoes.logins);
-            echoes.sessions.insert(token.clone(), body_text.clone());
-            let location = format!("{SESSIONS}/{}", percent_encode(&secret));
-            let mut response = (
-                StatusCode::CREATED,
-                axum::Json(json!({
-                    "@odata.id": location,
-                    "Id": secret,
-                    "UserName": login_body_field(&body_text, "UserName"),
-                    "Password": secret,
-                    "Description": echo,
-                })),
-            )
-                .into_response();
-            insert_header(&mut response, "x-auth-token", &token);
-            insert_header(&mut response, "location", &location);
-            return response;
-        }
-        // The session itself (GET, DELETE): a logout gets the echo in an error.
-        return redfish_error(StatusCode::INTERNAL_SERVER_ERROR, &echo, &secret);
+        return session(&app, &mut echoes, &request);
     }
-
-    if token.is_some() {
+    // 4. Every third request with a token finds its session "expired".
+    if request.token.is_some() {
         echoes.token_requests += 1;
         if echoes.token_requests.is_multiple_of(3) {
-            return redfish_error(StatusCode::UNAUTHORIZED, &echo, &secret);
+            return request.error(StatusCode::UNAUTHORIZED);
+        }
+    }
+    // 5. The Systems collection: one System per trap.
+    if path.trim_end_matches('/') == SYSTEMS {
+        return systems(&request);
+    }
+    // 6. The trap the System sets.
+    let Some(trap) = trap_of(path) else {
+        return request.error(StatusCode::NOT_FOUND);
+    };
+    spring(trap, &mut echoes, &request, &headers)
+}
+
+/// One request as the echo BMC saw it.
+struct Echoed {
+    method: Method,
+    path: String,
+    /// The body, cut to [`MAX_ECHOED_BODY`].
+    body: String,
+    token: Option<String>,
+    /// Everything the request told the BMC.
+    echo: String,
+    /// The password the request carried (basic auth, a login body, or its session's login).
+    secret: String,
+}
+
+impl Echoed {
+    /// Reads the request and records it in `echoes`.
+    fn record(
+        echoes: &mut Echoes,
+        method: Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Echoed {
+        let path = uri.path().to_string();
+        let body_text =
+            String::from_utf8_lossy(&body[..body.len().min(MAX_ECHOED_BODY)]).into_owned();
+        let token = headers
+            .get("x-auth-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let session_body = token.as_ref().and_then(|t| echoes.sessions.get(t).cloned());
+        let basic = basic_credentials(headers);
+        let password = basic
+            .as_ref()
+            .map(|(_, p)| p.clone())
+            .or_else(|| login_password(&body_text))
+            .or_else(|| session_body.as_deref().and_then(login_password));
+        echoes.requests.push(EchoRequest {
+            method: method.to_string(),
+            path: path.clone(),
+            password: password.clone(),
+        });
+        let header_lines: Vec<String> = headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {}", String::from_utf8_lossy(value.as_bytes())))
+            .collect();
+        let mut echo = format!(
+            "cannot process {method} {uri} from {} with headers [{}] and body [{body_text}]",
+            basic
+                .as_ref()
+                .map(|(u, p)| format!("{u}:{p}"))
+                .unwrap_or_else(|| "(no basic auth)".into()),
+            header_lines.join("; "),
+        );
+        if let Some(login) = &session_body {
+            echo.push_str(&format!(" for the session opened by login [{login}]"));
+        }
+        Echoed {
+            method,
+            path,
+            body: body_text,
+            token,
+            echo,
+            secret: password.unwrap_or_default(),
         }
     }
 
-    if path.trim_end_matches('/') == SYSTEMS {
-        let members: Vec<Value> = Trap::ALL
-            .iter()
-            .map(|t| json!({ "@odata.id": format!("{SYSTEMS}/{}", t.id()) }))
-            .collect();
-        return axum::Json(json!({ "Members": members, "Description": echo })).into_response();
+    /// A Redfish error that repeats the request.
+    fn error(&self, status: StatusCode) -> Response {
+        redfish_error(status, &self.echo, &self.secret)
     }
+}
 
-    let Some(trap) = trap_of(&path) else {
-        return redfish_error(StatusCode::NOT_FOUND, &echo, &secret);
-    };
-    let id = system_of(&path).unwrap_or(trap.id()).to_string();
+/// The service root, its name repeating the request; it links the sessions when they are on.
+fn service_root(app: &AppState, request: &Echoed) -> Response {
+    let mut root = json!({
+        "@odata.id": "/redfish/v1/",
+        "Id": "RootService",
+        "Name": format!("Echo BMC ({})", request.echo),
+        "Systems": { "@odata.id": SYSTEMS },
+    });
+    if app.sessions {
+        root["Links"] = json!({ "Sessions": { "@odata.id": SESSIONS } });
+    }
+    axum::Json(root).into_response()
+}
+
+/// A login (every other one fails with the request repeated; the others open a session whose
+/// location holds the password), or a request to a session itself: a logout gets the echo in
+/// an error.
+fn session(app: &AppState, echoes: &mut Echoes, request: &Echoed) -> Response {
+    if request.method != Method::POST || request.path.trim_end_matches('/') != SESSIONS {
+        return request.error(StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    echoes.logins += 1;
+    if !app.sessions {
+        return request.error(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    if !echoes.logins.is_multiple_of(2) {
+        return request.error(StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    let secret = &request.secret;
+    let token = format!("echo-token-{}", echoes.logins);
+    echoes.sessions.insert(token.clone(), request.body.clone());
+    let location = format!("{SESSIONS}/{}", percent_encode(secret));
+    let mut response = (
+        StatusCode::CREATED,
+        axum::Json(json!({
+            "@odata.id": location,
+            "Id": secret,
+            "UserName": login_body_field(&request.body, "UserName"),
+            "Password": secret,
+            "Description": request.echo,
+        })),
+    )
+        .into_response();
+    insert_header(&mut response, "x-auth-token", &token);
+    insert_header(&mut response, "location", &location);
+    response
+}
+
+/// The Systems collection, its description repeating the request.
+fn systems(request: &Echoed) -> Response {
+    let members: Vec<Value> = Trap::ALL
+        .iter()
+        .map(|t| json!({ "@odata.id": format!("{SYSTEMS}/{}", t.id()) }))
+        .collect();
+    axum::Json(json!({ "Members": members, "Description": request.echo })).into_response()
+}
+
+/// What the System of `trap` answers to the request.
+fn spring(trap: Trap, echoes: &mut Echoes, request: &Echoed, headers: &HeaderMap) -> Response {
+    let (path, echo, secret) = (&request.path, &request.echo, &request.secret);
+    let id = system_of(path).unwrap_or(trap.id()).to_string();
     let system = format!("{SYSTEMS}/{id}");
     let is_system = path.trim_end_matches('/') == system;
     match trap {
-        Trap::ErrorPage => redfish_error(StatusCode::INTERNAL_SERVER_ERROR, &echo, &secret),
+        Trap::ErrorPage => request.error(StatusCode::INTERNAL_SERVER_ERROR),
         Trap::Unauthorized => {
-            let mut response = (StatusCode::UNAUTHORIZED, echo).into_response();
+            let mut response = (StatusCode::UNAUTHORIZED, echo.clone()).into_response();
             insert_header(&mut response, "www-authenticate", "Basic realm=\"echo\"");
             response
         }
         Trap::Redirect if is_system => {
             let mut response = StatusCode::TEMPORARY_REDIRECT.into_response();
-            let location = format!("{system}/{}", percent_encode(&secret));
+            let location = format!("{system}/{}", percent_encode(secret));
             insert_header(&mut response, "location", &location);
             response
         }
-        Trap::Redirect => redfish_error(StatusCode::INTERNAL_SERVER_ERROR, &echo, &secret),
         Trap::ResetTypes if is_system => {
             let power = if echoes.powered_off.contains(&id) {
                 "Off"
@@ -386,10 +447,10 @@ async fn answer(
             }],
         }))
         .into_response(),
-        Trap::ResetTypes if method == Method::POST => {
-            match login_body_field(&body_text, "ResetType").as_str() {
+        Trap::ResetTypes if request.method == Method::POST => {
+            match login_body_field(&request.body, "ResetType").as_str() {
                 "ForceOff" => {
-                    echoes.powered_off.insert(id.clone());
+                    echoes.powered_off.insert(id);
                 }
                 "On" => {
                     echoes.powered_off.remove(&id);
@@ -409,7 +470,8 @@ async fn answer(
             }},
         }))
         .into_response(),
-        _ => redfish_error(StatusCode::INTERNAL_SERVER_ERROR, &echo, &secret),
+        // The Redirect's target, and every other request: an error repeating the request.
+        _ => request.error(StatusCode::INTERNAL_SERVER_ERROR),
     }
 }
 
