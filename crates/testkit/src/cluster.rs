@@ -200,8 +200,9 @@ impl LocalCluster {
         wait_apiserver_started(&mut processes, &client, &server, deadline).await?;
         // 5. kube-controller-manager and kube-scheduler.
         let kcm_port = free_port()?;
-        processes.push(spawn_controller_manager(
-            opts,
+        processes.push(spawn_component(
+            "kube-controller-manager",
+            controller_manager_args(opts, &pki),
             bin,
             &kubeconfig,
             kcm_port,
@@ -209,7 +210,15 @@ impl LocalCluster {
             &logs,
         )?);
         let sched_port = free_port()?;
-        processes.push(spawn_scheduler(bin, &kubeconfig, sched_port, &pki, &logs)?);
+        processes.push(spawn_component(
+            "kube-scheduler",
+            Vec::new(),
+            bin,
+            &kubeconfig,
+            sched_port,
+            &pki,
+            &logs,
+        )?);
         let mut cluster = LocalCluster {
             processes,
             apiserver,
@@ -748,46 +757,42 @@ async fn wait_apiserver_started(
     Ok(())
 }
 
-/// Starts kube-controller-manager with every controller (node lifecycle included) at the
+/// kube-controller-manager's own flags: every controller (node lifecycle included), at the
 /// options' node-monitor grace period.
-fn spawn_controller_manager(
-    opts: &ClusterOptions,
-    bin: &Path,
-    kubeconfig: &Path,
-    port: u16,
-    pki: &ClusterPki,
-    logs: &Path,
-) -> Result<ManagedProcess, TestkitError> {
-    let mut kcm = std::process::Command::new(bin.join("kube-controller-manager"));
-    kcm.args(component_common_args(kubeconfig, port, &pki.serving))
-        .args([
-            format!(
-                "--service-account-private-key-file={}",
-                pki.sa_key_file.display()
-            ),
-            format!("--root-ca-file={}", pki.ca_file.display()),
-            "--controllers=*".into(),
-            "--use-service-account-credentials=false".into(),
-            format!(
-                "--node-monitor-grace-period={}s",
-                opts.node_monitor_grace_period.as_secs().max(2)
-            ),
-            "--node-monitor-period=1s".into(),
-            "--allocate-node-cidrs=false".into(),
-        ]);
-    ManagedProcess::spawn("kube-controller-manager", kcm, logs)
+fn controller_manager_args(opts: &ClusterOptions, pki: &ClusterPki) -> Vec<String> {
+    vec![
+        format!(
+            "--service-account-private-key-file={}",
+            pki.sa_key_file.display()
+        ),
+        format!("--root-ca-file={}", pki.ca_file.display()),
+        "--controllers=*".into(),
+        "--use-service-account-credentials=false".into(),
+        format!(
+            "--node-monitor-grace-period={}s",
+            opts.node_monitor_grace_period.as_secs().max(2)
+        ),
+        "--node-monitor-period=1s".into(),
+        "--allocate-node-cidrs=false".into(),
+    ]
 }
 
-fn spawn_scheduler(
+/// Starts the control-plane component `name` (a binary in `bin`) on `port` with the common
+/// flags and its own `args`.
+fn spawn_component(
+    name: &str,
+    args: Vec<String>,
     bin: &Path,
     kubeconfig: &Path,
     port: u16,
     pki: &ClusterPki,
     logs: &Path,
 ) -> Result<ManagedProcess, TestkitError> {
-    let mut sched = std::process::Command::new(bin.join("kube-scheduler"));
-    sched.args(component_common_args(kubeconfig, port, &pki.serving));
-    ManagedProcess::spawn("kube-scheduler", sched, logs)
+    let mut command = std::process::Command::new(bin.join(name));
+    command
+        .args(component_common_args(kubeconfig, port, &pki.serving))
+        .args(args);
+    ManagedProcess::spawn(name, command, logs)
 }
 
 fn component_common_args(kubeconfig: &Path, port: u16, serving: &pki::PemFiles) -> Vec<String> {
