@@ -4,6 +4,7 @@
 //! too: "removed annotation A" and "removed annotation B" are two Events, as an operator reading
 //! `kubectl describe` expects.
 
+use crate::cluster::errors::is_not_found;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -151,7 +152,7 @@ impl EventPublisher {
                     return Ok(());
                 }
                 // Expired or deleted meanwhile: start a new Event below.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e),
             }
         }

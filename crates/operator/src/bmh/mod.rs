@@ -10,6 +10,7 @@
 pub mod host_metrics;
 pub mod observe;
 
+use crate::cluster::errors::is_conflict;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -192,10 +193,6 @@ impl ReconcileError {
             _ => false,
         }
     }
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// The controller, subscribed to the view's hosts at once (before the view's watches start);

@@ -7,6 +7,7 @@
 //! finished, boot confirmed) — and at the next deadline (backoff expiry, drain or boot
 //! timeout), with a periodic resync as a safety net.
 
+use crate::cluster::errors::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -298,7 +299,7 @@ impl Controller {
         let queue = RebootQueue::new(REBOOT_QUEUE_NAME, RebootQueueSpec::default());
         match api.create(&PostParams::default(), &queue).await {
             Ok(_) => tracing::info!("created RebootQueue default with the default settings"),
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) if is_conflict(&e) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "cannot create RebootQueue default; its status stays unwritten until it exists")
             }
@@ -1722,7 +1723,7 @@ impl Controller {
                 self.written.insert(written.name_any(), written.clone());
                 Some(written)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+            Err(e) if is_conflict(&e) || is_not_found(&e) => {
                 tracing::debug!(entry = %attempted.name_any(), node = %attempted.spec.node, "entry changed meanwhile; deciding again");
                 self.retry_soon = true;
                 None
@@ -1747,7 +1748,7 @@ impl Controller {
         };
         match api.delete(&entry.name_any(), &params).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) if is_not_found(&e) => {}
             Err(e) => {
                 tracing::warn!(entry = %entry.name_any(), node = %entry.spec.node, error = %e, "cannot remove the entry; retrying");
                 self.retry_soon = true;
@@ -1857,7 +1858,7 @@ impl Controller {
             .await
         {
             Ok(_) => self.last_queue_status = Some(status),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
+            Err(e) if is_not_found(&e) => {
                 self.ensure_queue_object().await;
                 self.retry_soon = true;
             }

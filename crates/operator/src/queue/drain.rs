@@ -12,6 +12,7 @@
 //!    `volumesInUse`; pods that show up meanwhile are evicted too. The controller enforces
 //!    `evictionTimeoutSeconds` from the recorded `Draining` time.
 
+use crate::cluster::errors::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -408,7 +409,7 @@ async fn delete_pod(
     };
     match api.delete(&pod.name, &params).await {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(()),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => return Ok(()),
         Err(e) => return Err(format!("deleting pod {}: {e}", pod.key())),
     }
     shared

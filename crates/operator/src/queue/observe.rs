@@ -2,6 +2,7 @@
 //! host each queued node is bound to (`hostcycle_core::binding`). Shared by the controller and
 //! `hostcycle rq plan`.
 
+use crate::cluster::errors::is_not_found;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -85,7 +86,7 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         .await
     {
         Ok(list) => list.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) if is_not_found(&e) => Vec::new(),
         Err(e) => return Err(e),
     };
     let resources = machine_resources(client).await;
@@ -124,7 +125,7 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         .await
     {
         Ok(list) => list.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) if is_not_found(&e) => Vec::new(),
         Err(e) => return Err(e),
     };
     snapshot.being_remediated = nodes_being_remediated(&machine_objects, &requests)

@@ -3,6 +3,7 @@
 //! queue entry — as its filters on the shared cluster view say — and at each remediation's
 //! next deadline.
 
+use crate::cluster::errors::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -961,7 +962,7 @@ impl Controller {
                 tracing::info!(node = %node.name_any(), remediation = %item.subject.key(), "node deleted; its host is off");
                 true
             }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+            Err(e) if is_not_found(&e) || is_conflict(&e) => true,
             Err(e) => {
                 log_write_error(&format!("Node {}", node.name_any()), &e);
                 false
@@ -1046,7 +1047,7 @@ impl Controller {
                 .await
             {
                 Ok(_) => return true,
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) if is_conflict(&e) => continue,
                 Err(e) => {
                     log_write_error(&format!("Node {name}"), &e);
                     return false;
@@ -1100,8 +1101,8 @@ impl Controller {
                     };
                     match api.delete(&name, &params).await {
                         Ok(_) => return true,
-                        Err(kube::Error::Api(s)) if s.code == 404 => return true,
-                        Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                        Err(e) if is_not_found(&e) => return true,
+                        Err(e) if is_conflict(&e) => continue,
                         Err(e) => {
                             log_write_error(&format!("Machine {}", machine.key()), &e);
                             return false;
@@ -1173,7 +1174,7 @@ impl Controller {
         let list = match api.list(&Default::default()).await {
             Ok(list) => list,
             // Not served (no OpenShift Machine API): the flag's timeout.
-            Err(kube::Error::Api(s)) if s.code == 404 => return,
+            Err(e) if is_not_found(&e) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list MachineHealthChecks: the power-on timeout is --remediation-power-on-timeout");
                 return;
@@ -1216,7 +1217,7 @@ impl Controller {
         let mark = json!({ CAPM3_UNHEALTHY_ANNOTATION: CAPM3_UNHEALTHY_VALUE });
         match self.patch_bound_host_annotations(host, mark).await {
             Ok(()) => true,
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+            Err(e) if is_not_found(&e) || is_conflict(&e) => true,
             Err(e) => {
                 log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
                 false
@@ -1252,7 +1253,7 @@ impl Controller {
                 .await
             {
                 Ok(_) => return true,
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) if is_conflict(&e) => continue,
                 Err(e) => {
                     log_write_error(&format!("Machine {} status", machine.key()), &e);
                     return false;
@@ -1483,7 +1484,7 @@ fn item_span(item: &Item) -> tracing::Span {
 
 fn log_write_error(what: &str, e: &kube::Error) {
     match e {
-        kube::Error::Api(s) if s.code == 409 => {
+        _ if is_conflict(e) => {
             tracing::debug!(object = what, "changed meanwhile; deciding again")
         }
         _ => tracing::warn!(object = what, error = %e, "write failed; retrying"),
