@@ -7,6 +7,7 @@
 //! finished, boot confirmed) — and at the next deadline (backoff expiry, drain or boot
 //! timeout), with a periodic resync as a safety net.
 
+use crate::backoff::RETRY_SOON;
 use crate::cluster::errors::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -59,8 +60,6 @@ use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
 
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
-/// Retry soon after a failed write or a conflict.
-const RETRY_SOON: Duration = Duration::from_secs(1);
 /// Waiting-message writes sent at once.
 const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 

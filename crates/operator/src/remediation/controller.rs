@@ -3,6 +3,7 @@
 //! queue entry — as its filters on the shared cluster view say — and at each remediation's
 //! next deadline.
 
+use crate::backoff::RETRY_SOON;
 use crate::cluster::errors::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -53,8 +54,6 @@ use hostcycle_core::remediation::contracts::{
 };
 
 const FIELD_MANAGER: &str = "hostcycle-remediation";
-/// Look again this soon after a failed write or action.
-const RETRY_SOON: Duration = Duration::from_secs(1);
 
 /// The caches the loop decides from (the view's).
 struct Stores {
