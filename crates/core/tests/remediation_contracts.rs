@@ -4,6 +4,7 @@
 //! mark and Cluster API's conditions, and NodeHealthCheck's escalation and orphan rules.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hostcycle_api::reasons::remediation::event_reason;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use hostcycle_core::remediation::escalation::{
 };
 use hostcycle_core::remediation::{
     Action, Blocker, Escalation, HostView, NodeView, Observation, Record, Trigger, decide,
-    event_reason, start_blocker, wants_slot,
+    start_blocker, wants_slot,
 };
 use jiff::Timestamp;
 use serde_json::{Value, json};

@@ -9,6 +9,7 @@
 //! the remediation started, and a step never moves backwards except the retry.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hostcycle_api::reasons::remediation::event_reason as ev;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::escalation::allocate_slots;
 use hostcycle_core::remediation::{
     Action, Blocker, Decision, Escalation, HostView, NodeView, Observation, Record, Trigger,
-    acting_host, decide, event_reason as ev, off_confirmed,
+    acting_host, decide, off_confirmed,
 };
 use jiff::Timestamp;
 use proptest::prelude::*;

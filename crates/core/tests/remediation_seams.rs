@@ -5,6 +5,7 @@
 //! an administrator's cordon and taints survive the Node's deletion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hostcycle_api::reasons::remediation::event_reason as ev;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use hostcycle_core::binding::BoundHost;
 use hostcycle_core::evidence::{PowerEvidence, PowerReport, off_since, power_since};
 use hostcycle_core::remediation::{
     Acting, Action, Blocker, Escalation, HostView, NodeView, Observation, Record, Trigger,
-    acting_host, decide, event_reason as ev, off_confirmed, start_blocker, wants_slot,
+    acting_host, decide, off_confirmed, start_blocker, wants_slot,
 };
 use jiff::Timestamp;
 

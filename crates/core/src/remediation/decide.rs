@@ -17,6 +17,8 @@
 //! the flow finishes the power-on and the cleanup. Not back by the timeout: another power cycle
 //! while retries last (requests only), then give up and escalate.
 
+use hostcycle_api::reasons::EventType;
+use hostcycle_api::reasons::remediation::event_reason;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -456,6 +458,17 @@ pub struct Event {
     pub message: String,
 }
 
+impl Event {
+    /// `Warning` or `Normal`, as the Event is published.
+    pub fn event_type(&self) -> EventType {
+        if self.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        }
+    }
+}
+
 /// The outcome of [`decide`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
@@ -485,32 +498,6 @@ impl Decision {
             requeue: None,
         }
     }
-}
-
-/// Reasons of the Events the flow emits.
-pub mod event_reason {
-    pub const STARTED: &str = "RemediationStarted";
-    pub const BLOCKED: &str = "RemediationBlocked";
-    pub const NODE_NOT_FOUND: &str = "NodeNotFound";
-    /// Warning: the host bound at the start is gone or was replaced under the same name.
-    pub const HOST_LOST: &str = "BoundHostLost";
-    /// Warning: the Node's `hostcycle.io/baremetalhost` annotation names another host than
-    /// its authoritative links; it was ignored.
-    pub const HINT_IGNORED: &str = "NodeHostHintIgnored";
-    pub const POWERED_OFF: &str = "PoweredOff";
-    pub const NODE_DELETED: &str = "NodeDeleted";
-    pub const NODE_RELEASED: &str = "NodeReleased";
-    pub const POWER_ON_REQUESTED: &str = "PowerOnRequested";
-    pub const NODE_RESTORED: &str = "NodeRestored";
-    pub const SUCCEEDED: &str = "RemediationSucceeded";
-    pub const RETRYING: &str = "RemediationRetry";
-    pub const FAILED: &str = "RemediationFailed";
-    pub const ESCALATED: &str = "RemediationEscalated";
-    pub const CANCELLED: &str = "RemediationCancelled";
-    /// Warning: a power-off annotation whose remediation is gone was removed from its host.
-    pub const ORPHAN_RELEASED: &str = "RemediationOrphanReleased";
-    /// Warning: another remediator (CAPBM) holds the Machine, or will; hostcycle does nothing.
-    pub const HELD_ELSEWHERE: &str = "RemediationHeldElsewhere";
 }
 
 /// Looks again this soon while a step waits on the host or the Node (events usually come

@@ -11,7 +11,7 @@ pub mod record;
 
 pub use decide::{
     Acting, Action, Blocker, Decision, Escalation, Event, HostView, NodeView, Observation,
-    RequestNamespaces, Trigger, acting_host, decide, event_reason, off_confirmed, start_blocker,
-    system_taint, wants_slot,
+    RequestNamespaces, Trigger, acting_host, decide, off_confirmed, start_blocker, system_taint,
+    wants_slot,
 };
 pub use record::Record;

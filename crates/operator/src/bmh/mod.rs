@@ -42,7 +42,7 @@ use tracing::Instrument;
 use crate::backoff::{ErrorBackoff, FailureCounts};
 use crate::cluster::ClusterView;
 use crate::cluster::watch::{Feed, Watched, log_watch_error};
-use crate::events::{EventKind, EventPublisher, EventSink};
+use crate::events::{EventPublisher, EventSink};
 use crate::leader::LeaderGate;
 use crate::metrics::{
     BmcErrorLabels, BmcRequestLabels, ControllerLabels, Metrics, PowerActionLabels, StatusLabels,
@@ -958,12 +958,8 @@ async fn record_power_result(
 /// Logs an Event about the host and queues it for publishing: a slow events API never holds
 /// up a reconcile (failures are logged by the sink, never fatal).
 fn publish(ctx: &Context, host: &BareMetalHost, type_: EventType, reason: &str, message: &str) {
-    let kind = match type_ {
-        EventType::Normal => EventKind::Normal,
-        EventType::Warning => EventKind::Warning,
-    };
     ctx.events
-        .emit(&host.object_ref(&()), kind, reason, message);
+        .emit(&host.object_ref(&()), type_, reason, message);
 }
 
 #[cfg(test)]

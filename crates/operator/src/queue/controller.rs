@@ -54,10 +54,11 @@ use crate::cluster::objects::{
     MachineObject, binding_index, host_reference, nodes_being_remediated,
 };
 use crate::cluster::{ClusterView, Kinds};
-use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
+use crate::events::{EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
+use hostcycle_api::reasons::EventType;
 
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
 /// Waiting-message writes sent at once.
@@ -527,7 +528,7 @@ impl Controller {
                     {
                         self.event_entry(
                             &written,
-                            EventKind::Warning,
+                            EventType::Warning,
                             reason::REBOOT_COMMAND_FAILED,
                             &text,
                         )
@@ -582,7 +583,7 @@ impl Controller {
                     })
                     .await
                 {
-                    self.event_entry(&written, EventKind::Normal, reason::DRAIN_STOPPED, text)
+                    self.event_entry(&written, EventType::Normal, reason::DRAIN_STOPPED, text)
                         .await;
                 }
             }
@@ -676,7 +677,7 @@ impl Controller {
         for (entry, event_reason, why) in warnings {
             self.event_entry(
                 &entry,
-                EventKind::Warning,
+                EventType::Warning,
                 event_reason,
                 &format!("node {} cannot be rebooted now: {why}", entry.spec.node),
             )
@@ -758,12 +759,12 @@ impl Controller {
             }
         }
         let (kind, event_reason, label) = match why {
-            DequeueReason::Cancelled => (EventKind::Normal, reason::CANCELLED, "Cancelled"),
+            DequeueReason::Cancelled => (EventType::Normal, reason::CANCELLED, "Cancelled"),
             DequeueReason::NodeNotFound => {
-                (EventKind::Warning, reason::NODE_NOT_FOUND, "NodeNotFound")
+                (EventType::Warning, reason::NODE_NOT_FOUND, "NodeNotFound")
             }
             DequeueReason::Duplicate { .. } => {
-                (EventKind::Warning, reason::DUPLICATE_ENTRY, "Duplicate")
+                (EventType::Warning, reason::DUPLICATE_ENTRY, "Duplicate")
             }
         };
         let note = match (why, entry.phase()) {
@@ -822,12 +823,12 @@ impl Controller {
                 .map(|s| s.drain_backoff_count + 1)
                 .unwrap_or(1)
         );
-        self.event_entry(&written, EventKind::Normal, reason::DRAIN_STARTED, &text)
+        self.event_entry(&written, EventType::Normal, reason::DRAIN_STARTED, &text)
             .await;
         self.shared
             .publish(
                 &node_ref(node),
-                EventKind::Normal,
+                EventType::Normal,
                 reason::DRAIN_STARTED,
                 &text,
             )
@@ -938,12 +939,12 @@ impl Controller {
                     reason: kind.into(),
                 })
                 .inc();
-            self.event_entry(&written, EventKind::Warning, reason::DRAIN_BACKOFF, &text)
+            self.event_entry(&written, EventType::Warning, reason::DRAIN_BACKOFF, &text)
                 .await;
             self.shared
                 .publish(
                     &node_ref(&entry.spec.node),
-                    EventKind::Warning,
+                    EventType::Warning,
                     reason::DRAIN_BACKOFF,
                     &text,
                 )
@@ -985,7 +986,7 @@ impl Controller {
                     })
                     .await
                 {
-                    self.event_entry(&written, EventKind::Normal, reason::DRAIN_STOPPED, &why)
+                    self.event_entry(&written, EventType::Normal, reason::DRAIN_STOPPED, &why)
                         .await;
                 }
                 // The node is uncordoned by the next plan (no entry is processing it).
@@ -994,7 +995,7 @@ impl Controller {
             }
             AfterDrain::Blocked(why) => {
                 let text = format!("node {node} cannot be rebooted: {why}");
-                self.event_entry(entry, EventKind::Warning, reason::REBOOT_BLOCKED, &text)
+                self.event_entry(entry, EventType::Warning, reason::REBOOT_BLOCKED, &text)
                     .await;
                 self.back_off(entry, config, now, &text, "reboot_blocked")
                     .await;
@@ -1011,7 +1012,7 @@ impl Controller {
         {
             self.event_entry(
                 entry,
-                EventKind::Warning,
+                EventType::Warning,
                 reason::UNSAFE_NODE_ADDRESS,
                 &text,
             )
@@ -1086,14 +1087,14 @@ impl Controller {
         }
         self.event_entry(
             &written,
-            EventKind::Normal,
+            EventType::Normal,
             reason::DRAIN_COMPLETED,
             &format!("node {node} drained"),
         )
         .await;
         self.event_entry(
             &written,
-            EventKind::Normal,
+            EventType::Normal,
             reason::REBOOT_STARTED,
             &message,
         )
@@ -1101,7 +1102,7 @@ impl Controller {
         self.shared
             .publish(
                 &node_ref(node),
-                EventKind::Normal,
+                EventType::Normal,
                 reason::REBOOT_STARTED,
                 &message,
             )
@@ -1311,7 +1312,7 @@ impl Controller {
                              is uncordoned and not rebooted",
                             entry.spec.index, entry.spec.node
                         );
-                        self.event_entry(entry, EventKind::Normal, reason::REBOOT_WITHDRAWN, &text)
+                        self.event_entry(entry, EventType::Normal, reason::REBOOT_WITHDRAWN, &text)
                             .await;
                         self.dequeue(entry, &DequeueReason::Cancelled, now).await;
                     }
@@ -1358,12 +1359,12 @@ impl Controller {
         {
             Some(written) => {
                 self.shared.metrics.queue.boot_timeouts.inc();
-                self.event_entry(&written, EventKind::Warning, reason::BOOT_TIMED_OUT, &text)
+                self.event_entry(&written, EventType::Warning, reason::BOOT_TIMED_OUT, &text)
                     .await;
                 self.shared
                     .publish(
                         &node_ref(&entry.spec.node),
-                        EventKind::Warning,
+                        EventType::Warning,
                         reason::BOOT_TIMED_OUT,
                         &text,
                     )
@@ -1413,12 +1414,12 @@ impl Controller {
                 if entry.status.as_ref().map(|s| s.message.as_str()) != Some(&refusal.message) {
                     tracing::warn!(node = %node, entry = %entry.name_any(), "{}", refusal.message);
                     self.set_message(entry, &refusal.message).await;
-                    self.event_entry(entry, EventKind::Warning, refusal.reason, &refusal.message)
+                    self.event_entry(entry, EventType::Warning, refusal.reason, &refusal.message)
                         .await;
                     self.shared
                         .publish(
                             &node_ref(node),
-                            EventKind::Warning,
+                            EventType::Warning,
                             refusal.reason,
                             &refusal.message,
                         )
@@ -1603,12 +1604,12 @@ impl Controller {
             })
             .inc();
         let text = format!("node {node} rebooted: {detail}");
-        self.event_entry(entry, EventKind::Normal, reason::BOOT_CONFIRMED, &text)
+        self.event_entry(entry, EventType::Normal, reason::BOOT_CONFIRMED, &text)
             .await;
         self.shared
             .publish(
                 &node_ref(&node),
-                EventKind::Normal,
+                EventType::Normal,
                 reason::BOOT_CONFIRMED,
                 &text,
             )
@@ -1617,7 +1618,7 @@ impl Controller {
             self.shared
                 .publish(
                     &node_ref(&node),
-                    EventKind::Normal,
+                    EventType::Normal,
                     reason::UNCORDONED,
                     &format!(
                         "uncordoned node {node} after its reboot (the reboot queue had cordoned it)"
@@ -1643,7 +1644,7 @@ impl Controller {
                 ),
             )
         };
-        self.event_entry(entry, EventKind::Normal, event_reason, &note)
+        self.event_entry(entry, EventType::Normal, event_reason, &note)
             .await;
     }
 
@@ -1654,7 +1655,7 @@ impl Controller {
                 self.shared
                     .publish(
                         &node_ref(node),
-                        EventKind::Normal,
+                        EventType::Normal,
                         reason::UNCORDONED,
                         &format!("uncordoned node {node}: {why}"),
                     )
@@ -1765,7 +1766,7 @@ impl Controller {
     async fn event_entry(
         &self,
         entry: &RebootQueueEntry,
-        kind: EventKind,
+        kind: EventType,
         event_reason: &str,
         note: &str,
     ) {

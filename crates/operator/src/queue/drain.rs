@@ -35,9 +35,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::cordon::{Cordon, cordon};
 use super::{Report, ReportKind, Shared};
-use crate::events::EventKind;
 use crate::events::node_ref;
 use crate::metrics::EvictionLabels;
+use hostcycle_api::reasons::EventType;
 
 /// Evictions (and dry runs) in flight at once for one node.
 const EVICTION_CONCURRENCY: usize = 32;
@@ -423,7 +423,7 @@ async fn delete_pod(
     shared
         .publish(
             &node_ref(&job.node),
-            EventKind::Warning,
+            EventType::Warning,
             reason::POD_DELETED,
             &format!(
                 "deleted pod {} while draining for a reboot: {why}",

@@ -5,6 +5,7 @@
 
 use crate::backoff::RETRY_SOON;
 use crate::cluster::errors::{is_conflict, is_not_found};
+use hostcycle_api::reasons::remediation::event_reason;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,7 @@ use hostcycle_core::remediation::escalation::{
 use hostcycle_core::remediation::orphans::orphaned_power_off_keys;
 use hostcycle_core::remediation::{
     Acting, Action, Decision, Escalation, Observation, Record, Trigger, acting_host, decide,
-    event_reason, off_confirmed, wants_slot,
+    off_confirmed, wants_slot,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
@@ -45,10 +46,11 @@ use super::observe::{
 };
 use crate::cluster::objects::{MachineObject, binding_index, host_reference};
 use crate::cluster::{ClusterView, Kinds};
-use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
+use crate::events::{EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
+use hostcycle_api::reasons::EventType;
 use hostcycle_core::remediation::contracts::{
     MachineClaim, MhcView, node_startup_timeout, permanent_node_deletion_expected,
 };
@@ -564,11 +566,7 @@ impl Controller {
             });
             let node = item.observation.node_name.as_deref().map(node_ref);
             for e in &events {
-                let kind = if e.warning {
-                    EventKind::Warning
-                } else {
-                    EventKind::Normal
-                };
+                let kind = e.event_type();
                 self.events.emit(&primary, kind, e.reason, &e.message);
                 if let Some(h) = &host {
                     self.events.emit(h, kind, e.reason, &e.message);
@@ -1346,7 +1344,7 @@ impl Controller {
                         );
                         self.events.emit(
                             &host.object_ref(&()),
-                            EventKind::Warning,
+                            EventType::Warning,
                             event_reason::ORPHAN_RELEASED,
                             &note,
                         );
