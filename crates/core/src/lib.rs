@@ -3,6 +3,8 @@
 
 pub mod binding;
 pub mod bmh;
+pub mod conditions;
 pub mod evidence;
 pub mod queue;
 pub mod remediation;
+pub mod time;

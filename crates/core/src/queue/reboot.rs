@@ -31,9 +31,9 @@ use std::time::Duration;
 use hostcycle_api::queue::{HostReference, RebootMethod, RebootProgress};
 use jiff::Timestamp;
 
-use super::drain::{add, elapsed};
 use super::snapshot::NodeView;
 use crate::evidence::{PowerEvidence, PowerReport, power_since};
+use crate::time::{add, elapsed};
 
 /// On a BareMetalHost: the UID of the queue entry whose reboot request it carries.
 pub const REQUEST_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-request";

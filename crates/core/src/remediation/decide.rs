@@ -28,7 +28,7 @@ use jiff::Timestamp;
 use super::record::Record;
 use crate::binding::BoundHost;
 use crate::evidence::{PowerEvidence, PowerReport, power_since};
-use crate::queue::drain::add;
+use crate::time::add;
 use hostcycle_api::queue::CORDONED_BY_ANNOTATION;
 use hostcycle_api::remediation::{NodeSpecBackup, TaintBackup};
 
@@ -788,7 +788,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
                  it has not booted by {until} (its bootTimeoutSeconds)"
             ),
         );
-        d.requeue = Some(crate::queue::drain::elapsed(now, until) + Duration::from_millis(5));
+        d.requeue = Some(crate::time::elapsed(now, until) + Duration::from_millis(5));
         return d;
     }
     if !obs.slot_free {
@@ -1038,7 +1038,7 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
 
 /// Until `deadline` (a little after), at most [`POLL`].
 fn until_or_poll(now: Timestamp, deadline: Timestamp) -> Duration {
-    crate::queue::drain::elapsed(now, deadline).min(POLL) + Duration::from_millis(5)
+    crate::time::elapsed(now, deadline).min(POLL) + Duration::from_millis(5)
 }
 
 fn power_on(obs: &Observation, now: Timestamp) -> Decision {

@@ -21,8 +21,9 @@ use hostcycle_api::queue::{
 };
 use hostcycle_api::reasons::{queue_condition, queue_event_reason as reason};
 use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
+use hostcycle_core::conditions::set_condition;
 use hostcycle_core::queue::address::unsafe_address_refusal;
-use hostcycle_core::queue::drain::{add, drain_deadline, elapsed, next_backoff};
+use hostcycle_core::queue::drain::{drain_deadline, next_backoff};
 use hostcycle_core::queue::reboot::{
     AfterDrain, BmcRebootStep, COMMAND_MARKER_ANNOTATION, CancelStep, REQUEST_MARKER_ANNOTATION,
     RebootCommandStep, after_drain, bmc_reboot_step, boot_deadline, boot_overdue, cancel_step,
@@ -32,6 +33,7 @@ use hostcycle_core::queue::{
     DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, plan,
     resolve_method,
 };
+use hostcycle_core::time::{add, elapsed, wire_precision};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -657,9 +659,7 @@ impl Controller {
                         status: "True".into(),
                         reason: blocking.condition_reason.into(),
                         message: bounded_message(&waiting.reason.to_string()),
-                        last_transition_time: Time(
-                            Timestamp::from_second(now.as_second()).unwrap_or(now),
-                        ),
+                        last_transition_time: Time(wire_precision(now)),
                         observed_generation: entry.metadata.generation,
                     });
                     messages.push(self.with_status(entry, |s| {
@@ -668,8 +668,10 @@ impl Controller {
                             s.last_transition_time = Some(created.unwrap_or(now));
                         }
                         s.message = text;
-                        s.conditions.retain(|c| c.type_ != queue_condition::BLOCKED);
-                        s.conditions.extend(condition);
+                        match condition {
+                            Some(condition) => set_condition(&mut s.conditions, condition),
+                            None => s.conditions.retain(|c| c.type_ != queue_condition::BLOCKED),
+                        }
                     }));
                 }
             }
@@ -1346,14 +1348,12 @@ impl Controller {
             status: "True".into(),
             reason: queue_condition::BOOT_NOT_CONFIRMED.into(),
             message: text.clone(),
-            last_transition_time: Time(Timestamp::from_second(now.as_second()).unwrap_or(now)),
+            last_transition_time: Time(wire_precision(now)),
             observed_generation: entry.metadata.generation,
         };
         match self
             .write(entry, |s| {
-                s.conditions
-                    .retain(|c| c.type_ != queue_condition::BOOT_TIMED_OUT);
-                s.conditions.push(condition);
+                set_condition(&mut s.conditions, condition);
             })
             .await
         {

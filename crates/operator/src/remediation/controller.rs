@@ -18,7 +18,7 @@ use hostcycle_api::remediation::{
     HostRemediationStatus, REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep,
     is_remediation_power_off,
 };
-use hostcycle_core::queue::drain::add;
+use hostcycle_core::conditions::set_condition as set_status_condition;
 use hostcycle_core::queue::{EntryView, QueueConfig};
 use hostcycle_core::remediation::escalation::{
     ConditionsLayout, allocate_slots, capi_gave_up_patch, capi_remediated_patch,
@@ -28,6 +28,7 @@ use hostcycle_core::remediation::{
     Acting, Action, Decision, Escalation, Observation, Record, Trigger, acting_host, decide,
     off_confirmed, wants_slot,
 };
+use hostcycle_core::time::{add, wire_precision};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -1498,25 +1499,13 @@ fn set_condition(
     now: Timestamp,
     generation: Option<i64>,
 ) {
-    let at = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
-    let message = crate::text::bounded(message, 1024);
-    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != value {
-                c.last_transition_time = at;
-            }
-            c.status = value.to_string();
-            c.reason = reason.to_string();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => status.conditions.push(Condition {
-            type_: type_.to_string(),
-            status: value.to_string(),
-            reason: reason.to_string(),
-            message,
-            last_transition_time: at,
-            observed_generation: generation,
-        }),
-    }
+    let fresh = Condition {
+        type_: type_.to_string(),
+        status: value.to_string(),
+        reason: reason.to_string(),
+        message: crate::text::bounded(message, 1024),
+        last_transition_time: Time(wire_precision(now)),
+        observed_generation: generation,
+    };
+    set_status_condition(&mut status.conditions, fresh);
 }
