@@ -53,7 +53,7 @@ impl Trigger {
 /// The host, as the flow reads it (only metal3's fields: it also works with metal3's own
 /// host operator).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostView {
+pub struct RemediationHostView {
     /// `<namespace>/<name>`.
     pub name: String,
     /// `metadata.uid`.
@@ -78,7 +78,7 @@ pub struct HostView {
     pub marked_unhealthy: Option<String>,
 }
 
-impl HostView {
+impl RemediationHostView {
     /// The power state as its status reports it.
     pub fn power_report(&self) -> PowerReport {
         PowerReport {
@@ -91,7 +91,7 @@ impl HostView {
 
 /// The Node, as the flow reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NodeView {
+pub struct RemediationNodeView {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub ready: bool,
@@ -107,7 +107,7 @@ pub fn system_taint(key: &str) -> bool {
     key.starts_with("node.kubernetes.io/") || key.starts_with("node.cloudprovider.kubernetes.io/")
 }
 
-impl NodeView {
+impl RemediationNodeView {
     /// What an administrator set on the spec: the cordon unless the reboot queue's own, and
     /// the taints Kubernetes does not manage.
     pub fn spec_backup(&self) -> NodeSpecBackup {
@@ -395,14 +395,14 @@ pub struct Observation {
     pub requested: bool,
     /// The host the binding resolver finds now, or why none. Used to start; once the record
     /// holds a binding, only [`Observation::bound`] is acted on.
-    pub target: Result<HostView, Blocker>,
+    pub target: Result<RemediationHostView, Blocker>,
     /// The host under the record's binding (its namespace and name), if the record has one
     /// and such a host exists; its uid is checked against the record's.
-    pub bound: Option<HostView>,
+    pub bound: Option<RemediationHostView>,
     /// The Node's name (from `nodeRef`, the request, or the mapping).
     pub node_name: Option<String>,
     /// The Node, if it exists.
-    pub node: Option<NodeView>,
+    pub node: Option<RemediationNodeView>,
     pub record: Record,
     /// Power cycles allowed after the first (0 for the annotation flow).
     pub retry_limit: u32,
@@ -530,15 +530,15 @@ fn event(warning: bool, reason: &'static str, message: String) -> Event {
 /// The host a remediation acts on, as [`acting_host`] finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acting<'a> {
-    Host(&'a HostView),
+    Host(&'a RemediationHostView),
     /// The bound host no longer exists (or, before a binding, none is found).
     Missing,
     /// A host of the bound name exists with another uid: not the bound host.
-    Replaced(&'a HostView),
+    Replaced(&'a RemediationHostView),
 }
 
 impl<'a> Acting<'a> {
-    pub fn host(self) -> Option<&'a HostView> {
+    pub fn host(self) -> Option<&'a RemediationHostView> {
         match self {
             Acting::Host(h) => Some(h),
             _ => None,
@@ -579,7 +579,7 @@ pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
     match &obs.target {
         Err(b) => Some(b.clone()),
         Ok(h) if !h.online => Some(Blocker::HostOffline(h.name.clone())),
-        Ok(HostView {
+        Ok(RemediationHostView {
             name,
             marked_unhealthy: Some(key),
             ..
@@ -611,7 +611,7 @@ pub fn wants_slot(obs: &Observation, now: Timestamp) -> bool {
 /// Whether the host is confirmed off for this power cycle: off in a status written after its
 /// power-off was recorded, without error. The controller asks again, on a fresh read of the
 /// host, right before it deletes the Node.
-pub fn off_confirmed(host: &HostView, record: &Record) -> bool {
+pub fn off_confirmed(host: &RemediationHostView, record: &Record) -> bool {
     host.power_off_requested
         && record
             .cycle_started_at
@@ -717,7 +717,7 @@ fn release_left_off(obs: &Observation, d: &mut Decision) {
 /// The backed-up labels, annotations and taints the Node lacks (keys already on it win), and
 /// its cordon, as the action that adds them; `None` when it has them all, or nothing was
 /// backed up.
-fn restore_node(record: &Record, node: &NodeView) -> Option<Action> {
+fn restore_node(record: &Record, node: &RemediationNodeView) -> Option<Action> {
     let missing = |backup: &Option<BTreeMap<String, String>>, have: &BTreeMap<String, String>| {
         backup
             .iter()
@@ -834,7 +834,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
 }
 
 /// The binding recorded at the start.
-fn bind(host: &HostView) -> Option<BoundHost> {
+fn bind(host: &RemediationHostView) -> Option<BoundHost> {
     crate::binding::parse_host_ref(&host.name, None).map(|reference| BoundHost {
         reference,
         uid: host.uid.clone(),

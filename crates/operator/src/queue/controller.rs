@@ -30,7 +30,7 @@ use hostcycle_core::queue::reboot::{
     reboot_command_step,
 };
 use hostcycle_core::queue::{
-    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, plan,
+    DequeueReason, EntryView, Plan, QueueConfig, QueueNodeView, QueueSnapshot, RebootTarget, plan,
     resolve_method,
 };
 use hostcycle_core::time::{add, elapsed, wire_precision};
@@ -184,7 +184,7 @@ fn subscribe(view: &ClusterView, wake: &Arc<Notify>) -> Stores {
 
 /// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes.
 fn node_fingerprint(node: &Node) -> u64 {
-    let view = NodeView::from_node(node);
+    let view = QueueNodeView::from_node(node);
     let mut h = std::collections::hash_map::DefaultHasher::new();
     view.ready.hash(&mut h);
     view.api_server.hash(&mut h);

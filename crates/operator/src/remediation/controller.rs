@@ -164,9 +164,7 @@ fn subscribe(
         let name = node.name_any();
         let mut h = std::collections::hash_map::DefaultHasher::new();
         node.uid().hash(&mut h);
-        hostcycle_core::queue::NodeView::from_node(node)
-            .ready
-            .hash(&mut h);
+        hostcycle_core::node::is_ready(node).hash(&mut h);
         let print = h.finish();
         let changed = prints.insert(name.clone(), print) != Some(print);
         let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
