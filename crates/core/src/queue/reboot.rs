@@ -35,13 +35,7 @@ use super::snapshot::QueueNodeView;
 use crate::evidence::{PowerEvidence, PowerReport, power_since};
 use crate::time::{add, elapsed};
 
-/// On a BareMetalHost: the UID of the queue entry whose reboot request it carries.
-pub const REQUEST_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-request";
-/// On a BareMetalHost: the UID of the queue entry rebooting it with the reboot command. The
-/// host controller then leaves the host's power to the command: it does not "correct" a
-/// host it finds off mid-cycle (which would make a waiting command time out and, retried,
-/// reboot the node twice).
-pub const COMMAND_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-command";
+pub use hostcycle_api::queue::{COMMAND_MARKER_ANNOTATION, REQUEST_MARKER_ANNOTATION};
 
 /// A BareMetalHost as the queue's boot check sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
