@@ -104,8 +104,58 @@ pub async fn run(
     config: OperatorConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // 1. Serve /metrics, /healthz and /readyz.
     let (registry, metrics) = metrics::operator_registry();
     let ready = Arc::new(http::Readiness::default());
+    let http_task = serve_endpoints(&config, registry, &ready, &shutdown).await?;
+    // 2. Campaign for the leader Lease, watching meanwhile; `work` is cancelled on shutdown,
+    //    on a lost Lease, or when the election ends before this replica leads.
+    let work = CancellationToken::new();
+    let leading = leader::LeaderGate::new();
+    let campaign = campaign(&client, &config, &leading, &work, &metrics).await?;
+    // Readiness is health and synced caches, not leadership: a standby replica is ready too.
+    ready.set_healthy(true);
+    cancel_on(&shutdown, &work);
+    // 3. Run the selected controllers over one shared view until they all stop.
+    let running = Running {
+        metrics: metrics.clone(),
+        leading: leading.clone(),
+        work,
+    };
+    run_controllers(&client, &config, &ready, &running).await;
+    // 4. Stop serving as healthy, hand the Lease over, and say why the operator ended.
+    ready.set_healthy(false);
+    metrics.leader.set(0);
+    http_task.abort();
+    let ended = end_campaign(campaign, &shutdown, &leading).await;
+    if shutdown.is_cancelled() {
+        return Ok(());
+    }
+    anyhow::bail!(ended.unwrap_or("the controllers stopped"))
+}
+
+/// What every controller task shares: its metrics, the leader gate and the work token.
+struct Running {
+    metrics: Arc<metrics::Metrics>,
+    leading: leader::LeaderGate,
+    work: CancellationToken,
+}
+
+/// The election running in the background: the task following it and the lease manager's.
+struct Campaign {
+    follower: tokio::task::JoinHandle<ElectionEnd>,
+    manager: tokio::task::JoinHandle<
+        Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>,
+    >,
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `--metrics-addr` until `shutdown`.
+async fn serve_endpoints(
+    config: &OperatorConfig,
+    registry: prometheus_client::registry::Registry,
+    ready: &Arc<http::Readiness>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let (addr, http_task) = http::serve(
         config.metrics_addr,
         Arc::new(registry),
@@ -115,42 +165,61 @@ pub async fn run(
     .await
     .with_context(|| format!("binding the metrics endpoint on {}", config.metrics_addr))?;
     tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    Ok(http_task)
+}
 
-    // Cancelled on shutdown, on a lost Lease, or when the election ends before we lead.
-    let work = CancellationToken::new();
-    let leading = leader::LeaderGate::new();
-    let election = match &config.leader_election {
-        Some(election) => {
-            tracing::info!(lease = %format!("{}/{}", election.namespace, election.lease_name), identity = %election.identity, "campaigning for the leader Lease; watching meanwhile");
-            let leader::Election { is_leader, task } = election
-                .start(client.clone())
-                .await
-                .context("starting leader election")?;
-            let follower = tokio::spawn(follow_election(
-                client.clone(),
-                election.clone(),
-                is_leader,
-                leading.clone(),
-                work.clone(),
-                metrics.clone(),
-            ));
-            Some((follower, task))
-        }
-        None => {
-            metrics.leader.set(1);
-            leading.open();
-            None
-        }
+/// Starts campaigning for the leader Lease, or opens the gate at once without election.
+async fn campaign(
+    client: &Client,
+    config: &OperatorConfig,
+    leading: &leader::LeaderGate,
+    work: &CancellationToken,
+    metrics: &Arc<metrics::Metrics>,
+) -> anyhow::Result<Option<Campaign>> {
+    let Some(election) = &config.leader_election else {
+        metrics.leader.set(1);
+        leading.open();
+        return Ok(None);
     };
-    // Readiness is health and synced caches, not leadership: a standby replica is ready too.
-    ready.set_healthy(true);
+    tracing::info!(lease = %format!("{}/{}", election.namespace, election.lease_name), identity = %election.identity, "campaigning for the leader Lease; watching meanwhile");
+    let leader::Election { is_leader, task } = election
+        .start(client.clone())
+        .await
+        .context("starting leader election")?;
+    let follower = tokio::spawn(follow_election(
+        client.clone(),
+        election.clone(),
+        is_leader,
+        leading.clone(),
+        work.clone(),
+        metrics.clone(),
+    ));
+    Ok(Some(Campaign {
+        follower,
+        manager: task,
+    }))
+}
 
+/// Cancels `work` once `shutdown` fires.
+fn cancel_on(shutdown: &CancellationToken, work: &CancellationToken) {
     let stop = work.clone();
     let outer = shutdown.clone();
     tokio::spawn(async move {
         outer.cancelled().await;
         stop.cancel();
     });
+}
+
+/// Starts each selected controller as a task of its own over one shared [`ClusterView`]
+/// and waits until every one has stopped. A controller that panics takes the process down.
+///
+/// [`ClusterView`]: cluster::ClusterView
+async fn run_controllers(
+    client: &Client,
+    config: &OperatorConfig,
+    ready: &Arc<http::Readiness>,
+    running: &Running,
+) {
     let run_bmh = config.controllers.contains(&ControllerName::BareMetalHost);
     let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
     let run_remediation = config.controllers.contains(&ControllerName::Remediation);
@@ -163,17 +232,20 @@ pub async fn run(
     let remediation_synced = run_remediation.then(|| ready.cache_pending());
     // One watch and one cache per kind the selected controllers read, shared by them.
     let mut view = cluster::ClusterView::new(
-        &client,
+        client,
         cluster::Kinds::for_controllers(&config.controllers),
         config.namespace.clone(),
     )
     .await;
     tracing::info!(watches = ?view.watched(), "one shared watch per kind");
     // Each controller is a task of its own, so the runtime's workers run it beside the BMC and
-    // API connections it waits on. Polled from `block_on` instead, every reconcile of all three
-    // ran on the main thread, which then had to be woken for each answer the workers received
-    // (a thread switch per BMC read). Each subscribes to the view when its future is made,
+    // API connections it waits on. Each subscribes to the view when its future is made,
     // before the view's watches start: none misses an event.
+    let Running {
+        metrics,
+        leading,
+        work,
+    } = running;
     let mut controllers = tokio::task::JoinSet::new();
     if let Some(synced) = bmh_synced {
         controllers.spawn(bmh::run(
@@ -213,55 +285,51 @@ pub async fn run(
         if let Err(e) = ended
             && e.is_panic()
         {
-            // Crash-only: a controller that panicked takes the process down, as it did when
-            // the controllers were polled in this task.
             std::panic::resume_unwind(e.into_panic());
         }
     }
     drop(watches);
-    ready.set_healthy(false);
-    metrics.leader.set(0);
-    http_task.abort();
-    let ended = match election {
-        Some((follower, manager)) if shutdown.is_cancelled() => {
-            // Every controller has stopped: only now may the Lease go to another replica.
-            // Dropping our end of the election's channel makes the lease manager release
-            // it, so a standby replica takes over at once instead of after the lease
-            // duration.
-            follower.abort();
-            let _ = follower.await;
-            match tokio::time::timeout(Duration::from_secs(3), manager).await {
-                Ok(Ok(Ok(_))) if leading.is_open() => tracing::info!("released the leader Lease"),
-                Ok(Ok(Err(e))) => {
-                    tracing::warn!(error = %e, "could not release the leader Lease; it expires by itself")
-                }
-                _ => {}
-            }
-            None
-        }
-        Some((follower, _manager)) if !follower.is_finished() => {
-            follower.abort();
-            None
-        }
-        Some((follower, _manager)) => match follower.await {
-            Ok(ElectionEnd::LostLease) => {
-                Some("lost the leader Lease; exiting so a fresh process can campaign again")
-            }
-            Ok(ElectionEnd::Lapsed) => Some(
-                "the leader Lease expired with no renewal confirmed (is the API server \
-                 reachable?); exiting so a fresh process can campaign again",
-            ),
-            Ok(ElectionEnd::EndedBeforeLeading) => {
-                Some("leader election ended before this replica became leader")
-            }
-            Err(_) => Some("the leader election task failed"),
-        },
-        None => None,
-    };
+}
+
+/// After the controllers stopped: on shutdown the Lease is released (only now may it go to
+/// another replica); otherwise the reason the election ended, if it did.
+async fn end_campaign(
+    campaign: Option<Campaign>,
+    shutdown: &CancellationToken,
+    leading: &leader::LeaderGate,
+) -> Option<&'static str> {
+    let Campaign { follower, manager } = campaign?;
     if shutdown.is_cancelled() {
-        return Ok(());
+        // Dropping our end of the election's channel makes the lease manager release it, so
+        // a standby replica takes over at once instead of after the lease duration.
+        follower.abort();
+        let _ = follower.await;
+        match tokio::time::timeout(Duration::from_secs(3), manager).await {
+            Ok(Ok(Ok(_))) if leading.is_open() => tracing::info!("released the leader Lease"),
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "could not release the leader Lease; it expires by itself")
+            }
+            _ => {}
+        }
+        return None;
     }
-    anyhow::bail!(ended.unwrap_or("the controllers stopped"))
+    if !follower.is_finished() {
+        follower.abort();
+        return None;
+    }
+    match follower.await {
+        Ok(ElectionEnd::LostLease) => {
+            Some("lost the leader Lease; exiting so a fresh process can campaign again")
+        }
+        Ok(ElectionEnd::Lapsed) => Some(
+            "the leader Lease expired with no renewal confirmed (is the API server \
+             reachable?); exiting so a fresh process can campaign again",
+        ),
+        Ok(ElectionEnd::EndedBeforeLeading) => {
+            Some("leader election ended before this replica became leader")
+        }
+        Err(_) => Some("the leader election task failed"),
+    }
 }
 
 /// Why [`follow_election`] returned.
