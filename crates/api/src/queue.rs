@@ -20,6 +20,14 @@ pub const REBOOT_QUEUE_NAME: &str = "default";
 /// carrying this annotation is ever uncordoned by the queue; an administrator's cordon stays.
 pub const CORDONED_BY_ANNOTATION: &str = "hostcycle.io/cordoned-by-reboot-queue";
 
+/// On a BareMetalHost: the UID of the queue entry whose reboot request it carries.
+pub const REQUEST_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-request";
+/// On a BareMetalHost: the UID of the queue entry rebooting it with the reboot command. The
+/// host controller then leaves the host's power to the command: it does not "correct" a
+/// host it finds off mid-cycle (which would make a waiting command time out and, retried,
+/// reboot the node twice).
+pub const COMMAND_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-command";
+
 /// On a Node: `<namespace>/<name>` of its BareMetalHost, when no other mapping finds it.
 pub const NODE_HOST_ANNOTATION: &str = "hostcycle.io/baremetalhost";
 

@@ -1,4 +1,5 @@
-//! Condition types, condition reasons and Event reasons (CamelCase, as Kubernetes expects).
+//! Condition types, condition reasons, Event types and Event reasons (CamelCase, as Kubernetes
+//! expects).
 
 /// Condition types set in `status.conditions`.
 pub mod condition {
@@ -141,4 +142,51 @@ pub mod queue_event_reason {
     pub const NODE_NOT_FOUND: &str = "NodeNotFound";
     /// Warning: another entry for the same node came first; this one is removed.
     pub const DUPLICATE_ENTRY: &str = "DuplicateEntry";
+}
+
+/// Reasons remediation writes.
+pub mod remediation {
+    /// Reasons of the Events remediation emits (on the Machine or request, and copied to the
+    /// host and Node where they concern them).
+    pub mod event_reason {
+        pub const STARTED: &str = "RemediationStarted";
+        pub const BLOCKED: &str = "RemediationBlocked";
+        pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+        /// Warning: the host bound at the start is gone or was replaced under the same name.
+        pub const HOST_LOST: &str = "BoundHostLost";
+        /// Warning: the Node's `hostcycle.io/baremetalhost` annotation names another host than
+        /// its authoritative links; it was ignored.
+        pub const HINT_IGNORED: &str = "NodeHostHintIgnored";
+        pub const POWERED_OFF: &str = "PoweredOff";
+        pub const NODE_DELETED: &str = "NodeDeleted";
+        pub const NODE_RELEASED: &str = "NodeReleased";
+        pub const POWER_ON_REQUESTED: &str = "PowerOnRequested";
+        pub const NODE_RESTORED: &str = "NodeRestored";
+        pub const SUCCEEDED: &str = "RemediationSucceeded";
+        pub const RETRYING: &str = "RemediationRetry";
+        pub const FAILED: &str = "RemediationFailed";
+        pub const ESCALATED: &str = "RemediationEscalated";
+        pub const CANCELLED: &str = "RemediationCancelled";
+        /// Warning: a power-off annotation whose remediation is gone was removed from its host.
+        pub const ORPHAN_RELEASED: &str = "RemediationOrphanReleased";
+        /// Warning: another remediator (CAPBM) holds the Machine, or will; hostcycle does nothing.
+        pub const HELD_ELSEWHERE: &str = "RemediationHeldElsewhere";
+    }
+}
+
+/// The type of a Kubernetes Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    /// The Event's `type` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "Normal",
+            Self::Warning => "Warning",
+        }
+    }
 }

@@ -3,6 +3,9 @@
 
 pub mod binding;
 pub mod bmh;
+pub mod conditions;
 pub mod evidence;
+pub mod node;
 pub mod queue;
 pub mod remediation;
+pub mod time;

@@ -9,10 +9,11 @@ use std::time::Duration;
 use hostcycle_api::queue::RebootQueueSpec;
 use hostcycle_core::queue::drain::{
     DrainProgress, DrainWork, EvictionAnswer, EvictionStep, PodDisposition, PodView, SkipReason,
-    add, after_dry_run, after_eviction, backoff_delay, classify_pod, drain_deadline,
-    drain_progress, drain_work, elapsed, job_pod_blockers, namespace_protected, next_backoff,
+    after_dry_run, after_eviction, backoff_delay, classify_pod, drain_deadline, drain_progress,
+    drain_work, job_pod_blockers, namespace_protected, next_backoff,
 };
 use hostcycle_core::queue::{BackoffConfig, QueueConfig};
+use hostcycle_core::time::{add, elapsed};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hostcycle_api::queue::{EntryPhase, HostReference, RebootMethod, RebootQueueSpec};
 use hostcycle_core::queue::{
-    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootConfig,
+    DequeueReason, EntryView, Plan, QueueConfig, QueueNodeView, QueueSnapshot, RebootConfig,
     RebootTarget, WaitReason, plan, resolve_method,
 };
 use jiff::Timestamp;
@@ -27,8 +27,8 @@ fn now() -> Timestamp {
 }
 
 /// A Ready worker node with a fresh heartbeat.
-fn node(name: &str) -> NodeView {
-    NodeView {
+fn node(name: &str) -> QueueNodeView {
+    QueueNodeView {
         name: name.to_string(),
         api_server: false,
         ready: true,
@@ -42,7 +42,7 @@ fn node(name: &str) -> NodeView {
 }
 
 /// A Ready API-server (control-plane) node.
-fn api(name: &str) -> NodeView {
+fn api(name: &str) -> QueueNodeView {
     node(name).api_server()
 }
 
@@ -56,7 +56,7 @@ trait NodeBuild {
     fn admin_cordoned(self) -> Self;
 }
 
-impl NodeBuild for NodeView {
+impl NodeBuild for QueueNodeView {
     fn api_server(mut self) -> Self {
         self.api_server = true;
         self
@@ -225,7 +225,7 @@ struct Want {
 struct Case {
     name: &'static str,
     config: QueueConfig,
-    nodes: Vec<NodeView>,
+    nodes: Vec<QueueNodeView>,
     entries: Vec<EntryView>,
     targets: Vec<(&'static str, RebootTarget)>,
     /// Nodes a remediation is working on.
@@ -1368,7 +1368,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
 /// concerned (no command gets their address).
 #[test]
 fn a_node_rebooted_by_command_with_an_unsafe_address_waits_unsafe_node_address() {
-    let with_address = |name: &str, address: &str| NodeView {
+    let with_address = |name: &str, address: &str| QueueNodeView {
         address: address.to_string(),
         ..node(name)
     };
@@ -1612,7 +1612,7 @@ fn wait_and_dequeue_reasons_read_as_sentences() {
 
 const NODE_NAMES: [&str; 6] = ["n0", "n1", "n2", "n3", "n4", "n5"];
 
-fn arb_node(name: &'static str) -> impl Strategy<Value = NodeView> {
+fn arb_node(name: &'static str) -> impl Strategy<Value = QueueNodeView> {
     (any::<bool>(), prop::bool::weighted(0.8), any::<bool>()).prop_map(
         move |(api_server, ready, cordoned)| {
             let mut n = node(name);

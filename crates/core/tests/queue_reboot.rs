@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use hostcycle_api::queue::{HostReference, RebootMethod, RebootProgress};
-use hostcycle_core::queue::NodeView;
+use hostcycle_core::queue::QueueNodeView;
 use hostcycle_core::queue::reboot::{
-    BmcRebootStep, HostView, RebootCommandStep, bmc_reboot_step, boot_check_passed, boot_deadline,
-    boot_overdue, next_command_attempt, reboot_command_step,
+    BmcRebootStep, QueueHostView, RebootCommandStep, bmc_reboot_step, boot_check_passed,
+    boot_deadline, boot_overdue, next_command_attempt, reboot_command_step,
 };
 use jiff::Timestamp;
 
@@ -52,8 +52,8 @@ fn fresh() -> RebootProgress {
 
 /// The host after the queue's patch: reboot annotation and our marker, still on, powered on
 /// last an hour before `T`.
-fn host() -> HostView {
-    HostView {
+fn host() -> QueueHostView {
+    QueueHostView {
         reference: host_ref(),
         uid: "host-uid-1".into(),
         reboot_annotation: true,
@@ -68,8 +68,8 @@ fn host() -> HostView {
 }
 
 /// The node as it was before the reboot: Ready, heartbeat just before `T`, boot "boot-a".
-fn node() -> NodeView {
-    NodeView {
+fn node() -> QueueNodeView {
+    QueueNodeView {
         name: "w1".into(),
         api_server: false,
         ready: true,
@@ -88,13 +88,13 @@ fn progress_with(f: impl FnOnce(&mut RebootProgress)) -> RebootProgress {
     p
 }
 
-fn host_with(f: impl FnOnce(&mut HostView)) -> HostView {
+fn host_with(f: impl FnOnce(&mut QueueHostView)) -> QueueHostView {
     let mut h = host();
     f(&mut h);
     h
 }
 
-fn node_with(f: impl FnOnce(&mut NodeView)) -> NodeView {
+fn node_with(f: impl FnOnce(&mut QueueNodeView)) -> QueueNodeView {
     let mut n = node();
     f(&mut n);
     n
@@ -110,8 +110,8 @@ enum Want {
 struct Case {
     name: &'static str,
     progress: RebootProgress,
-    host: Option<HostView>,
-    node: NodeView,
+    host: Option<QueueHostView>,
+    node: QueueNodeView,
     want: Want,
 }
 
@@ -449,7 +449,7 @@ fn bmc_reboot_sequence_against_metal3_requests_once_and_boots() {
         h.last_powered_on = None;
     });
     let mut n = node();
-    let step = |p: &RebootProgress, h: &HostView, n: &NodeView, at: i64| {
+    let step = |p: &RebootProgress, h: &QueueHostView, n: &QueueNodeView, at: i64| {
         bmc_reboot_step(UID, rebooting_since(), p, Some(h), n, ts(at))
     };
 

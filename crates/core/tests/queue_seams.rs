@@ -6,9 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hostcycle_api::queue::{HostReference, RebootMethod, RebootProgress};
-use hostcycle_core::queue::NodeView;
+use hostcycle_core::queue::QueueNodeView;
 use hostcycle_core::queue::reboot::{
-    AfterDrain, AfterFailedCommand, BmcRebootStep, CancelStep, HostView, after_drain,
+    AfterDrain, AfterFailedCommand, BmcRebootStep, CancelStep, QueueHostView, after_drain,
     after_failed_command, bmc_reboot_step, cancel_step,
 };
 use jiff::Timestamp;
@@ -39,8 +39,8 @@ fn requested() -> RebootProgress {
 }
 
 /// Carries the request and the marker, on, status written at 6 (after the request).
-fn host() -> HostView {
-    HostView {
+fn host() -> QueueHostView {
+    QueueHostView {
         reference: host_ref(),
         uid: HOST_UID.into(),
         reboot_annotation: true,
@@ -53,8 +53,8 @@ fn host() -> HostView {
     }
 }
 
-fn node() -> NodeView {
-    NodeView {
+fn node() -> QueueNodeView {
+    QueueNodeView {
         name: "w1".into(),
         api_server: false,
         ready: true,
@@ -71,7 +71,7 @@ fn node() -> NodeView {
 type CancelCase = (
     &'static str,
     RebootProgress,
-    Option<HostView>,
+    Option<QueueHostView>,
     fn(CancelStep) -> bool,
 );
 /// A table row: name, enabled, remediated, method, want.
@@ -91,13 +91,13 @@ type CommandCase = (
     AfterFailedCommand,
 );
 
-fn step(progress: &RebootProgress, host: &HostView, node: &NodeView) -> BmcRebootStep {
+fn step(progress: &RebootProgress, host: &QueueHostView, node: &QueueNodeView) -> BmcRebootStep {
     bmc_reboot_step(UID, ts(0), progress, Some(host), node, ts(60))
 }
 
 #[test]
 fn a_host_replaced_under_the_same_name_is_never_asked_to_reboot() {
-    let replaced = HostView {
+    let replaced = QueueHostView {
         uid: "host-uid-2".into(),
         reboot_annotation: false,
         request_marker: None,
@@ -140,11 +140,11 @@ fn a_host_replaced_under_the_same_name_is_never_asked_to_reboot() {
 #[test]
 fn the_power_off_counts_only_in_a_status_written_after_the_request() {
     #[rustfmt::skip]
-    let cases: Vec<(&str, HostView, bool)> = vec![
-        ("off, written after the request → recorded", HostView { powered_on: Some(false), last_updated: Some(ts(7)), ..host() }, true),
-        ("off, written before the request (stale) → not recorded", HostView { powered_on: Some(false), last_updated: Some(ts(4)), ..host() }, false),
+    let cases: Vec<(&str, QueueHostView, bool)> = vec![
+        ("off, written after the request → recorded", QueueHostView { powered_on: Some(false), last_updated: Some(ts(7)), ..host() }, true),
+        ("off, written before the request (stale) → not recorded", QueueHostView { powered_on: Some(false), last_updated: Some(ts(4)), ..host() }, false),
         ("off, but the host controller reports an error → not recorded",
-            HostView { powered_on: Some(false), last_updated: Some(ts(7)), error: Some("BMC unreachable".into()), ..host() }, false),
+            QueueHostView { powered_on: Some(false), last_updated: Some(ts(7)), error: Some("BMC unreachable".into()), ..host() }, false),
     ];
     for (name, h, recorded) in cases {
         let got = step(&requested(), &h, &node());
@@ -157,7 +157,7 @@ fn the_power_off_counts_only_in_a_status_written_after_the_request() {
             assert!(matches!(got, BmcRebootStep::Wait(_)), "{name}: {got:?}");
         }
     }
-    let in_error = HostView {
+    let in_error = QueueHostView {
         powered_on: Some(false),
         last_updated: Some(ts(7)),
         error: Some("BMC unreachable".into()),
@@ -171,7 +171,7 @@ fn the_power_off_counts_only_in_a_status_written_after_the_request() {
 
 #[test]
 fn a_new_boot_id_completes_only_once_the_request_left_the_host_or_the_cycle_was_seen() {
-    let rebooted = NodeView {
+    let rebooted = QueueNodeView {
         boot_id: Some("boot-b".into()),
         ready_heartbeat: Some(ts(50)),
         ..node()
@@ -182,7 +182,7 @@ fn a_new_boot_id_completes_only_once_the_request_left_the_host_or_the_cycle_was_
         other => panic!("a new boot ID with the request pending completed: {other:?}"),
     }
     // The request consumed (annotation gone): booted.
-    let consumed = HostView {
+    let consumed = QueueHostView {
         reboot_annotation: false,
         ..host()
     };
@@ -198,7 +198,7 @@ fn a_new_boot_id_completes_only_once_the_request_left_the_host_or_the_cycle_was_
     assert!(matches!(
         step(
             &seen,
-            &HostView {
+            &QueueHostView {
                 powered_on: None,
                 ..host()
             },
@@ -216,17 +216,17 @@ fn cancelling_a_rebooting_entry_withdraws_only_a_cycle_that_has_not_begun() {
         ("requested, still on, nothing begun → withdraw", requested(), Some(host()), |s| s == CancelStep::Withdraw),
         ("no request recorded → remove", RebootProgress { requested_at: None, ..requested() }, Some(host()), |s| s == CancelStep::Remove),
         ("the patch never reached the host (no marker) → remove",
-            requested(), Some(HostView { request_marker: None, reboot_annotation: false, ..host() }), |s| s == CancelStep::Remove),
+            requested(), Some(QueueHostView { request_marker: None, reboot_annotation: false, ..host() }), |s| s == CancelStep::Remove),
         ("the host is gone → remove", requested(), None, |s| s == CancelStep::Remove),
         ("the queue saw the host off → keep cordoned until booted",
             RebootProgress { host_powered_off_at: Some(ts(20)), ..requested() }, Some(host()), wait),
-        ("the host reports off → keep cordoned", requested(), Some(HostView { powered_on: Some(false), ..host() }), wait),
+        ("the host reports off → keep cordoned", requested(), Some(QueueHostView { powered_on: Some(false), ..host() }), wait),
         ("the request was consumed (annotation gone, marker ours) → keep cordoned",
-            requested(), Some(HostView { reboot_annotation: false, ..host() }), wait),
+            requested(), Some(QueueHostView { reboot_annotation: false, ..host() }), wait),
         ("hostcycle's controller took the request (pending reboot or power-off recorded, write-ahead) → keep cordoned",
-            requested(), Some(HostView { request_taken_at: Some(ts(6)), ..host() }), wait),
+            requested(), Some(QueueHostView { request_taken_at: Some(ts(6)), ..host() }), wait),
         ("a request taken before this one is someone else's → withdraw",
-            requested(), Some(HostView { request_taken_at: Some(ts(1)), ..host() }), |s| s == CancelStep::Withdraw),
+            requested(), Some(QueueHostView { request_taken_at: Some(ts(1)), ..host() }), |s| s == CancelStep::Withdraw),
         ("command method, never run → remove",
             RebootProgress::new(RebootMethod::Command), None, |s| s == CancelStep::Remove),
         ("command method, run (even failed) → keep cordoned until the boot check passes",

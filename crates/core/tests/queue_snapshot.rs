@@ -1,4 +1,4 @@
-//! What the reboot queue reads from API objects: `NodeView::from_node`,
+//! What the reboot queue reads from API objects: `QueueNodeView::from_node`,
 //! `EntryView::from_entry` and `QueueSnapshot::from_objects`, from realistic JSON.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -6,7 +6,7 @@ use hostcycle_api::queue::{
     CORDONED_BY_ANNOTATION, EntryPhase, HostReference, RebootMethod, RebootQueue, RebootQueueEntry,
 };
 use hostcycle_core::queue::{
-    CONTROL_PLANE_LABEL, EntryView, MASTER_LABEL, NodeView, QueueConfig, QueueSnapshot,
+    CONTROL_PLANE_LABEL, EntryView, MASTER_LABEL, QueueConfig, QueueNodeView, QueueSnapshot,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
@@ -80,11 +80,11 @@ fn worker_json() -> Value {
 type Edit = Box<dyn FnOnce(&mut Value)>;
 
 /// `worker_json()` with `f` applied.
-fn node_with(f: impl FnOnce(&mut Value)) -> NodeView {
+fn node_with(f: impl FnOnce(&mut Value)) -> QueueNodeView {
     let mut v = worker_json();
     f(&mut v);
     let node: Node = serde_json::from_value(v).unwrap();
-    NodeView::from_node(&node)
+    QueueNodeView::from_node(&node)
 }
 
 fn ready_condition(v: &mut Value) -> &mut Value {
@@ -101,7 +101,7 @@ fn a_ready_worker_reads_fully() {
     let n = node_with(|_| {});
     assert_eq!(
         n,
-        NodeView {
+        QueueNodeView {
             name: "w1".into(),
             api_server: false,
             ready: true,

@@ -4,6 +4,7 @@
 //! mark and Cluster API's conditions, and NodeHealthCheck's escalation and orphan rules.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hostcycle_api::reasons::remediation::event_reason;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -24,8 +25,8 @@ use hostcycle_core::remediation::escalation::{
     choose_escalation,
 };
 use hostcycle_core::remediation::{
-    Action, Blocker, Escalation, HostView, NodeView, Observation, Record, Trigger, decide,
-    event_reason, start_blocker, wants_slot,
+    Action, Blocker, Escalation, Observation, Record, RemediationHostView, RemediationNodeView,
+    Trigger, decide, start_blocker, wants_slot,
 };
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -191,7 +192,7 @@ fn a_capbm_machine_is_recognised_by_its_provider_spec() {
 
 /// An observation of an annotation flow with the target ready to start.
 fn annotation_obs() -> Observation {
-    let host = HostView {
+    let host = RemediationHostView {
         name: "openshift-machine-api/h0".into(),
         uid: "uid-h0".into(),
         powered_on: Some(true),
@@ -209,7 +210,7 @@ fn annotation_obs() -> Observation {
         target: Ok(host.clone()),
         bound: None,
         node_name: Some("w0".into()),
-        node: Some(NodeView {
+        node: Some(RemediationNodeView {
             ready: false,
             ..Default::default()
         }),
@@ -356,7 +357,7 @@ fn the_power_on_deadline_is_recorded_from_the_observed_timeout() {
 // ---------------------------------------------------------------------------------------
 // Giving up: CAPBM's "only while the Node is absent", CAPM3's mark, NodeHealthCheck.
 
-fn timed_out(mut o: Observation, node: Option<NodeView>) -> Observation {
+fn timed_out(mut o: Observation, node: Option<RemediationNodeView>) -> Observation {
     o.record = Record {
         step: RemediationStep::PowerOnRequested,
         started_at: Some(t(0)),
@@ -372,7 +373,7 @@ fn timed_out(mut o: Observation, node: Option<NodeView>) -> Observation {
 
 #[test]
 fn on_the_power_on_timeout_a_machine_is_deleted_only_while_its_node_is_absent() {
-    let registered = NodeView {
+    let registered = RemediationNodeView {
         ready: false,
         ..Default::default()
     };

@@ -9,6 +9,7 @@
 //! the remediation started, and a step never moves backwards except the retry.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hostcycle_api::reasons::remediation::event_reason as ev;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -24,8 +25,8 @@ use hostcycle_api::remediation::{
 use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::escalation::allocate_slots;
 use hostcycle_core::remediation::{
-    Action, Blocker, Decision, Escalation, HostView, NodeView, Observation, Record, Trigger,
-    acting_host, decide, event_reason as ev, off_confirmed,
+    Action, Blocker, Decision, Escalation, Observation, Record, RemediationHostView,
+    RemediationNodeView, Trigger, acting_host, decide, off_confirmed,
 };
 use jiff::Timestamp;
 use proptest::prelude::*;
@@ -56,8 +57,8 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// The Node before the remediation: kubelet labels plus ones people and operators added.
-fn node() -> NodeView {
-    NodeView {
+fn node() -> RemediationNodeView {
+    RemediationNodeView {
         labels: map(&[
             ("kubernetes.io/hostname", NODE),
             ("node-role.kubernetes.io/worker", ""),
@@ -79,8 +80,8 @@ fn node() -> NodeView {
 
 /// The same Node registered again by the kubelet: fresh labels only, one of which
 /// (`topology.kubernetes.io/zone`) differs from the backup, and not Ready yet.
-fn fresh_node() -> NodeView {
-    NodeView {
+fn fresh_node() -> RemediationNodeView {
+    RemediationNodeView {
         labels: map(&[
             ("kubernetes.io/hostname", NODE),
             ("kubernetes.io/arch", "amd64"),
@@ -95,10 +96,10 @@ fn fresh_node() -> NodeView {
 
 /// `node` after a restore that adds what it lacks (keys already on it win).
 fn merged(
-    mut node: NodeView,
+    mut node: RemediationNodeView,
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
-) -> NodeView {
+) -> RemediationNodeView {
     for (k, v) in labels {
         node.labels.entry(k.clone()).or_insert_with(|| v.clone());
     }
@@ -111,8 +112,8 @@ fn merged(
 }
 
 /// An online host, on, without this remediation's power-off.
-fn host_on() -> HostView {
-    HostView {
+fn host_on() -> RemediationHostView {
+    RemediationHostView {
         name: HOST.to_owned(),
         uid: HOST_UID.to_owned(),
         powered_on: Some(true),
@@ -138,23 +139,23 @@ fn bound() -> BoundHost {
 }
 
 /// Carries the power-off, still on.
-fn host_requested_on() -> HostView {
-    HostView {
+fn host_requested_on() -> RemediationHostView {
+    RemediationHostView {
         power_off_requested: true,
         ..host_on()
     }
 }
 
 /// Carries the power-off and is off.
-fn host_off() -> HostView {
-    HostView {
+fn host_off() -> RemediationHostView {
+    RemediationHostView {
         powered_on: Some(false),
         ..host_requested_on()
     }
 }
 
 /// Powered on again (the power-off released).
-fn host_back_on() -> HostView {
+fn host_back_on() -> RemediationHostView {
     host_on()
 }
 
@@ -185,9 +186,9 @@ fn obs(trigger: Trigger) -> Observation {
 
 trait ObsBuild {
     fn withdrawn(self) -> Self;
-    fn host(self, host: HostView) -> Self;
+    fn host(self, host: RemediationHostView) -> Self;
     fn blocked_by(self, blocker: Blocker) -> Self;
-    fn node(self, node: Option<NodeView>) -> Self;
+    fn node(self, node: Option<RemediationNodeView>) -> Self;
     fn record(self, record: Record) -> Self;
     fn retry_limit(self, n: u32) -> Self;
     fn no_slot(self) -> Self;
@@ -200,7 +201,7 @@ impl ObsBuild for Observation {
         self.requested = false;
         self
     }
-    fn host(mut self, host: HostView) -> Self {
+    fn host(mut self, host: RemediationHostView) -> Self {
         if self.record.host.is_some() {
             self.bound = Some(host.clone());
         }
@@ -211,7 +212,7 @@ impl ObsBuild for Observation {
         self.target = Err(blocker);
         self
     }
-    fn node(mut self, node: Option<NodeView>) -> Self {
+    fn node(mut self, node: Option<RemediationNodeView>) -> Self {
         self.node = node;
         self
     }
@@ -566,7 +567,7 @@ fn not_started_starts_with_a_hard_power_off_unless_blocked_or_waiting() {
             },
             Case {
                 name: "host already off → only RequestPowerOff: the Node is never deleted in the start round",
-                obs: o().host(HostView {
+                obs: o().host(RemediationHostView {
                     powered_on: Some(false),
                     ..host_on()
                 }),
@@ -587,7 +588,7 @@ fn not_started_starts_with_a_hard_power_off_unless_blocked_or_waiting() {
             },
             Case {
                 name: "host controller reports an error → start anyway (the power-off may still work)",
-                obs: o().host(HostView {
+                obs: o().host(RemediationHostView {
                     error: Some("BMC unreachable".into()),
                     ..host_on()
                 }),
@@ -620,7 +621,7 @@ fn not_started_starts_with_a_hard_power_off_unless_blocked_or_waiting() {
             },
             Case {
                 name: "host online: false → blocked HostOffline (it would never power back on)",
-                obs: o().host(HostView {
+                obs: o().host(RemediationHostView {
                     online: false,
                     ..host_on()
                 }),
@@ -630,7 +631,7 @@ fn not_started_starts_with_a_hard_power_off_unless_blocked_or_waiting() {
             },
             Case {
                 name: "online: false also blocks when the host is already off",
-                obs: o().host(HostView {
+                obs: o().host(RemediationHostView {
                     online: false,
                     powered_on: Some(false),
                     ..host_on()
@@ -724,7 +725,7 @@ fn a_blocker_message_says_what_to_fix() {
         );
     }
     let d = decide(
-        &obs(Trigger::Request).host(HostView {
+        &obs(Trigger::Request).host(RemediationHostView {
             online: false,
             ..host_on()
         }),
@@ -755,7 +756,7 @@ fn power_off_requested_releases_the_node_only_once_the_host_is_off() {
             },
             Case {
                 name: "host off for another reason but without the power-off → RequestPowerOff, never DeleteNode",
-                obs: o().host(HostView {
+                obs: o().host(RemediationHostView {
                     powered_on: Some(false),
                     ..host_on()
                 }),
@@ -771,7 +772,7 @@ fn power_off_requested_releases_the_node_only_once_the_host_is_off() {
             },
             Case {
                 name: "power state unknown (poweredOn unset) → waits, never DeleteNode",
-                obs: o().host(HostView {
+                obs: o().host(RemediationHostView {
                     powered_on: None,
                     ..host_requested_on()
                 }),
@@ -780,7 +781,7 @@ fn power_off_requested_releases_the_node_only_once_the_host_is_off() {
             },
             Case {
                 name: "host controller failing while still on → waits",
-                obs: o().host(HostView {
+                obs: o().host(RemediationHostView {
                     error: Some("BMC unreachable".into()),
                     ..host_requested_on()
                 }),
@@ -802,7 +803,7 @@ fn power_off_requested_releases_the_node_only_once_the_host_is_off() {
             },
             Case {
                 name: "a Node without labels or annotations → empty backups (recorded), then DeleteNode",
-                obs: o().host(host_off()).node(Some(NodeView::default())),
+                obs: o().host(host_off()).node(Some(RemediationNodeView::default())),
                 record: Some(with(powering_off(), |r| {
                     r.powered_off_at = Some(t(0));
                     r.labels_backup = Some(BTreeMap::new());
@@ -885,10 +886,12 @@ fn power_off_requested_releases_the_node_only_once_the_host_is_off() {
 #[test]
 fn waiting_for_the_power_off_says_what_the_host_controller_reports() {
     let d = decide(
-        &obs(Trigger::Request).record(powering_off()).host(HostView {
-            error: Some("BMC unreachable".into()),
-            ..host_requested_on()
-        }),
+        &obs(Trigger::Request)
+            .record(powering_off())
+            .host(RemediationHostView {
+                error: Some("BMC unreachable".into()),
+                ..host_requested_on()
+            }),
         t(0),
     );
     assert!(d.message.contains("BMC unreachable"), "{}", d.message);
@@ -1120,7 +1123,7 @@ fn power_on_requested_restores_the_node_then_finishes_when_it_is_ready() {
             },
             Case {
                 name: "Node registered and Ready but not restored → restore first, not done yet",
-                obs: o().node(Some(NodeView {
+                obs: o().node(Some(RemediationNodeView {
                     ready: true,
                     ..fresh_node()
                 })),
@@ -1142,7 +1145,7 @@ fn power_on_requested_restores_the_node_then_finishes_when_it_is_ready() {
             },
             Case {
                 name: "restored and Ready → Done (annotation flow: FinishAnnotationFlow)",
-                obs: o().node(Some(NodeView {
+                obs: o().node(Some(RemediationNodeView {
                     ready: true,
                     ..merged(fresh_node(), &node().labels, &node().annotations)
                 })),
@@ -1154,7 +1157,7 @@ fn power_on_requested_restores_the_node_then_finishes_when_it_is_ready() {
             },
             Case {
                 name: "backup forgotten earlier, Node Ready → Done",
-                obs: o().record(restored()).node(Some(NodeView {
+                obs: o().record(restored()).node(Some(RemediationNodeView {
                     ready: true,
                     ..fresh_node()
                 })),
@@ -1177,7 +1180,7 @@ fn power_on_requested_restores_the_node_then_finishes_when_it_is_ready() {
                         r.labels_backup = None;
                         r.annotations_backup = None;
                     }))
-                    .node(Some(NodeView {
+                    .node(Some(RemediationNodeView {
                         ready: true,
                         ..fresh_node()
                     })),
@@ -1206,7 +1209,7 @@ fn power_on_requested_restores_the_node_then_finishes_when_it_is_ready() {
             },
             Case {
                 name: "the Node came back Ready just after the deadline (not noticed yet) → restore, no retry",
-                obs: o().node(Some(NodeView {
+                obs: o().node(Some(RemediationNodeView {
                     ready: true,
                     ..fresh_node()
                 })),
@@ -1329,7 +1332,7 @@ fn a_node_not_back_by_the_deadline_retries_while_retries_last_then_escalates() {
             obs: o()
                 .record(restored())
                 .node(Some(node()))
-                .node(Some(NodeView {
+                .node(Some(RemediationNodeView {
                     ready: false,
                     ..node()
                 })),
@@ -1673,7 +1676,7 @@ struct World {
     host_written: Option<i64>,
     /// The BMC does not act while set.
     bmc_stuck: bool,
-    node: Option<NodeView>,
+    node: Option<RemediationNodeView>,
     /// The Node registers again after a power-on.
     node_returns: bool,
     /// Ticks since the host was seen on with no Node (registration), or since registration.
@@ -1746,7 +1749,7 @@ impl World {
     }
 
     fn observe(&self) -> Observation {
-        let host = HostView {
+        let host = RemediationHostView {
             name: HOST.into(),
             uid: HOST_UID.into(),
             powered_on: self.powered_on,
@@ -1953,8 +1956,8 @@ impl World {
 
 /// The Node at the end of a successful remediation: the fresh kubelet labels, plus every
 /// backed-up key it lacked (its own values win).
-fn restored_node() -> NodeView {
-    NodeView {
+fn restored_node() -> RemediationNodeView {
+    RemediationNodeView {
         ready: true,
         ..merged(fresh_node(), &node().labels, &node().annotations)
     }
@@ -2119,7 +2122,7 @@ fn the_node_already_gone_is_warned_about_and_the_host_is_fenced_anyway() {
         assert!(w.events().contains(&ev::NODE_NOT_FOUND), "{trigger:?}");
         assert_eq!(
             w.node,
-            Some(NodeView {
+            Some(RemediationNodeView {
                 ready: true,
                 ..fresh_node()
             }),
@@ -2469,7 +2472,7 @@ fn a_node_that_never_returns_is_retried_then_escalated() {
             }
         }
         // The Node turns up after all: its labels come back, nothing else happens.
-        w.node = Some(NodeView {
+        w.node = Some(RemediationNodeView {
             ready: true,
             ..fresh_node()
         });
@@ -2675,7 +2678,7 @@ fn record() -> impl Strategy<Value = Record> {
         )
 }
 
-fn target() -> impl Strategy<Value = Result<HostView, Blocker>> {
+fn target() -> impl Strategy<Value = Result<RemediationHostView, Blocker>> {
     prop_oneof![
         4 => (
             prop::option::of(any::<bool>()),
@@ -2686,7 +2689,7 @@ fn target() -> impl Strategy<Value = Result<HostView, Blocker>> {
             (opt_t(), prop_oneof![Just(HOST_UID.to_owned()), Just("other-uid".to_owned())]),
         )
             .prop_map(|(powered_on, power_off_requested, online, externally_provisioned, error, (last_updated, uid))| {
-                Ok(HostView {
+                Ok(RemediationHostView {
                     name: HOST.into(),
                     uid,
                     powered_on,
@@ -2709,9 +2712,9 @@ fn target() -> impl Strategy<Value = Result<HostView, Blocker>> {
     ]
 }
 
-fn node_view() -> impl Strategy<Value = Option<NodeView>> {
+fn node_view() -> impl Strategy<Value = Option<RemediationNodeView>> {
     prop::option::of((small_map(), small_map(), any::<bool>()).prop_map(
-        |(labels, annotations, ready)| NodeView {
+        |(labels, annotations, ready)| RemediationNodeView {
             labels,
             annotations,
             ready,

@@ -18,7 +18,8 @@ use hostcycle_api::remediation::{
 };
 use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::{
-    Action, Escalation, HostView, NodeView, Observation, Record, Trigger, decide,
+    Action, Escalation, Observation, Record, RemediationHostView, RemediationNodeView, Trigger,
+    decide,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -663,8 +664,8 @@ fn times_are_rfc3339_and_read_in_any_offset() {
 /// could have had.
 fn decide_on(
     record: Record,
-    host: HostView,
-    node: Option<NodeView>,
+    host: RemediationHostView,
+    node: Option<RemediationNodeView>,
 ) -> hostcycle_core::remediation::Decision {
     let obs = Observation {
         trigger: Trigger::MachineAnnotation,
@@ -685,8 +686,8 @@ fn decide_on(
     decide(&obs, t(10_000))
 }
 
-fn host(powered_on: bool, power_off_requested: bool) -> HostView {
-    HostView {
+fn host(powered_on: bool, power_off_requested: bool) -> RemediationHostView {
+    RemediationHostView {
         name: "machines/host-0".into(),
         uid: "0b5e-host-uid".into(),
         powered_on: Some(powered_on),
@@ -838,8 +839,8 @@ fn malformed_annotation_values_are_read_as_absent_and_stay_safe() {
         // Whatever the world, decide takes no unsafe step from it.
         for (host, node) in [
             (host(true, false), None),
-            (host(true, true), Some(NodeView::default())),
-            (host(false, true), Some(NodeView::default())),
+            (host(true, true), Some(RemediationNodeView::default())),
+            (host(false, true), Some(RemediationNodeView::default())),
             (host(false, true), None),
         ] {
             let off = host.powered_on == Some(false) && host.power_off_requested;

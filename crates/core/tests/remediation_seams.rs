@@ -5,6 +5,7 @@
 //! an administrator's cordon and taints survive the Node's deletion.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hostcycle_api::reasons::remediation::event_reason as ev;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -13,8 +14,8 @@ use hostcycle_api::remediation::{NodeSpecBackup, RemediationPhase, RemediationSt
 use hostcycle_core::binding::BoundHost;
 use hostcycle_core::evidence::{PowerEvidence, PowerReport, off_since, power_since};
 use hostcycle_core::remediation::{
-    Acting, Action, Blocker, Escalation, HostView, NodeView, Observation, Record, Trigger,
-    acting_host, decide, event_reason as ev, off_confirmed, start_blocker, wants_slot,
+    Acting, Action, Blocker, Escalation, Observation, Record, RemediationHostView,
+    RemediationNodeView, Trigger, acting_host, decide, off_confirmed, start_blocker, wants_slot,
 };
 use jiff::Timestamp;
 
@@ -30,8 +31,8 @@ fn tm(s: i64, ms: i64) -> Timestamp {
 
 const UID: &str = "uid-h1";
 
-fn host(powered_on: bool, last_updated: Timestamp) -> HostView {
-    HostView {
+fn host(powered_on: bool, last_updated: Timestamp) -> RemediationHostView {
+    RemediationHostView {
         name: "metal/h1".into(),
         uid: UID.into(),
         powered_on: Some(powered_on),
@@ -63,8 +64,8 @@ fn taint(key: &str, effect: &str) -> TaintBackup {
     }
 }
 
-fn node() -> NodeView {
-    NodeView {
+fn node() -> RemediationNodeView {
+    RemediationNodeView {
         labels: BTreeMap::from([("a".to_string(), "1".to_string())]),
         annotations: BTreeMap::new(),
         ready: false,
@@ -84,7 +85,7 @@ fn powering_off() -> Record {
     }
 }
 
-fn obs(record: Record, h: Option<HostView>) -> Observation {
+fn obs(record: Record, h: Option<RemediationHostView>) -> Observation {
     Observation {
         trigger: Trigger::Request,
         requested: true,
@@ -148,7 +149,7 @@ fn off_counts_only_in_a_status_written_after_the_request_without_error() {
 fn the_node_is_released_only_on_fresh_evidence() {
     struct Case {
         name: &'static str,
-        host: HostView,
+        host: RemediationHostView,
         delete: bool,
         message: &'static str,
     }
@@ -167,7 +168,7 @@ fn the_node_is_released_only_on_fresh_evidence() {
         },
         Case {
             name: "poweredOn: false with the BMC unreachable (an error) → kept",
-            host: HostView {
+            host: RemediationHostView {
                 error: Some("BMC unreachable".into()),
                 ..host(false, t(5))
             },
@@ -222,7 +223,7 @@ fn a_power_off_not_confirmed_by_its_deadline_gives_up_releases_and_escalates() {
         ),
         (
             "controller in error",
-            HostView {
+            RemediationHostView {
                 error: Some("BMC unreachable".into()),
                 ..host(false, t(60))
             },
@@ -276,7 +277,7 @@ fn every_step_after_the_start_acts_on_the_bound_host_only() {
     o.target = Err(Blocker::NodeHostUnknown("w1".into()));
     assert!(matches!(acting_host(&o), Acting::Host(h) if h.uid == UID));
     assert!(decide(&o, t(10)).actions.contains(&Action::DeleteNode));
-    o.target = Ok(HostView {
+    o.target = Ok(RemediationHostView {
         name: "metal/h0".into(),
         uid: "uid-h0".into(),
         ..host(true, t(5))
@@ -305,7 +306,7 @@ fn every_step_after_the_start_acts_on_the_bound_host_only() {
     );
 
     // Re-created under the same name (another uid): never acted on.
-    let replaced = HostView {
+    let replaced = RemediationHostView {
         uid: "uid-new".into(),
         power_off_requested: false,
         ..host(true, t(5))
@@ -331,7 +332,7 @@ fn every_step_after_the_start_acts_on_the_bound_host_only() {
                 power_on_timeout_at: Some(t(600)),
                 ..powering_off()
             },
-            Some(HostView {
+            Some(RemediationHostView {
                 power_off_requested: true,
                 ..replaced.clone()
             }),
@@ -359,9 +360,9 @@ fn the_start_binds_the_host_and_a_host_that_cannot_move_takes_no_slot() {
 
     #[rustfmt::skip]
     let blocked: Vec<(&str, Observation, &str)> = vec![
-        ("disablePowerOff", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("has spec.disablePowerOff set (power is never cut)".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
-        ("paused", { let mut o = fresh(); o.target = Ok(HostView { cannot_power_off: Some("is paused (baremetalhost.metal3.io/paused)".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
-        ("offline", { let mut o = fresh(); o.target = Ok(HostView { online: false, ..host(true, t(-5)) }); o }, "HostOffline"),
+        ("disablePowerOff", { let mut o = fresh(); o.target = Ok(RemediationHostView { cannot_power_off: Some("has spec.disablePowerOff set (power is never cut)".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
+        ("paused", { let mut o = fresh(); o.target = Ok(RemediationHostView { cannot_power_off: Some("is paused (baremetalhost.metal3.io/paused)".into()), ..host(true, t(-5)) }); o }, "HostCannotPowerOff"),
+        ("offline", { let mut o = fresh(); o.target = Ok(RemediationHostView { online: false, ..host(true, t(-5)) }); o }, "HostOffline"),
         ("binding in doubt", { let mut o = fresh(); o.target = Err(Blocker::Binding { reason: "HostBindingConflict", message: "sources disagree on the BareMetalHost of node w1: metal/h0 by a, metal/h1 by b".into() }); o }, "HostBindingConflict"),
     ];
     for (name, o, reason) in blocked {
@@ -393,7 +394,7 @@ fn the_start_binds_the_host_and_a_host_that_cannot_move_takes_no_slot() {
 
 #[test]
 fn an_administrators_cordon_and_taints_are_backed_up_and_restored() {
-    let admin = NodeView {
+    let admin = RemediationNodeView {
         unschedulable: true,
         taints: vec![
             taint("example.com/dedicated", "NoSchedule"),
@@ -448,12 +449,12 @@ fn an_administrators_cordon_and_taints_are_backed_up_and_restored() {
     };
     let mut o = obs(
         backup.clone(),
-        Some(HostView {
+        Some(RemediationHostView {
             power_off_requested: false,
             ..host(true, t(50))
         }),
     );
-    o.node = Some(NodeView {
+    o.node = Some(RemediationNodeView {
         ready: true,
         taints: vec![taint("example.com/gpu", "NoExecute")],
         ..node()
@@ -470,7 +471,7 @@ fn an_administrators_cordon_and_taints_are_backed_up_and_restored() {
     );
     assert_eq!(d.record, None, "the backup is kept until the Node has it");
     // Once it has them: the backup is forgotten and the remediation is done.
-    o.node = Some(NodeView {
+    o.node = Some(RemediationNodeView {
         ready: true,
         unschedulable: true,
         taints: vec![

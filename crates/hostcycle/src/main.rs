@@ -3,6 +3,7 @@
 
 #[cfg(feature = "lab")]
 mod lab;
+mod manifests;
 mod reboot_queue;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -29,7 +30,8 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the controllers (BareMetalHost power controller).
+    /// Run the operator: the BareMetalHost power controller, the reboot queue and remediation
+    /// (choose with `--controllers`).
     Operator(hostcycle_operator::OperatorArgs),
     /// Talk to a BMC directly: power status, on, off, cycle.
     Bmc(hostcycle_bmc::cli::BmcArgs),
@@ -38,57 +40,7 @@ enum Command {
     /// Print install manifests: the CRDs and the operator's ServiceAccount and RBAC; with
     /// `--deploy`, the whole install (`deploy/`): also its Namespace, a NetworkPolicy for the
     /// metrics port, a PodDisruptionBudget, a Deployment of two replicas and a metrics Service.
-    Manifests {
-        /// Install for `hostcycle operator --namespace NS`: the hosts, their Secrets and
-        /// Events of NS only, granted by a Role and RoleBinding in NS (NS must exist; the
-        /// install leaves it as it is). The operator still runs in `--operator-namespace`;
-        /// the reboot queue and remediation still need a ClusterRole for Nodes, Pods and their
-        /// cluster-scoped objects (leave them out with `--controllers`).
-        #[arg(long)]
-        namespace: Option<String>,
-        /// The operator's own namespace: its ServiceAccount, Deployment and leader Lease (the
-        /// only Namespace the install creates). Must not be `--namespace`.
-        #[arg(long, default_value = "hostcycle-system")]
-        operator_namespace: String,
-        /// Controllers the operator runs (`hostcycle operator --controllers`): only their
-        /// permissions are granted.
-        #[arg(long, value_delimiter = ',', default_values_t = hostcycle_operator::ControllerName::ALL.to_vec())]
-        controllers: Vec<hostcycle_operator::ControllerName>,
-        /// The operator's `--lease-name`.
-        #[arg(long, default_value = hostcycle_operator::rbac::DEFAULT_LEASE_NAME)]
-        lease_name: String,
-        /// The whole install: Namespace, ServiceAccount, RBAC, Deployment and metrics
-        /// Service besides the CRDs (the files under `deploy/`).
-        #[arg(long)]
-        deploy: bool,
-        /// Operator image of the Deployment (default: ghcr.io/hostcycle/hostcycle:<version>,
-        /// a placeholder: no image is built or published from this repository).
-        #[arg(long, requires = "deploy")]
-        image: Option<String>,
-        /// The namespace whose pods the NetworkPolicy admits to the operator's metrics port
-        /// (by its `kubernetes.io/metadata.name` label); every other ingress is denied.
-        #[arg(long, default_value = hostcycle_operator::deploy::DEFAULT_METRICS_NAMESPACE, requires = "deploy")]
-        metrics_namespace: String,
-        /// The operator's `--bmc-networks`: where BMC credentials may be sent (CIDRs, IPs,
-        /// DNS names, `.suffix`es, or `any`). Without it the installed operator manages no
-        /// host until it is set (docs/security.md).
-        #[arg(long, value_delimiter = ',', requires = "deploy")]
-        bmc_networks: Vec<hostcycle_bmc::destination::BmcNetwork>,
-        /// The operator's `--allow-plain-http-bmc`.
-        #[arg(long, requires = "deploy")]
-        allow_plain_http_bmc: bool,
-        /// The operator's `--bmc-credentials-label` (`KEY=VALUE`).
-        #[arg(long, requires = "deploy")]
-        bmc_credentials_label: Option<String>,
-        /// The operator's `--remediation-request-namespaces` (default
-        /// `same-as-host,operator-namespace`).
-        #[arg(long, requires = "deploy")]
-        remediation_request_namespaces: Option<hostcycle_core::remediation::RequestNamespaces>,
-        /// Write `crds.yaml` and `operator.yaml` into this directory instead of printing
-        /// one stream.
-        #[arg(long, requires = "deploy")]
-        output_dir: Option<std::path::PathBuf>,
-    },
+    Manifests(manifests::ManifestsArgs),
     /// Run simulated kubelets that follow Redfish power states.
     #[cfg(feature = "lab")]
     Sim(hostcycle_sim::cli::SimArgs),
@@ -154,46 +106,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         },
         Command::Bmc(args) => hostcycle_bmc::cli::run(args).await,
         Command::Crd => print_crds(),
-        Command::Manifests {
-            namespace,
-            operator_namespace,
-            controllers,
-            lease_name,
-            deploy,
-            image,
-            metrics_namespace,
-            bmc_networks,
-            allow_plain_http_bmc,
-            bmc_credentials_label,
-            remediation_request_namespaces,
-            output_dir,
-        } => {
-            let rbac = hostcycle_operator::rbac::RbacOptions {
-                namespace: operator_namespace,
-                watch_namespace: namespace,
-                controllers,
-                lease_name,
-            };
-            if deploy {
-                write_deploy(
-                    &hostcycle_operator::deploy::DeployOptions {
-                        rbac,
-                        image: image.unwrap_or_else(hostcycle_operator::deploy::default_image),
-                        metrics_namespace,
-                        policy: hostcycle_operator::deploy::OperatorPolicy {
-                            bmc_networks: bmc_networks.iter().map(ToString::to_string).collect(),
-                            allow_plain_http_bmc,
-                            bmc_credentials_label,
-                            remediation_request_namespaces: remediation_request_namespaces
-                                .map(|r| r.to_string()),
-                        },
-                    },
-                    output_dir.as_deref(),
-                )
-            } else {
-                print_manifests(&rbac)
-            }
-        }
+        Command::Manifests(args) => manifests::run(args),
         #[cfg(feature = "lab")]
         Command::Sim(args) => match kube_client(args.kubeconfig.as_deref()).await {
             Ok(client) => hostcycle_sim::cli::run(args, client).await,
@@ -247,42 +160,6 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
     };
     kube::Client::try_from(hostcycle_operator::client_config(config))
         .context("building the Kubernetes client")
-}
-
-fn print_manifests(options: &hostcycle_operator::rbac::RbacOptions) -> anyhow::Result<()> {
-    let mut out = hostcycle_api::crds_yaml()?;
-    for object in hostcycle_operator::rbac::rbac_objects(options)? {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&object)?);
-    }
-    print!("{out}");
-    Ok(())
-}
-
-/// `hostcycle manifests --deploy`: the files of `deploy/` into `dir`, or one stream on
-/// standard output.
-fn write_deploy(
-    options: &hostcycle_operator::deploy::DeployOptions,
-    dir: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let files = hostcycle_operator::deploy::render(options)?;
-    match dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating directory {}", dir.display()))?;
-            for (name, text) in files {
-                let path = dir.join(name);
-                std::fs::write(&path, text)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-        }
-        None => {
-            let stream: Vec<String> = files.into_iter().map(|(_, text)| text).collect();
-            print!("{}", stream.join("---\n"));
-        }
-    }
-    Ok(())
 }
 
 fn print_crds() -> anyhow::Result<()> {

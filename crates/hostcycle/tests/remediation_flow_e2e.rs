@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::queue::worker;
 use common::remediation::*;
 use hostcycle_api::BareMetalHost;
+use hostcycle_api::reasons::remediation::event_reason as reason;
 use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HOST_REMEDIATION_FINALIZER, HostRemediation,
     MACHINE_POWER_OFF_ANNOTATION, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
@@ -21,7 +22,6 @@ use hostcycle_api::remediation::{
     POWERED_OFF_FOR_REMEDIATION_ANNOTATION, RemediationPhase, RemediationStep,
     request_power_off_annotation,
 };
-use hostcycle_core::remediation::event_reason as reason;
 use hostcycle_testkit::MachineKind;
 use hostcycle_testkit::machines::OPENSHIFT_MACHINE_ROLE_LABEL;
 use jiff::Timestamp;

@@ -9,6 +9,10 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// How soon a loop controller (reboot queue, remediation) looks again after a failed write, a
+/// conflict or a failed action.
+pub const RETRY_SOON: Duration = Duration::from_secs(1);
+
 /// Delays for consecutive failures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ErrorBackoff {

@@ -4,9 +4,11 @@
 //! too: "removed annotation A" and "removed annotation B" are two Events, as an operator reading
 //! `kubectl describe` expects.
 
+use crate::cluster::errors::is_not_found;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use hostcycle_api::reasons::EventType;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -21,25 +23,10 @@ pub const CLUSTER_SCOPED_EVENT_NAMESPACE: &str = "kube-system";
 /// Repeats within this window become a series on the first Event.
 const SERIES_WINDOW: Duration = Duration::from_secs(600);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    Normal,
-    Warning,
-}
-
-impl EventKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Normal => "Normal",
-            EventKind::Warning => "Warning",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SeriesKey {
     uid: String,
-    kind: EventKind,
+    kind: EventType,
     reason: String,
     note: String,
 }
@@ -110,7 +97,7 @@ impl EventPublisher {
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
-        kind: EventKind,
+        kind: EventType,
         reason: &str,
         action: &str,
         note: &str,
@@ -151,7 +138,7 @@ impl EventPublisher {
                     return Ok(());
                 }
                 // Expired or deleted meanwhile: start a new Event below.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -200,7 +187,7 @@ impl EventPublisher {
 #[derive(Clone)]
 pub struct EventSink {
     action: &'static str,
-    sender: tokio::sync::mpsc::UnboundedSender<(ObjectReference, EventKind, String, String)>,
+    sender: tokio::sync::mpsc::UnboundedSender<(ObjectReference, EventType, String, String)>,
 }
 
 impl EventSink {
@@ -210,7 +197,7 @@ impl EventSink {
         action: &'static str,
     ) -> (EventSink, tokio::task::JoinHandle<()>) {
         let (sender, mut queue) =
-            tokio::sync::mpsc::unbounded_channel::<(ObjectReference, EventKind, String, String)>();
+            tokio::sync::mpsc::unbounded_channel::<(ObjectReference, EventType, String, String)>();
         let task = tokio::spawn(async move {
             while let Some((regarding, kind, reason, note)) = queue.recv().await {
                 if let Err(e) = publisher
@@ -235,7 +222,7 @@ impl EventSink {
     }
 
     /// Logs the Event and queues it (best effort, never blocks).
-    pub fn emit(&self, regarding: &ObjectReference, kind: EventKind, reason: &str, note: &str) {
+    pub fn emit(&self, regarding: &ObjectReference, kind: EventType, reason: &str, note: &str) {
         let object = format!(
             "{}/{}",
             regarding.kind.as_deref().unwrap_or("object"),
@@ -251,10 +238,10 @@ impl EventSink {
             about.remediation.as_deref(),
         );
         match kind {
-            EventKind::Normal => tracing::info!(
+            EventType::Normal => tracing::info!(
                 %object, host, node, machine, entry, remediation, reason, note, action, "event"
             ),
-            EventKind::Warning => tracing::warn!(
+            EventType::Warning => tracing::warn!(
                 %object, host, node, machine, entry, remediation, reason, note, action, "event"
             ),
         }
@@ -409,14 +396,14 @@ mod tests {
             let publisher = publisher.clone();
             tokio::spawn(async move {
                 publisher
-                    .publish(&about("slow"), EventKind::Warning, "BMCError", "A", "down")
+                    .publish(&about("slow"), EventType::Warning, "BMCError", "A", "down")
                     .await
             })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         let fast = tokio::time::timeout(
             Duration::from_secs(2),
-            publisher.publish(&about("fast"), EventKind::Normal, "PowerOff", "A", "off"),
+            publisher.publish(&about("fast"), EventType::Normal, "PowerOff", "A", "off"),
         )
         .await;
         assert!(
@@ -437,7 +424,7 @@ mod tests {
             publisher
                 .publish(
                     &about(&long),
-                    EventKind::Warning,
+                    EventType::Warning,
                     "BMCError",
                     "A",
                     "unreachable",
@@ -448,7 +435,7 @@ mod tests {
         publisher
             .publish(
                 &about(&long),
-                EventKind::Warning,
+                EventType::Warning,
                 "BMCError",
                 "A",
                 "other note",

@@ -1,3 +1,4 @@
+pub use hostcycle_api::reasons::EventType;
 use std::time::Duration;
 
 use hostcycle_api::{
@@ -63,21 +64,6 @@ pub enum AnnotationRemovalReason {
     RebootRestarted,
     /// The host left the provisioned state: every reboot annotation goes.
     HostDeprovisioned,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Normal => "Normal",
-            Self::Warning => "Warning",
-        }
-    }
 }
 
 /// A Kubernetes Event to emit on the host.

@@ -124,7 +124,7 @@ impl HostSnapshot {
             paused: is_paused(annotations),
             detached: is_detached(annotations),
             command_reboot: annotations
-                .contains_key(crate::queue::reboot::COMMAND_MARKER_ANNOTATION),
+                .contains_key(hostcycle_api::queue::COMMAND_MARKER_ANNOTATION),
             reboot_requests: RebootRequests::from_annotations(annotations),
             status: host.status.clone().unwrap_or_default(),
             bmc,

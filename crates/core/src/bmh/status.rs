@@ -1,3 +1,4 @@
+use crate::time::wire_precision;
 use hostcycle_api::{BareMetalHostStatus, PowerActionState, PowerOffMode};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -88,30 +89,15 @@ fn set_condition(
     now: Timestamp,
     generation: Option<i64>,
 ) {
-    // metav1.Time has second precision on the wire; truncate so the status round-trips.
-    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
     let fresh = Condition {
         type_: update.type_.to_owned(),
         status: update.status.to_owned(),
         reason: update.reason.to_owned(),
         message: effective_message(update),
         observed_generation: generation,
-        last_transition_time: Time(now),
+        last_transition_time: Time(wire_precision(now)),
     };
-    match conditions.iter_mut().find(|c| c.type_ == update.type_) {
-        Some(existing) => {
-            let transition_time = if existing.status == update.status {
-                existing.last_transition_time.clone()
-            } else {
-                Time(now)
-            };
-            *existing = Condition {
-                last_transition_time: transition_time,
-                ..fresh
-            };
-        }
-        None => conditions.push(fresh),
-    }
+    crate::conditions::set_condition(conditions, fresh);
 }
 
 /// The condition of this type differs from `update` in status, reason or message.

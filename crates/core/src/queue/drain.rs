@@ -6,11 +6,12 @@ use std::fmt;
 use std::time::Duration;
 
 use hostcycle_api::queue::selector_matches;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::config::{BackoffConfig, QueueConfig};
+use crate::time::{add, elapsed};
 
 /// Annotation the kubelet puts on mirror pods (static pods as seen by the API server).
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -354,17 +355,4 @@ pub fn next_backoff(
         failures,
         add(now, backoff_delay(failures, config, jitter_fraction)),
     )
-}
-
-/// `t + d`, saturating at jiff's maximum.
-pub fn add(t: Timestamp, d: Duration) -> Timestamp {
-    SignedDuration::try_from(d)
-        .ok()
-        .and_then(|d| t.checked_add(d).ok())
-        .unwrap_or(Timestamp::MAX)
-}
-
-/// `now - since`, zero when `since` is in the future.
-pub fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
-    Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
 }

@@ -26,5 +26,6 @@ mod snapshot;
 pub use config::{BackoffConfig, QueueConfig, RebootConfig};
 pub use plan::{Blocked, Dequeue, DequeueReason, Plan, WaitReason, Waiting, plan, resolve_method};
 pub use snapshot::{
-    CONTROL_PLANE_LABEL, EntryRef, EntryView, MASTER_LABEL, NodeView, QueueSnapshot, RebootTarget,
+    CONTROL_PLANE_LABEL, EntryRef, EntryView, MASTER_LABEL, QueueNodeView, QueueSnapshot,
+    RebootTarget,
 };

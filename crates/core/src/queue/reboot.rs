@@ -31,21 +31,15 @@ use std::time::Duration;
 use hostcycle_api::queue::{HostReference, RebootMethod, RebootProgress};
 use jiff::Timestamp;
 
-use super::drain::{add, elapsed};
-use super::snapshot::NodeView;
+use super::snapshot::QueueNodeView;
 use crate::evidence::{PowerEvidence, PowerReport, power_since};
+use crate::time::{add, elapsed};
 
-/// On a BareMetalHost: the UID of the queue entry whose reboot request it carries.
-pub const REQUEST_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-request";
-/// On a BareMetalHost: the UID of the queue entry rebooting it with the reboot command. The
-/// host controller then leaves the host's power to the command: it does not "correct" a
-/// host it finds off mid-cycle (which would make a waiting command time out and, retried,
-/// reboot the node twice).
-pub const COMMAND_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-command";
+pub use hostcycle_api::queue::{COMMAND_MARKER_ANNOTATION, REQUEST_MARKER_ANNOTATION};
 
 /// A BareMetalHost as the queue's boot check sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostView {
+pub struct QueueHostView {
     pub reference: HostReference,
     /// `metadata.uid`.
     pub uid: String,
@@ -68,7 +62,7 @@ pub struct HostView {
     pub request_taken_at: Option<Timestamp>,
 }
 
-impl HostView {
+impl QueueHostView {
     fn power_report(&self) -> PowerReport {
         PowerReport {
             powered_on: self.powered_on,
@@ -109,8 +103,8 @@ pub fn bmc_reboot_step(
     entry_uid: &str,
     rebooting_since: Timestamp,
     progress: &RebootProgress,
-    host: Option<&HostView>,
-    node: &NodeView,
+    host: Option<&QueueHostView>,
+    node: &QueueNodeView,
     now: Timestamp,
 ) -> BmcRebootStep {
     let host_name = progress
@@ -258,7 +252,7 @@ pub enum CancelStep {
 pub fn cancel_step(
     entry_uid: &str,
     progress: &RebootProgress,
-    host: Option<&HostView>,
+    host: Option<&QueueHostView>,
     boot_timed_out: bool,
 ) -> CancelStep {
     const KEEP: &str = "the node stays cordoned until it has booted or bootTimeoutSeconds has \

@@ -20,7 +20,7 @@ pub const MASTER_LABEL: &str = "node-role.kubernetes.io/master";
 
 /// A Node as the queue sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
+pub struct QueueNodeView {
     pub name: String,
     /// Labelled `node-role.kubernetes.io/control-plane` or `…/master`.
     pub api_server: bool,
@@ -41,17 +41,13 @@ pub struct NodeView {
     pub address: String,
 }
 
-impl NodeView {
+impl QueueNodeView {
     pub fn from_node(node: &Node) -> Self {
         let name = node.metadata.name.clone().unwrap_or_default();
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
         let status = node.status.clone().unwrap_or_default();
-        let ready = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready");
+        let ready = crate::node::ready_condition(node);
         let address = ["InternalIP", "ExternalIP", "Hostname"]
             .iter()
             .find_map(|kind| {
@@ -63,7 +59,7 @@ impl NodeView {
                     .map(|a| a.address.trim().to_string())
             })
             .unwrap_or_else(|| name.clone());
-        NodeView {
+        QueueNodeView {
             api_server: labels.contains_key(CONTROL_PLANE_LABEL)
                 || labels.contains_key(MASTER_LABEL),
             ready: ready.is_some_and(|c| c.status == "True"),
@@ -158,7 +154,7 @@ pub struct EntryRef {
 pub struct QueueSnapshot {
     pub config: QueueConfig,
     /// Every Node, by name.
-    pub nodes: BTreeMap<String, NodeView>,
+    pub nodes: BTreeMap<String, QueueNodeView>,
     pub entries: Vec<EntryView>,
     /// How each node would be rebooted, when the controller knows (absent in offline
     /// snapshots: then the plan does not wait for it).
@@ -195,7 +191,7 @@ impl QueueSnapshot {
                 .unwrap_or_default(),
             nodes: nodes
                 .iter()
-                .map(NodeView::from_node)
+                .map(QueueNodeView::from_node)
                 .map(|n| (n.name.clone(), n))
                 .collect(),
             entries: entries.iter().map(EntryView::from_entry).collect(),

@@ -17,6 +17,8 @@
 //! the flow finishes the power-on and the cleanup. Not back by the timeout: another power cycle
 //! while retries last (requests only), then give up and escalate.
 
+use hostcycle_api::reasons::EventType;
+use hostcycle_api::reasons::remediation::event_reason;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ use jiff::Timestamp;
 use super::record::Record;
 use crate::binding::BoundHost;
 use crate::evidence::{PowerEvidence, PowerReport, power_since};
-use crate::queue::drain::add;
+use crate::time::add;
 use hostcycle_api::queue::CORDONED_BY_ANNOTATION;
 use hostcycle_api::remediation::{NodeSpecBackup, TaintBackup};
 
@@ -51,7 +53,7 @@ impl Trigger {
 /// The host, as the flow reads it (only metal3's fields: it also works with metal3's own
 /// host operator).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostView {
+pub struct RemediationHostView {
     /// `<namespace>/<name>`.
     pub name: String,
     /// `metadata.uid`.
@@ -76,7 +78,7 @@ pub struct HostView {
     pub marked_unhealthy: Option<String>,
 }
 
-impl HostView {
+impl RemediationHostView {
     /// The power state as its status reports it.
     pub fn power_report(&self) -> PowerReport {
         PowerReport {
@@ -89,7 +91,7 @@ impl HostView {
 
 /// The Node, as the flow reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NodeView {
+pub struct RemediationNodeView {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub ready: bool,
@@ -105,7 +107,7 @@ pub fn system_taint(key: &str) -> bool {
     key.starts_with("node.kubernetes.io/") || key.starts_with("node.cloudprovider.kubernetes.io/")
 }
 
-impl NodeView {
+impl RemediationNodeView {
     /// What an administrator set on the spec: the cordon unless the reboot queue's own, and
     /// the taints Kubernetes does not manage.
     pub fn spec_backup(&self) -> NodeSpecBackup {
@@ -393,14 +395,14 @@ pub struct Observation {
     pub requested: bool,
     /// The host the binding resolver finds now, or why none. Used to start; once the record
     /// holds a binding, only [`Observation::bound`] is acted on.
-    pub target: Result<HostView, Blocker>,
+    pub target: Result<RemediationHostView, Blocker>,
     /// The host under the record's binding (its namespace and name), if the record has one
     /// and such a host exists; its uid is checked against the record's.
-    pub bound: Option<HostView>,
+    pub bound: Option<RemediationHostView>,
     /// The Node's name (from `nodeRef`, the request, or the mapping).
     pub node_name: Option<String>,
     /// The Node, if it exists.
-    pub node: Option<NodeView>,
+    pub node: Option<RemediationNodeView>,
     pub record: Record,
     /// Power cycles allowed after the first (0 for the annotation flow).
     pub retry_limit: u32,
@@ -456,6 +458,17 @@ pub struct Event {
     pub message: String,
 }
 
+impl Event {
+    /// `Warning` or `Normal`, as the Event is published.
+    pub fn event_type(&self) -> EventType {
+        if self.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        }
+    }
+}
+
 /// The outcome of [`decide`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
@@ -485,32 +498,6 @@ impl Decision {
             requeue: None,
         }
     }
-}
-
-/// Reasons of the Events the flow emits.
-pub mod event_reason {
-    pub const STARTED: &str = "RemediationStarted";
-    pub const BLOCKED: &str = "RemediationBlocked";
-    pub const NODE_NOT_FOUND: &str = "NodeNotFound";
-    /// Warning: the host bound at the start is gone or was replaced under the same name.
-    pub const HOST_LOST: &str = "BoundHostLost";
-    /// Warning: the Node's `hostcycle.io/baremetalhost` annotation names another host than
-    /// its authoritative links; it was ignored.
-    pub const HINT_IGNORED: &str = "NodeHostHintIgnored";
-    pub const POWERED_OFF: &str = "PoweredOff";
-    pub const NODE_DELETED: &str = "NodeDeleted";
-    pub const NODE_RELEASED: &str = "NodeReleased";
-    pub const POWER_ON_REQUESTED: &str = "PowerOnRequested";
-    pub const NODE_RESTORED: &str = "NodeRestored";
-    pub const SUCCEEDED: &str = "RemediationSucceeded";
-    pub const RETRYING: &str = "RemediationRetry";
-    pub const FAILED: &str = "RemediationFailed";
-    pub const ESCALATED: &str = "RemediationEscalated";
-    pub const CANCELLED: &str = "RemediationCancelled";
-    /// Warning: a power-off annotation whose remediation is gone was removed from its host.
-    pub const ORPHAN_RELEASED: &str = "RemediationOrphanReleased";
-    /// Warning: another remediator (CAPBM) holds the Machine, or will; hostcycle does nothing.
-    pub const HELD_ELSEWHERE: &str = "RemediationHeldElsewhere";
 }
 
 /// Looks again this soon while a step waits on the host or the Node (events usually come
@@ -543,15 +530,15 @@ fn event(warning: bool, reason: &'static str, message: String) -> Event {
 /// The host a remediation acts on, as [`acting_host`] finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acting<'a> {
-    Host(&'a HostView),
+    Host(&'a RemediationHostView),
     /// The bound host no longer exists (or, before a binding, none is found).
     Missing,
     /// A host of the bound name exists with another uid: not the bound host.
-    Replaced(&'a HostView),
+    Replaced(&'a RemediationHostView),
 }
 
 impl<'a> Acting<'a> {
-    pub fn host(self) -> Option<&'a HostView> {
+    pub fn host(self) -> Option<&'a RemediationHostView> {
         match self {
             Acting::Host(h) => Some(h),
             _ => None,
@@ -592,7 +579,7 @@ pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
     match &obs.target {
         Err(b) => Some(b.clone()),
         Ok(h) if !h.online => Some(Blocker::HostOffline(h.name.clone())),
-        Ok(HostView {
+        Ok(RemediationHostView {
             name,
             marked_unhealthy: Some(key),
             ..
@@ -624,7 +611,7 @@ pub fn wants_slot(obs: &Observation, now: Timestamp) -> bool {
 /// Whether the host is confirmed off for this power cycle: off in a status written after its
 /// power-off was recorded, without error. The controller asks again, on a fresh read of the
 /// host, right before it deletes the Node.
-pub fn off_confirmed(host: &HostView, record: &Record) -> bool {
+pub fn off_confirmed(host: &RemediationHostView, record: &Record) -> bool {
     host.power_off_requested
         && record
             .cycle_started_at
@@ -730,7 +717,7 @@ fn release_left_off(obs: &Observation, d: &mut Decision) {
 /// The backed-up labels, annotations and taints the Node lacks (keys already on it win), and
 /// its cordon, as the action that adds them; `None` when it has them all, or nothing was
 /// backed up.
-fn restore_node(record: &Record, node: &NodeView) -> Option<Action> {
+fn restore_node(record: &Record, node: &RemediationNodeView) -> Option<Action> {
     let missing = |backup: &Option<BTreeMap<String, String>>, have: &BTreeMap<String, String>| {
         backup
             .iter()
@@ -801,7 +788,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
                  it has not booted by {until} (its bootTimeoutSeconds)"
             ),
         );
-        d.requeue = Some(crate::queue::drain::elapsed(now, until) + Duration::from_millis(5));
+        d.requeue = Some(crate::time::elapsed(now, until) + Duration::from_millis(5));
         return d;
     }
     if !obs.slot_free {
@@ -847,7 +834,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
 }
 
 /// The binding recorded at the start.
-fn bind(host: &HostView) -> Option<BoundHost> {
+fn bind(host: &RemediationHostView) -> Option<BoundHost> {
     crate::binding::parse_host_ref(&host.name, None).map(|reference| BoundHost {
         reference,
         uid: host.uid.clone(),
@@ -1086,7 +1073,7 @@ fn release_node(obs: &Observation, host: &HostView, now: Timestamp) -> Decision 
 
 /// Until `deadline` (a little after), at most [`POLL`].
 fn until_or_poll(now: Timestamp, deadline: Timestamp) -> Duration {
-    crate::queue::drain::elapsed(now, deadline).min(POLL) + Duration::from_millis(5)
+    crate::time::elapsed(now, deadline).min(POLL) + Duration::from_millis(5)
 }
 
 /// The power-on step as a ladder: each rung either decides (and the step ends there) or

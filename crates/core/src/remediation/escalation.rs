@@ -9,6 +9,7 @@
 //!   conditions, with a severity); v1.11 and later read `status.v1beta2.conditions`: both are
 //!   written.
 
+use crate::time::wire_precision;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -46,9 +47,7 @@ pub fn openshift_reprovisionable(
 /// subresource (`{"status": {...}}`).
 pub fn owner_remediated_patch(status: &Value, now: Timestamp, message: &str) -> Value {
     // Conditions carry second precision on the wire.
-    let at = Timestamp::from_second(now.as_second())
-        .unwrap_or(now)
-        .to_string();
+    let at = wire_precision(now).to_string();
     let v1beta1 = json!({
         "type": OWNER_REMEDIATED,
         "status": "False",
@@ -176,9 +175,7 @@ impl ConditionsLayout {
 }
 
 fn wire_time(now: Timestamp) -> String {
-    Timestamp::from_second(now.as_second())
-        .unwrap_or(now)
-        .to_string()
+    wire_precision(now).to_string()
 }
 
 /// `list` without conditions of type `type_`, plus `new` if given.

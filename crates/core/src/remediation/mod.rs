@@ -10,8 +10,8 @@ pub mod orphans;
 pub mod record;
 
 pub use decide::{
-    Acting, Action, Blocker, Decision, Escalation, Event, HostView, NodeView, Observation,
-    RequestNamespaces, Trigger, acting_host, decide, event_reason, off_confirmed, start_blocker,
-    system_taint, wants_slot,
+    Acting, Action, Blocker, Decision, Escalation, Event, Observation, RemediationHostView,
+    RemediationNodeView, RequestNamespaces, Trigger, acting_host, decide, off_confirmed,
+    start_blocker, system_taint, wants_slot,
 };
 pub use record::Record;

@@ -8,8 +8,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::{
-    ListFormat, api_error, describe, is_conflict, is_not_found, jittered_delay, list_entries,
-    output,
+    ListFormat, api_error, describe, is_conflict, is_object_not_found, jittered_delay,
+    list_entries, output,
 };
 
 /// How many times a status write that lost a race with the controller is retried.
@@ -111,7 +111,7 @@ async fn cancel_entries(client: &Client, entries: &[&RebootQueueEntry]) -> anyho
                 println!("cancelled {what} (already rebooting: the reboot finishes)");
             }
             Ok(_) => println!("cancelled {what}"),
-            Err(e) if is_not_found(&e) => println!("{what} has already left the queue"),
+            Err(e) if is_object_not_found(&e) => println!("{what} has already left the queue"),
             Err(e) => {
                 return Err(api_error(
                     e,
@@ -203,7 +203,7 @@ pub async fn reset_backoff(client: &Client) -> anyhow::Result<()> {
                         }
                     }
                 }
-                Err(e) if is_not_found(&e) => {
+                Err(e) if is_object_not_found(&e) => {
                     println!("{what} has left the queue");
                     break;
                 }

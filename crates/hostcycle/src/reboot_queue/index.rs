@@ -16,8 +16,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::{
-    api_error, get_or_create_queue, is_already_exists, is_conflict, is_not_found, jittered_delay,
-    list_entries,
+    api_error, get_or_create_queue, is_already_exists, is_conflict, is_object_not_found,
+    jittered_delay, list_entries,
 };
 
 /// How many times a reservation that lost a race is tried again.
@@ -71,7 +71,7 @@ pub async fn reserve(client: &Client, count: u64) -> anyhow::Result<u64> {
         {
             Ok(_) => return Ok(next),
             // Someone else reserved (or the queue was deleted) in between: read again.
-            Err(e) if is_conflict(&e) || is_not_found(&e) => {
+            Err(e) if is_conflict(&e) || is_object_not_found(&e) => {
                 tracing::debug!(attempt, "index reservation lost a race; retrying");
                 tokio::time::sleep(jittered_delay(attempt)).await;
             }

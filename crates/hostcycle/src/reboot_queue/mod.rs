@@ -28,6 +28,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry, RebootQueueSpec};
+use hostcycle_operator::cluster::errors::{
+    is_already_exists, is_conflict, is_missing_resource_type, is_object_not_found,
+};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 
@@ -193,11 +196,7 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> 
 pub(crate) fn api_error(e: kube::Error, what: impl std::fmt::Display) -> anyhow::Error {
     match e {
         kube::Error::Api(status) => {
-            let hint = if status.code == 404
-                && status
-                    .message
-                    .contains("could not find the requested resource")
-            {
+            let hint = if status.code == 404 && is_missing_resource_type(&status.message) {
                 "; are hostcycle's CRDs installed? (`hostcycle crd | kubectl apply -f -`)"
             } else if status.code == 401 {
                 "; the credentials in the kubeconfig were refused (set --kubeconfig or KUBECONFIG)"
@@ -222,22 +221,6 @@ pub(crate) fn api_error(e: kube::Error, what: impl std::fmt::Display) -> anyhow:
              or set --kubeconfig or KUBECONFIG"
         ),
     }
-}
-
-/// Whether the error is an HTTP 409 Conflict (a failed resourceVersion precondition).
-pub(crate) fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.is_conflict())
-}
-
-/// Whether the error is an HTTP 409 AlreadyExists.
-pub(crate) fn is_already_exists(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.is_already_exists())
-}
-
-/// Whether the error is an HTTP 404 for an object (not for a missing resource type).
-pub(crate) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.is_not_found()
-        && !s.message.contains("could not find the requested resource"))
 }
 
 /// A random delay before retrying a write that lost a race: up to `base × 2^attempt`

@@ -5,7 +5,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::{api_error, is_already_exists, is_not_found};
+use super::{api_error, is_already_exists, is_object_not_found};
 
 /// How many times a lost create/delete race is retried.
 const ATTEMPTS: u32 = 5;
@@ -33,7 +33,7 @@ pub async fn set_enabled(client: &Client, enabled: bool) -> anyhow::Result<()> {
                 println!("the reboot queue is {}", word(enabled));
                 return Ok(());
             }
-            Err(e) if is_not_found(&e) => {}
+            Err(e) if is_object_not_found(&e) => {}
             Err(e) => return Err(api_error(e, what)),
         }
         let queue = RebootQueue::new(
@@ -70,7 +70,7 @@ pub async fn is_enabled(client: &Client) -> anyhow::Result<()> {
         .await
     {
         Ok(queue) => queue.spec.enabled.unwrap_or(true),
-        Err(e) if is_not_found(&e) => true,
+        Err(e) if is_object_not_found(&e) => true,
         Err(e) => {
             return Err(api_error(
                 e,

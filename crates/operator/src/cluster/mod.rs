@@ -11,6 +11,7 @@
 //!
 //! What the host controller watches alone (the metadata of Secrets) stays in its module.
 
+pub mod errors;
 pub mod objects;
 pub mod watch;
 

@@ -7,6 +7,8 @@
 //! finished, boot confirmed) — and at the next deadline (backoff expiry, drain or boot
 //! timeout), with a periodic resync as a safety net.
 
+use crate::backoff::RETRY_SOON;
+use crate::cluster::errors::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -19,17 +21,19 @@ use hostcycle_api::queue::{
 };
 use hostcycle_api::reasons::{queue_condition, queue_event_reason as reason};
 use hostcycle_api::{BareMetalHost, REBOOT_ANNOTATION};
+use hostcycle_core::conditions::set_condition;
 use hostcycle_core::queue::address::unsafe_address_refusal;
-use hostcycle_core::queue::drain::{add, drain_deadline, elapsed, next_backoff};
+use hostcycle_core::queue::drain::{drain_deadline, next_backoff};
 use hostcycle_core::queue::reboot::{
     AfterDrain, BmcRebootStep, COMMAND_MARKER_ANNOTATION, CancelStep, REQUEST_MARKER_ANNOTATION,
     RebootCommandStep, after_drain, bmc_reboot_step, boot_deadline, boot_overdue, cancel_step,
     reboot_command_step,
 };
 use hostcycle_core::queue::{
-    DequeueReason, EntryView, NodeView, Plan, QueueConfig, QueueSnapshot, RebootTarget, plan,
+    DequeueReason, EntryView, Plan, QueueConfig, QueueNodeView, QueueSnapshot, RebootTarget, plan,
     resolve_method,
 };
+use hostcycle_core::time::{add, elapsed, wire_precision};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -52,14 +56,13 @@ use crate::cluster::objects::{
     MachineObject, binding_index, host_reference, nodes_being_remediated,
 };
 use crate::cluster::{ClusterView, Kinds};
-use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
+use crate::events::{EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels, PhaseLabels, ReasonLabels};
+use hostcycle_api::reasons::EventType;
 
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
-/// Retry soon after a failed write or a conflict.
-const RETRY_SOON: Duration = Duration::from_secs(1);
 /// Waiting-message writes sent at once.
 const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 
@@ -181,7 +184,7 @@ fn subscribe(view: &ClusterView, wake: &Arc<Notify>) -> Stores {
 
 /// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes.
 fn node_fingerprint(node: &Node) -> u64 {
-    let view = NodeView::from_node(node);
+    let view = QueueNodeView::from_node(node);
     let mut h = std::collections::hash_map::DefaultHasher::new();
     view.ready.hash(&mut h);
     view.api_server.hash(&mut h);
@@ -298,7 +301,7 @@ impl Controller {
         let queue = RebootQueue::new(REBOOT_QUEUE_NAME, RebootQueueSpec::default());
         match api.create(&PostParams::default(), &queue).await {
             Ok(_) => tracing::info!("created RebootQueue default with the default settings"),
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) if is_conflict(&e) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "cannot create RebootQueue default; its status stays unwritten until it exists")
             }
@@ -527,7 +530,7 @@ impl Controller {
                     {
                         self.event_entry(
                             &written,
-                            EventKind::Warning,
+                            EventType::Warning,
                             reason::REBOOT_COMMAND_FAILED,
                             &text,
                         )
@@ -582,7 +585,7 @@ impl Controller {
                     })
                     .await
                 {
-                    self.event_entry(&written, EventKind::Normal, reason::DRAIN_STOPPED, text)
+                    self.event_entry(&written, EventType::Normal, reason::DRAIN_STOPPED, text)
                         .await;
                 }
             }
@@ -656,9 +659,7 @@ impl Controller {
                         status: "True".into(),
                         reason: blocking.condition_reason.into(),
                         message: bounded_message(&waiting.reason.to_string()),
-                        last_transition_time: Time(
-                            Timestamp::from_second(now.as_second()).unwrap_or(now),
-                        ),
+                        last_transition_time: Time(wire_precision(now)),
                         observed_generation: entry.metadata.generation,
                     });
                     messages.push(self.with_status(entry, |s| {
@@ -667,8 +668,10 @@ impl Controller {
                             s.last_transition_time = Some(created.unwrap_or(now));
                         }
                         s.message = text;
-                        s.conditions.retain(|c| c.type_ != queue_condition::BLOCKED);
-                        s.conditions.extend(condition);
+                        match condition {
+                            Some(condition) => set_condition(&mut s.conditions, condition),
+                            None => s.conditions.retain(|c| c.type_ != queue_condition::BLOCKED),
+                        }
                     }));
                 }
             }
@@ -676,7 +679,7 @@ impl Controller {
         for (entry, event_reason, why) in warnings {
             self.event_entry(
                 &entry,
-                EventKind::Warning,
+                EventType::Warning,
                 event_reason,
                 &format!("node {} cannot be rebooted now: {why}", entry.spec.node),
             )
@@ -758,12 +761,12 @@ impl Controller {
             }
         }
         let (kind, event_reason, label) = match why {
-            DequeueReason::Cancelled => (EventKind::Normal, reason::CANCELLED, "Cancelled"),
+            DequeueReason::Cancelled => (EventType::Normal, reason::CANCELLED, "Cancelled"),
             DequeueReason::NodeNotFound => {
-                (EventKind::Warning, reason::NODE_NOT_FOUND, "NodeNotFound")
+                (EventType::Warning, reason::NODE_NOT_FOUND, "NodeNotFound")
             }
             DequeueReason::Duplicate { .. } => {
-                (EventKind::Warning, reason::DUPLICATE_ENTRY, "Duplicate")
+                (EventType::Warning, reason::DUPLICATE_ENTRY, "Duplicate")
             }
         };
         let note = match (why, entry.phase()) {
@@ -822,12 +825,12 @@ impl Controller {
                 .map(|s| s.drain_backoff_count + 1)
                 .unwrap_or(1)
         );
-        self.event_entry(&written, EventKind::Normal, reason::DRAIN_STARTED, &text)
+        self.event_entry(&written, EventType::Normal, reason::DRAIN_STARTED, &text)
             .await;
         self.shared
             .publish(
                 &node_ref(node),
-                EventKind::Normal,
+                EventType::Normal,
                 reason::DRAIN_STARTED,
                 &text,
             )
@@ -938,12 +941,12 @@ impl Controller {
                     reason: kind.into(),
                 })
                 .inc();
-            self.event_entry(&written, EventKind::Warning, reason::DRAIN_BACKOFF, &text)
+            self.event_entry(&written, EventType::Warning, reason::DRAIN_BACKOFF, &text)
                 .await;
             self.shared
                 .publish(
                     &node_ref(&entry.spec.node),
-                    EventKind::Warning,
+                    EventType::Warning,
                     reason::DRAIN_BACKOFF,
                     &text,
                 )
@@ -985,7 +988,7 @@ impl Controller {
                     })
                     .await
                 {
-                    self.event_entry(&written, EventKind::Normal, reason::DRAIN_STOPPED, &why)
+                    self.event_entry(&written, EventType::Normal, reason::DRAIN_STOPPED, &why)
                         .await;
                 }
                 // The node is uncordoned by the next plan (no entry is processing it).
@@ -994,7 +997,7 @@ impl Controller {
             }
             AfterDrain::Blocked(why) => {
                 let text = format!("node {node} cannot be rebooted: {why}");
-                self.event_entry(entry, EventKind::Warning, reason::REBOOT_BLOCKED, &text)
+                self.event_entry(entry, EventType::Warning, reason::REBOOT_BLOCKED, &text)
                     .await;
                 self.back_off(entry, config, now, &text, "reboot_blocked")
                     .await;
@@ -1011,7 +1014,7 @@ impl Controller {
         {
             self.event_entry(
                 entry,
-                EventKind::Warning,
+                EventType::Warning,
                 reason::UNSAFE_NODE_ADDRESS,
                 &text,
             )
@@ -1086,14 +1089,14 @@ impl Controller {
         }
         self.event_entry(
             &written,
-            EventKind::Normal,
+            EventType::Normal,
             reason::DRAIN_COMPLETED,
             &format!("node {node} drained"),
         )
         .await;
         self.event_entry(
             &written,
-            EventKind::Normal,
+            EventType::Normal,
             reason::REBOOT_STARTED,
             &message,
         )
@@ -1101,7 +1104,7 @@ impl Controller {
         self.shared
             .publish(
                 &node_ref(node),
-                EventKind::Normal,
+                EventType::Normal,
                 reason::REBOOT_STARTED,
                 &message,
             )
@@ -1311,7 +1314,7 @@ impl Controller {
                              is uncordoned and not rebooted",
                             entry.spec.index, entry.spec.node
                         );
-                        self.event_entry(entry, EventKind::Normal, reason::REBOOT_WITHDRAWN, &text)
+                        self.event_entry(entry, EventType::Normal, reason::REBOOT_WITHDRAWN, &text)
                             .await;
                         self.dequeue(entry, &DequeueReason::Cancelled, now).await;
                     }
@@ -1345,25 +1348,23 @@ impl Controller {
             status: "True".into(),
             reason: queue_condition::BOOT_NOT_CONFIRMED.into(),
             message: text.clone(),
-            last_transition_time: Time(Timestamp::from_second(now.as_second()).unwrap_or(now)),
+            last_transition_time: Time(wire_precision(now)),
             observed_generation: entry.metadata.generation,
         };
         match self
             .write(entry, |s| {
-                s.conditions
-                    .retain(|c| c.type_ != queue_condition::BOOT_TIMED_OUT);
-                s.conditions.push(condition);
+                set_condition(&mut s.conditions, condition);
             })
             .await
         {
             Some(written) => {
                 self.shared.metrics.queue.boot_timeouts.inc();
-                self.event_entry(&written, EventKind::Warning, reason::BOOT_TIMED_OUT, &text)
+                self.event_entry(&written, EventType::Warning, reason::BOOT_TIMED_OUT, &text)
                     .await;
                 self.shared
                     .publish(
                         &node_ref(&entry.spec.node),
-                        EventKind::Warning,
+                        EventType::Warning,
                         reason::BOOT_TIMED_OUT,
                         &text,
                     )
@@ -1413,12 +1414,12 @@ impl Controller {
                 if entry.status.as_ref().map(|s| s.message.as_str()) != Some(&refusal.message) {
                     tracing::warn!(node = %node, entry = %entry.name_any(), "{}", refusal.message);
                     self.set_message(entry, &refusal.message).await;
-                    self.event_entry(entry, EventKind::Warning, refusal.reason, &refusal.message)
+                    self.event_entry(entry, EventType::Warning, refusal.reason, &refusal.message)
                         .await;
                     self.shared
                         .publish(
                             &node_ref(node),
-                            EventKind::Warning,
+                            EventType::Warning,
                             refusal.reason,
                             &refusal.message,
                         )
@@ -1603,12 +1604,12 @@ impl Controller {
             })
             .inc();
         let text = format!("node {node} rebooted: {detail}");
-        self.event_entry(entry, EventKind::Normal, reason::BOOT_CONFIRMED, &text)
+        self.event_entry(entry, EventType::Normal, reason::BOOT_CONFIRMED, &text)
             .await;
         self.shared
             .publish(
                 &node_ref(&node),
-                EventKind::Normal,
+                EventType::Normal,
                 reason::BOOT_CONFIRMED,
                 &text,
             )
@@ -1617,7 +1618,7 @@ impl Controller {
             self.shared
                 .publish(
                     &node_ref(&node),
-                    EventKind::Normal,
+                    EventType::Normal,
                     reason::UNCORDONED,
                     &format!(
                         "uncordoned node {node} after its reboot (the reboot queue had cordoned it)"
@@ -1643,7 +1644,7 @@ impl Controller {
                 ),
             )
         };
-        self.event_entry(entry, EventKind::Normal, event_reason, &note)
+        self.event_entry(entry, EventType::Normal, event_reason, &note)
             .await;
     }
 
@@ -1654,7 +1655,7 @@ impl Controller {
                 self.shared
                     .publish(
                         &node_ref(node),
-                        EventKind::Normal,
+                        EventType::Normal,
                         reason::UNCORDONED,
                         &format!("uncordoned node {node}: {why}"),
                     )
@@ -1722,7 +1723,7 @@ impl Controller {
                 self.written.insert(written.name_any(), written.clone());
                 Some(written)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+            Err(e) if is_conflict(&e) || is_not_found(&e) => {
                 tracing::debug!(entry = %attempted.name_any(), node = %attempted.spec.node, "entry changed meanwhile; deciding again");
                 self.retry_soon = true;
                 None
@@ -1747,7 +1748,7 @@ impl Controller {
         };
         match api.delete(&entry.name_any(), &params).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) if is_not_found(&e) => {}
             Err(e) => {
                 tracing::warn!(entry = %entry.name_any(), node = %entry.spec.node, error = %e, "cannot remove the entry; retrying");
                 self.retry_soon = true;
@@ -1765,7 +1766,7 @@ impl Controller {
     async fn event_entry(
         &self,
         entry: &RebootQueueEntry,
-        kind: EventKind,
+        kind: EventType,
         event_reason: &str,
         note: &str,
     ) {
@@ -1857,7 +1858,7 @@ impl Controller {
             .await
         {
             Ok(_) => self.last_queue_status = Some(status),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
+            Err(e) if is_not_found(&e) => {
                 self.ensure_queue_object().await;
                 self.retry_soon = true;
             }

@@ -1,6 +1,7 @@
 //! Cordon and uncordon, recording on the Node that the queue did it: only a node carrying
 //! [`CORDONED_BY_ANNOTATION`] is ever uncordoned, so an administrator's cordon stays.
 
+use crate::cluster::errors::{is_conflict, is_not_found};
 use hostcycle_api::queue::CORDONED_BY_ANNOTATION;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -20,10 +21,6 @@ pub enum Cordon {
 
 /// How often a patch that lost a race with another writer is tried again.
 const CONFLICT_RETRIES: usize = 5;
-
-fn conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
 
 /// Marks the node unschedulable and records that the queue did it (one patch, with the
 /// node's resourceVersion as a precondition so an administrator's concurrent cordon is seen).
@@ -53,7 +50,7 @@ pub async fn cordon(nodes: &Api<Node>, name: &str, entry: &str) -> Result<Cordon
             .await
         {
             Ok(_) => return Ok(Cordon::Cordoned),
-            Err(e) if conflict(&e) => continue,
+            Err(e) if is_conflict(&e) => continue,
             Err(e) => return Err(e),
         }
     }
@@ -89,8 +86,8 @@ pub async fn uncordon(nodes: &Api<Node>, name: &str) -> Result<bool, kube::Error
             .await
         {
             Ok(_) => return Ok(true),
-            Err(e) if conflict(&e) => continue,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) if is_not_found(&e) => return Ok(false),
             Err(e) => return Err(e),
         }
     }

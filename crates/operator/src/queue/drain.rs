@@ -12,6 +12,7 @@
 //!    `volumesInUse`; pods that show up meanwhile are evicted too. The controller enforces
 //!    `evictionTimeoutSeconds` from the recorded `Draining` time.
 
+use crate::cluster::errors::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,9 +35,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::cordon::{Cordon, cordon};
 use super::{Report, ReportKind, Shared};
-use crate::events::EventKind;
 use crate::events::node_ref;
 use crate::metrics::EvictionLabels;
+use hostcycle_api::reasons::EventType;
 
 /// Evictions (and dry runs) in flight at once for one node.
 const EVICTION_CONCURRENCY: usize = 32;
@@ -408,7 +409,7 @@ async fn delete_pod(
     };
     match api.delete(&pod.name, &params).await {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(()),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => return Ok(()),
         Err(e) => return Err(format!("deleting pod {}: {e}", pod.key())),
     }
     shared
@@ -422,7 +423,7 @@ async fn delete_pod(
     shared
         .publish(
             &node_ref(&job.node),
-            EventKind::Warning,
+            EventType::Warning,
             reason::POD_DELETED,
             &format!(
                 "deleted pod {} while draining for a reboot: {why}",

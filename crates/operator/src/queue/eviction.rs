@@ -5,6 +5,7 @@
 //! The client must not retry 429 answers by itself (`crate::client_config`): a 429 here is a
 //! PodDisruptionBudget's refusal, which the drain rules act on at once.
 
+use crate::cluster::errors::is_not_found;
 use hostcycle_core::queue::drain::EvictionAnswer;
 use kube::Client;
 
@@ -26,7 +27,7 @@ impl Evictor {
     pub async fn discover(client: Client) -> Result<Evictor, kube::Error> {
         let versions = match kube::discovery::group(&client, "policy").await {
             Ok(group) => group.versions().map(str::to_string).collect::<Vec<_>>(),
-            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+            Err(e) if is_not_found(&e) => Vec::new(),
             Err(e) => return Err(e),
         };
         let api_version = if versions.iter().any(|v| v == "v1") {
@@ -74,7 +75,7 @@ impl Evictor {
         };
         match self.client.request_text(request).await {
             Ok(_) => EvictionAnswer::Evicted,
-            Err(kube::Error::Api(s)) if s.code == 404 => EvictionAnswer::NotFound,
+            Err(e) if is_not_found(&e) => EvictionAnswer::NotFound,
             Err(kube::Error::Api(s)) if s.code == 429 => {
                 EvictionAnswer::Refused(bounded(&s.message, MAX_MESSAGE))
             }

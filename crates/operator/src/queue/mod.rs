@@ -26,9 +26,10 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use tokio::sync::oneshot;
 
-use crate::events::{EventKind, EventSink};
+use crate::events::EventSink;
 use crate::metrics::Metrics;
 use eviction::Evictor;
+use hostcycle_api::reasons::EventType;
 
 /// Settings of the reboot queue controller.
 #[derive(Debug, Clone)]
@@ -58,7 +59,7 @@ impl Shared {
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
-        kind: EventKind,
+        kind: EventType,
         reason: &str,
         note: &str,
     ) {

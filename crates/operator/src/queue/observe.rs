@@ -2,6 +2,7 @@
 //! host each queued node is bound to (`hostcycle_core::binding`). Shared by the controller and
 //! `hostcycle rq plan`.
 
+use crate::cluster::errors::is_not_found;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, Reboot
 use hostcycle_api::{BareMetalHost, PowerTarget, REBOOT_ANNOTATION};
 use hostcycle_core::binding::BindingIndex;
 use hostcycle_core::queue::host::reboot_target;
-use hostcycle_core::queue::reboot::{HostView, REQUEST_MARKER_ANNOTATION};
+use hostcycle_core::queue::reboot::{QueueHostView, REQUEST_MARKER_ANNOTATION};
 use hostcycle_core::queue::{QueueSnapshot, RebootTarget};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -21,7 +22,7 @@ use crate::cluster::objects::{
 };
 
 /// A host as the boot check and a cancel read it.
-pub fn host_view(host: &BareMetalHost) -> HostView {
+pub fn host_view(host: &BareMetalHost) -> QueueHostView {
     let annotations = host.annotations_or_empty();
     let status = host.status.as_ref();
     let power_off_requested_at = status
@@ -29,7 +30,7 @@ pub fn host_view(host: &BareMetalHost) -> HostView {
         .filter(|a| a.action == PowerTarget::Off)
         .map(|a| a.requested_at);
     let pending_since = status.and_then(|s| s.provisioning.pending_reboot_since);
-    HostView {
+    QueueHostView {
         reference: host_reference(host),
         uid: host.uid().unwrap_or_default(),
         reboot_annotation: annotations.contains_key(REBOOT_ANNOTATION),
@@ -85,7 +86,7 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         .await
     {
         Ok(list) => list.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) if is_not_found(&e) => Vec::new(),
         Err(e) => return Err(e),
     };
     let resources = machine_resources(client).await;
@@ -124,7 +125,7 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         .await
     {
         Ok(list) => list.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) if is_not_found(&e) => Vec::new(),
         Err(e) => return Err(e),
     };
     snapshot.being_remediated = nodes_being_remediated(&machine_objects, &requests)

@@ -3,6 +3,9 @@
 //! queue entry — as its filters on the shared cluster view say — and at each remediation's
 //! next deadline.
 
+use crate::backoff::RETRY_SOON;
+use crate::cluster::errors::{is_conflict, is_not_found};
+use hostcycle_api::reasons::remediation::event_reason;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -15,7 +18,7 @@ use hostcycle_api::remediation::{
     HostRemediationStatus, REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep,
     is_remediation_power_off,
 };
-use hostcycle_core::queue::drain::add;
+use hostcycle_core::conditions::set_condition as set_status_condition;
 use hostcycle_core::queue::{EntryView, QueueConfig};
 use hostcycle_core::remediation::escalation::{
     ConditionsLayout, allocate_slots, capi_gave_up_patch, capi_remediated_patch,
@@ -23,8 +26,9 @@ use hostcycle_core::remediation::escalation::{
 use hostcycle_core::remediation::orphans::orphaned_power_off_keys;
 use hostcycle_core::remediation::{
     Acting, Action, Decision, Escalation, Observation, Record, Trigger, acting_host, decide,
-    event_reason, off_confirmed, wants_slot,
+    off_confirmed, wants_slot,
 };
+use hostcycle_core::time::{add, wire_precision};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -43,17 +47,16 @@ use super::observe::{
 };
 use crate::cluster::objects::{MachineObject, binding_index, host_reference};
 use crate::cluster::{ClusterView, Kinds};
-use crate::events::{EventKind, EventPublisher, EventSink, node_ref};
+use crate::events::{EventPublisher, EventSink, node_ref};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, RemediationLabels};
+use hostcycle_api::reasons::EventType;
 use hostcycle_core::remediation::contracts::{
     MachineClaim, MhcView, node_startup_timeout, permanent_node_deletion_expected,
 };
 
 const FIELD_MANAGER: &str = "hostcycle-remediation";
-/// Look again this soon after a failed write or action.
-const RETRY_SOON: Duration = Duration::from_secs(1);
 
 /// The caches the loop decides from (the view's).
 struct Stores {
@@ -161,9 +164,7 @@ fn subscribe(
         let name = node.name_any();
         let mut h = std::collections::hash_map::DefaultHasher::new();
         node.uid().hash(&mut h);
-        hostcycle_core::queue::NodeView::from_node(node)
-            .ready
-            .hash(&mut h);
+        hostcycle_core::node::is_ready(node).hash(&mut h);
         let print = h.finish();
         let changed = prints.insert(name.clone(), print) != Some(print);
         let target = targets.lock().map(|t| t.contains(&name)).unwrap_or(true);
@@ -564,11 +565,7 @@ impl Controller {
             });
             let node = item.observation.node_name.as_deref().map(node_ref);
             for e in &events {
-                let kind = if e.warning {
-                    EventKind::Warning
-                } else {
-                    EventKind::Normal
-                };
+                let kind = e.event_type();
                 self.events.emit(&primary, kind, e.reason, &e.message);
                 if let Some(h) = &host {
                     self.events.emit(h, kind, e.reason, &e.message);
@@ -961,7 +958,7 @@ impl Controller {
                 tracing::info!(node = %node.name_any(), remediation = %item.subject.key(), "node deleted; its host is off");
                 true
             }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+            Err(e) if is_not_found(&e) || is_conflict(&e) => true,
             Err(e) => {
                 log_write_error(&format!("Node {}", node.name_any()), &e);
                 false
@@ -1046,7 +1043,7 @@ impl Controller {
                 .await
             {
                 Ok(_) => return true,
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) if is_conflict(&e) => continue,
                 Err(e) => {
                     log_write_error(&format!("Node {name}"), &e);
                     return false;
@@ -1100,8 +1097,8 @@ impl Controller {
                     };
                     match api.delete(&name, &params).await {
                         Ok(_) => return true,
-                        Err(kube::Error::Api(s)) if s.code == 404 => return true,
-                        Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                        Err(e) if is_not_found(&e) => return true,
+                        Err(e) if is_conflict(&e) => continue,
                         Err(e) => {
                             log_write_error(&format!("Machine {}", machine.key()), &e);
                             return false;
@@ -1173,7 +1170,7 @@ impl Controller {
         let list = match api.list(&Default::default()).await {
             Ok(list) => list,
             // Not served (no OpenShift Machine API): the flag's timeout.
-            Err(kube::Error::Api(s)) if s.code == 404 => return,
+            Err(e) if is_not_found(&e) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list MachineHealthChecks: the power-on timeout is --remediation-power-on-timeout");
                 return;
@@ -1216,7 +1213,7 @@ impl Controller {
         let mark = json!({ CAPM3_UNHEALTHY_ANNOTATION: CAPM3_UNHEALTHY_VALUE });
         match self.patch_bound_host_annotations(host, mark).await {
             Ok(()) => true,
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+            Err(e) if is_not_found(&e) || is_conflict(&e) => true,
             Err(e) => {
                 log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
                 false
@@ -1252,7 +1249,7 @@ impl Controller {
                 .await
             {
                 Ok(_) => return true,
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) if is_conflict(&e) => continue,
                 Err(e) => {
                     log_write_error(&format!("Machine {} status", machine.key()), &e);
                     return false;
@@ -1346,7 +1343,7 @@ impl Controller {
                         );
                         self.events.emit(
                             &host.object_ref(&()),
-                            EventKind::Warning,
+                            EventType::Warning,
                             event_reason::ORPHAN_RELEASED,
                             &note,
                         );
@@ -1483,7 +1480,7 @@ fn item_span(item: &Item) -> tracing::Span {
 
 fn log_write_error(what: &str, e: &kube::Error) {
     match e {
-        kube::Error::Api(s) if s.code == 409 => {
+        _ if is_conflict(e) => {
             tracing::debug!(object = what, "changed meanwhile; deciding again")
         }
         _ => tracing::warn!(object = what, error = %e, "write failed; retrying"),
@@ -1500,25 +1497,13 @@ fn set_condition(
     now: Timestamp,
     generation: Option<i64>,
 ) {
-    let at = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
-    let message = crate::text::bounded(message, 1024);
-    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != value {
-                c.last_transition_time = at;
-            }
-            c.status = value.to_string();
-            c.reason = reason.to_string();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => status.conditions.push(Condition {
-            type_: type_.to_string(),
-            status: value.to_string(),
-            reason: reason.to_string(),
-            message,
-            last_transition_time: at,
-            observed_generation: generation,
-        }),
-    }
+    let fresh = Condition {
+        type_: type_.to_string(),
+        status: value.to_string(),
+        reason: reason.to_string(),
+        message: crate::text::bounded(message, 1024),
+        last_transition_time: Time(wire_precision(now)),
+        observed_generation: generation,
+    };
+    set_status_condition(&mut status.conditions, fresh);
 }

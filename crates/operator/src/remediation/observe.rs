@@ -22,7 +22,9 @@ use hostcycle_core::remediation::contracts::{
 use hostcycle_core::remediation::escalation::{
     EscalationFacts, MachineKind, OPENSHIFT_MACHINE_ROLE_LABEL, choose_escalation,
 };
-use hostcycle_core::remediation::{Blocker, Escalation, HostView, NodeView, Record, Trigger};
+use hostcycle_core::remediation::{
+    Blocker, Escalation, Record, RemediationHostView, RemediationNodeView, Trigger,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Resource, ResourceExt};
 
@@ -203,9 +205,9 @@ fn blocker_or_host(
 }
 
 /// The host as the flow reads it.
-pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> HostView {
+pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> RemediationHostView {
     let status = host.status.as_ref();
-    HostView {
+    RemediationHostView {
         name: format!(
             "{}/{}",
             host.namespace().unwrap_or_default(),
@@ -225,12 +227,12 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> HostView {
 }
 
 /// The Node as the flow reads it.
-pub fn node_view(node: &Node) -> NodeView {
+pub fn node_view(node: &Node) -> RemediationNodeView {
     let spec = node.spec.as_ref();
-    NodeView {
+    RemediationNodeView {
         labels: node.metadata.labels.clone().unwrap_or_default(),
         annotations: node.metadata.annotations.clone().unwrap_or_default(),
-        ready: hostcycle_core::queue::NodeView::from_node(node).ready,
+        ready: hostcycle_core::node::is_ready(node),
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         taints: spec
             .and_then(|s| s.taints.as_ref())

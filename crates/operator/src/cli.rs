@@ -1,0 +1,442 @@
+//! `hostcycle operator`: its flags, the configuration they make, and the process that runs
+//! until SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    BmhControllerConfig, ControllerName, CredentialsPolicy, LeaderElection, OperatorConfig,
+    QueueControllerConfig, RemediationControllerConfig, run,
+};
+
+/// `hostcycle operator` flags.
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// Kubeconfig to use (default: $KUBECONFIG, then in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only watch BareMetalHosts in this namespace (default: all).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Controllers to run, comma-separated (default: all). A cluster whose hosts are
+    /// managed by metal3's baremetal-operator runs `--controllers reboot-queue`.
+    #[arg(long, value_delimiter = ',', default_values_t = ControllerName::ALL.to_vec())]
+    pub controllers: Vec<ControllerName>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Campaign for a leader Lease before running controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    #[arg(long, default_value = "hostcycle-operator")]
+    pub lease_name: String,
+    /// How long the leader Lease stays valid without renewal (whole seconds, at least 2).
+    #[arg(long, default_value = "15s")]
+    pub lease_duration: jiff::SignedDuration,
+    /// This replica's identity (default: $POD_NAME, else the host name and PID).
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// Power-state re-check interval when nothing is changing.
+    #[arg(long, default_value = "60s", value_parser = flag_duration)]
+    pub steady_poll: jiff::SignedDuration,
+    /// Power-state re-check interval while a change is pending.
+    #[arg(long, default_value = "1s", value_parser = flag_duration)]
+    pub transition_poll: jiff::SignedDuration,
+    /// How long the OS gets after a soft power-off before power is cut.
+    #[arg(long, default_value = "180s", value_parser = flag_duration)]
+    pub soft_power_off_timeout: jiff::SignedDuration,
+    /// Hosts whose power state is polled at once (steady state).
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: u16,
+    /// Hosts with a requested power action handled at once, in a lane of their own so they
+    /// never wait behind polls of hung BMCs.
+    #[arg(long, default_value_t = 64)]
+    pub action_concurrency: u16,
+    /// Deadline of one power-state read (retries included): a hung BMC holds a polling slot
+    /// no longer than this.
+    #[arg(long, default_value = "15s")]
+    pub bmc_read_deadline: jiff::SignedDuration,
+    /// Timeout of one HTTP request to a BMC.
+    #[arg(long, default_value = "30s", value_parser = flag_duration)]
+    pub bmc_request_timeout: jiff::SignedDuration,
+    /// Deadline of one BMC call, retries included.
+    #[arg(long, default_value = "120s", value_parser = flag_duration)]
+    pub bmc_call_deadline: jiff::SignedDuration,
+    /// Storm protection: remediations between power-off and the Node back, at most.
+    #[arg(long, default_value_t = 1)]
+    pub max_concurrent_remediations: usize,
+    /// How long a remediation triggered by `host.metal3.io/external-remediation` waits for
+    /// the Node after the power-on (HostRemediations set theirs in `spec.strategy`).
+    #[arg(long, default_value = "20m", value_parser = flag_duration)]
+    pub remediation_power_on_timeout: jiff::SignedDuration,
+    /// How long a remediation waits for its host to be confirmed off (a status written after
+    /// the power-off request, without error) before it gives up, releases the host and
+    /// escalates.
+    #[arg(long, default_value = "5m", value_parser = flag_duration)]
+    pub remediation_power_off_timeout: jiff::SignedDuration,
+    /// Which requests (HostRemediations, annotated Machines) may fence which hosts: a
+    /// comma-separated list of `same-as-host` (requests fence only hosts of their own
+    /// namespace), `operator-namespace` (requests in the operator's own namespace, the
+    /// Lease's, may fence any host), namespaces whose requests may fence any host, or `*`
+    /// (any request, any host).
+    #[arg(long, default_value = "same-as-host,operator-namespace")]
+    pub remediation_request_namespaces: hostcycle_core::remediation::RequestNamespaces,
+    /// Which triggers remediation takes, comma-separated: `machine-annotation`
+    /// (`host.metal3.io/external-remediation` on a Machine), `requests` (HostRemediations),
+    /// `capbm-machines` (the annotation also on Machines of OpenShift's bare-metal machine
+    /// controller, CAPBM, which remediates them itself: only where its remediation does not
+    /// run). A Machine another remediator holds is never touched; a flow hostcycle started is
+    /// always finished.
+    #[arg(long, default_value = "machine-annotation,requests")]
+    pub remediation_triggers: hostcycle_core::remediation::contracts::Triggers,
+    /// Where BMC credentials may be sent, comma-separated: CIDRs (10.0.0.0/24), IPs, DNS
+    /// names, domain suffixes (.bmc.example.com), or `any` (metal3's behaviour: whoever may
+    /// edit a host may send its Secret's password anywhere). None by default: no credentials
+    /// are sent until the BMC networks are given.
+    #[arg(long, value_delimiter = ',')]
+    pub bmc_networks: Vec<hostcycle_bmc::destination::BmcNetwork>,
+    /// Allow plain-HTTP Redfish (`redfish+http://`), which sends the password in clear.
+    #[arg(long)]
+    pub allow_plain_http_bmc: bool,
+    /// Use only credentials Secrets with this label (`KEY=VALUE`, e.g.
+    /// `hostcycle.io/bmc-credentials=true` or metal3's `environment.metal3.io=baremetal`);
+    /// only their metadata is watched. Default: any Secret a host names.
+    #[arg(long, value_parser = label_requirement)]
+    pub bmc_credentials_label: Option<(String, String)>,
+}
+
+/// A duration flag's value: not negative, at most
+/// [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION) (365 days), so that no deadline
+/// or requeue computed from it can overflow.
+fn flag_duration(text: &str) -> Result<jiff::SignedDuration, String> {
+    hostcycle_bmc::deadline::parse_duration_flag(text)
+}
+
+/// `KEY=VALUE` of `--bmc-credentials-label`: a label key (optional DNS prefix and `/`) and
+/// a label value.
+fn label_requirement(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| "write KEY=VALUE, e.g. hostcycle.io/bmc-credentials=true".to_string())?;
+    let name_ok = |name: &str| {
+        !name.is_empty()
+            && name.len() <= 63
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let key_ok = match key.split_once('/') {
+        Some((prefix, name)) => {
+            !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.')
+                })
+                && name_ok(name)
+        }
+        None => name_ok(key),
+    };
+    if !key_ok {
+        return Err(format!("{key:?} is not a label key"));
+    }
+    if !(value.is_empty() || name_ok(value)) {
+        return Err(format!("{value:?} is not a label value"));
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
+fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
+    let unsigned =
+        Duration::try_from(d).with_context(|| format!("--{flag} must not be negative"))?;
+    hostcycle_bmc::deadline::checked_duration(unsigned)
+        .map_err(|reason| anyhow::anyhow!("--{flag}: {reason}"))
+}
+
+impl OperatorArgs {
+    pub fn into_config(self) -> anyhow::Result<OperatorConfig> {
+        let identity = self
+            .identity
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                format!("{}-{}", host.trim(), std::process::id())
+            });
+        let mut decide = hostcycle_core::bmh::DecideConfig {
+            steady_requeue: duration(self.steady_poll, "steady-poll")?,
+            transition_requeue: duration(self.transition_poll, "transition-poll")?,
+            soft_power_off_timeout: duration(
+                self.soft_power_off_timeout,
+                "soft-power-off-timeout",
+            )?,
+            ..Default::default()
+        };
+        decide.power_action_timeout = decide.power_action_timeout.max(
+            decide
+                .soft_power_off_timeout
+                .saturating_add(Duration::from_secs(60)),
+        );
+        let lease_duration = duration(self.lease_duration, "lease-duration")?;
+        let bmc = bmc_options(
+            duration(self.bmc_request_timeout, "bmc-request-timeout")?,
+            duration(self.bmc_call_deadline, "bmc-call-deadline")?,
+            &decide,
+        );
+        let leader_election = self.leader_elect.then(|| LeaderElection {
+            namespace: self
+                .lease_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".into()),
+            lease_name: self.lease_name.clone(),
+            identity: identity.clone(),
+            lease_duration,
+        });
+        Ok(OperatorConfig {
+            metrics_addr: self.metrics_addr,
+            leader_election,
+            identity,
+            controllers: self.controllers.clone(),
+            namespace: self.namespace,
+            queue: QueueControllerConfig::default(),
+            remediation: RemediationControllerConfig {
+                max_concurrent: self.max_concurrent_remediations.max(1),
+                power_on_timeout: duration(
+                    self.remediation_power_on_timeout,
+                    "remediation-power-on-timeout",
+                )?,
+                power_off_timeout: duration(
+                    self.remediation_power_off_timeout,
+                    "remediation-power-off-timeout",
+                )?,
+                triggers: self.remediation_triggers,
+                request_namespaces: self
+                    .remediation_request_namespaces
+                    .clone()
+                    .with_operator_namespace(
+                        Some(
+                            self.lease_namespace
+                                .clone()
+                                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                                .unwrap_or_else(|| "default".into()),
+                        )
+                        .as_deref(),
+                    ),
+                ..RemediationControllerConfig::default()
+            },
+            bmh: BmhControllerConfig {
+                decide,
+                concurrency: self.concurrency,
+                action_concurrency: self.action_concurrency,
+                read_deadline: duration(self.bmc_read_deadline, "bmc-read-deadline")?,
+                bmc,
+                credentials: CredentialsPolicy {
+                    destinations: hostcycle_bmc::destination::CredentialDestinations {
+                        networks: self.bmc_networks.clone(),
+                        allow_plain_http: self.allow_plain_http_bmc,
+                    },
+                    label: self.bmc_credentials_label.clone(),
+                },
+                ..BmhControllerConfig::default()
+            },
+        })
+    }
+}
+
+/// BMC connection settings with the given request timeout and per-call deadline. Idle
+/// connections are kept for a time derived from the polls
+/// ([`hostcycle_bmc::idle_timeout_for_polls`]): reused while a change is watched, and
+/// between steady reads only when they are frequent.
+fn bmc_options(
+    request_timeout: Duration,
+    call_deadline: Duration,
+    polls: &hostcycle_core::bmh::DecideConfig,
+) -> hostcycle_bmc::ConnectorOptions {
+    let mut options = hostcycle_bmc::ConnectorOptions {
+        request_timeout,
+        idle_timeout: hostcycle_bmc::idle_timeout_for_polls(
+            polls.steady_requeue,
+            polls.transition_requeue,
+        ),
+        ..Default::default()
+    };
+    options.connect_timeout = options.connect_timeout.min(request_timeout);
+    options.retry.deadline = call_deadline;
+    options
+}
+
+/// `hostcycle operator`: runs until SIGTERM/Ctrl-C.
+pub async fn run_cli(args: OperatorArgs, client: Client) -> anyhow::Result<()> {
+    let config = args.into_config()?;
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        trigger.cancel();
+    });
+    run(client, config, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        operator: OperatorArgs,
+    }
+
+    /// The credentials policy flags: none given sends credentials nowhere; each flag reaches
+    /// the host controller's configuration; bad values are refused at start.
+    #[test]
+    fn credentials_policy_flags() {
+        let config = Cli::try_parse_from(["x"])
+            .unwrap()
+            .operator
+            .into_config()
+            .unwrap();
+        assert!(config.bmh.credentials.destinations.networks.is_empty());
+        assert!(!config.bmh.credentials.destinations.allow_plain_http);
+        assert_eq!(config.bmh.credentials.label, None);
+        // The operator's namespace (the Lease's; here `default`) is resolved in.
+        assert_eq!(
+            config.remediation.request_namespaces.to_string(),
+            "same-as-host,operator-namespace,default"
+        );
+        let config = Cli::try_parse_from([
+            "x",
+            "--bmc-networks",
+            "10.0.0.0/24,.bmc.example",
+            "--bmc-networks=fd00::/64",
+            "--allow-plain-http-bmc",
+            "--bmc-credentials-label",
+            "environment.metal3.io=baremetal",
+            "--remediation-request-namespaces",
+            "same-as-host,remediators",
+        ])
+        .unwrap()
+        .operator
+        .into_config()
+        .unwrap();
+        let networks: Vec<String> = config
+            .bmh
+            .credentials
+            .destinations
+            .networks
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(networks, ["10.0.0.0/24", ".bmc.example", "fd00::/64"]);
+        assert!(config.bmh.credentials.destinations.allow_plain_http);
+        assert_eq!(
+            config.bmh.credentials.label,
+            Some(("environment.metal3.io".into(), "baremetal".into()))
+        );
+        assert!(
+            config
+                .remediation
+                .request_namespaces
+                .allows("remediators", "metal")
+        );
+        for bad in [
+            ["--bmc-networks", "10.0.0.0/99"],
+            ["--bmc-credentials-label", "novalue"],
+            ["--bmc-credentials-label", "-bad=x"],
+            ["--bmc-credentials-label", "a=b c"],
+            ["--remediation-request-namespaces", "Not_A_Namespace"],
+            ["--remediation-triggers", "capbm-machines,requests"],
+            ["--remediation-triggers", "annotations"],
+            ["--remediation-triggers", ""],
+        ] {
+            assert!(
+                Cli::try_parse_from(["x", bad[0], bad[1]]).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    const DURATION_FLAGS: &[&str] = &[
+        "--steady-poll",
+        "--transition-poll",
+        "--soft-power-off-timeout",
+        "--bmc-request-timeout",
+        "--bmc-call-deadline",
+        "--remediation-power-on-timeout",
+        "--remediation-power-off-timeout",
+    ];
+
+    #[test]
+    fn huge_durations_are_refused_by_every_flag() {
+        for flag in DURATION_FLAGS {
+            for value in ["9223372036854775807s", "8785h", "18446744073709551615s"] {
+                let err = Cli::try_parse_from(["operator", flag, value]).unwrap_err();
+                let text = err.to_string();
+                assert!(
+                    text.contains("maximum of 365 days") || text.contains("not a duration"),
+                    "{flag} {value}: {text}"
+                );
+            }
+            let ok = Cli::try_parse_from(["operator", flag, "8760h"]).unwrap();
+            ok.operator.into_config().unwrap();
+        }
+    }
+
+    #[test]
+    fn config_from_out_of_range_values_is_an_error_not_a_panic() {
+        let mut args = Cli::try_parse_from(["operator"]).unwrap().operator;
+        args.soft_power_off_timeout = jiff::SignedDuration::MAX;
+        let err = args.into_config().unwrap_err().to_string();
+        assert!(err.contains("--soft-power-off-timeout"), "{err}");
+        assert!(err.contains("365 days"), "{err}");
+    }
+
+    #[test]
+    fn bmc_idle_timeout_is_derived_from_the_polls() {
+        let idle = |flags: &[&str]| {
+            let mut argv = vec!["operator"];
+            argv.extend_from_slice(flags);
+            let config = Cli::try_parse_from(argv)
+                .unwrap()
+                .operator
+                .into_config()
+                .unwrap();
+            config.bmh.bmc.idle_timeout
+        };
+        // Defaults (60 s, 1 s): kept across transition polls only; a steady read a minute
+        // later would never find it.
+        assert_eq!(idle(&[]), Duration::from_secs(3));
+        assert_eq!(idle(&["--steady-poll", "20s"]), Duration::from_secs(3));
+        // Frequent steady polls reuse their connection.
+        assert_eq!(idle(&["--steady-poll", "8s"]), Duration::from_secs(10));
+        assert_eq!(
+            idle(&["--steady-poll", "20s", "--transition-poll", "5s"]),
+            Duration::from_secs(15)
+        );
+    }
+}
