@@ -959,7 +959,7 @@ fn host_lost(obs: &Observation, acting: Acting, now: Timestamp, deadline: Timest
 /// wait, or give up at the deadline (releasing the power-off). `None` once it is off.
 fn await_confirmed_off(
     obs: &Observation,
-    host: &HostView,
+    host: &RemediationHostView,
     requested_at: Timestamp,
     deadline: Timestamp,
     now: Timestamp,
@@ -1012,7 +1012,7 @@ fn await_confirmed_off(
 
 /// The host is off: back the Node up and delete it, or, once it is gone, record the Node
 /// released.
-fn release_node(obs: &Observation, host: &HostView, now: Timestamp) -> Decision {
+fn release_node(obs: &Observation, host: &RemediationHostView, now: Timestamp) -> Decision {
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
     let mut next = obs.record.clone();
     let mut events = Vec::new();
@@ -1121,7 +1121,7 @@ fn release_power_off_again(obs: &Observation) -> Decision {
 /// The Node registered again: restore its backup (forgotten in `next` only once the Node has
 /// it, a later round: a restore lost after a write-ahead record must not lose the labels with
 /// it); a Ready Node ends the flow. `None` while it is not Ready.
-fn node_back(obs: &Observation, node: &NodeView, next: &mut Record) -> Option<Decision> {
+fn node_back(obs: &Observation, node: &RemediationNodeView, next: &mut Record) -> Option<Decision> {
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
     if let Some(restore) = restore_node(&obs.record, node) {
         return Some(Decision {
