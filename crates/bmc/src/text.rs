@@ -130,7 +130,7 @@ pub fn scrub(text: &str, secrets: &Secrets<'_>) -> String {
             seen: HashSet::new(),
             source_len: text.len(),
         };
-        search.below(text.as_bytes(), None, 0);
+        search.run(text.as_bytes());
     }
     replace_spans(text, spans)
 }
@@ -308,8 +308,10 @@ struct Decoded {
     starts: Vec<u32>,
 }
 
-/// The search through decodings of one text, depth first (at most [`MAX_DECODINGS`] deep
-/// and [`MAX_DECODING_PASSES`] passes).
+/// The search through decodings of one text, breadth first: every single decoding before any
+/// double one, and so on (at most [`MAX_DECODINGS`] deep and [`MAX_DECODING_PASSES`] passes).
+/// Breadth first, so that the pass budget is never spent on deep decodings of one echo while
+/// a shallow decoding of another echo in the same text is still untried.
 struct DecodingSearch<'a> {
     forms: &'a [Vec<u8>],
     spans: &'a mut Vec<(usize, usize)>,
@@ -321,12 +323,26 @@ struct DecodingSearch<'a> {
 }
 
 impl DecodingSearch<'_> {
-    /// Decodes `bytes` (`starts`: where its bytes came from, `None` for the original text)
-    /// each way, searches each decoding, and goes on below it.
-    fn below(&mut self, bytes: &[u8], starts: Option<&[u32]>, depth: usize) {
-        if depth >= MAX_DECODINGS {
-            return;
+    /// Decodes `text` each way, searches each decoding, then decodes those again, level by
+    /// level.
+    fn run(&mut self, text: &[u8]) {
+        let mut level: Vec<Decoded> = Vec::new();
+        self.decode_each_way(text, None, &mut level);
+        for _ in 1..MAX_DECODINGS {
+            let mut next = Vec::new();
+            for decoded in &level {
+                self.decode_each_way(&decoded.bytes, Some(&decoded.starts), &mut next);
+            }
+            if next.is_empty() {
+                return;
+            }
+            level = next;
         }
+    }
+
+    /// Decodes `bytes` (`starts`: where its bytes came from, `None` for the original text)
+    /// once with each encoding, searches every new decoding and adds it to `out`.
+    fn decode_each_way(&mut self, bytes: &[u8], starts: Option<&[u32]>, out: &mut Vec<Decoded>) {
         for encoding in ENCODINGS {
             if self.passes >= MAX_DECODING_PASSES {
                 return;
@@ -349,7 +365,7 @@ impl DecodingSearch<'_> {
             find_secrets(&decoded.bytes, self.forms, &mut |start, end| {
                 spans.push(source_span(&decoded.starts, source_len, start, end));
             });
-            self.below(&decoded.bytes, Some(&decoded.starts), depth + 1);
+            out.push(decoded);
         }
     }
 }
@@ -697,6 +713,15 @@ mod tests {
     fn short_text_is_kept() {
         assert_eq!(clip("ResetType not supported"), "ResetType not supported");
         assert_eq!(clip(""), "");
+    }
+
+    /// Found by `scrub_props`: a doubly percent-encoded echo used up the decoding budget
+    /// (depth first) before the form decoding of the other echo was tried.
+    #[test]
+    fn a_deep_echo_does_not_hide_a_shallow_one() {
+        let text = "first %252B%2520%255C%252F then %2B+%5C%2F end";
+        let scrubbed = scrub_secret(text, "a", "+ \\/");
+        assert_eq!(scrubbed, format!("first {REDACTED} then {REDACTED} end"));
     }
 
     #[test]
