@@ -598,39 +598,13 @@ async fn reconcile_in_lane(
         ctx.drivers.forget(&host.uid().unwrap_or_default());
         return Ok(controller::Action::await_change());
     }
-    let annotations = host.annotations_or_empty();
     // Paused: no action at all, not even a BMC query.
-    if is_paused(annotations) {
+    if is_paused(host.annotations_or_empty()) {
         return Ok(controller::Action::await_change());
     }
-
-    // Observe.
-    let has_bmc = host
-        .spec
-        .bmc
-        .as_ref()
-        .is_some_and(|b| !b.address.trim().is_empty());
-    let (observation, credentials, driver) = if is_detached(annotations) || !has_bmc {
-        (BmcObservation::NotQueried, None, None)
-    } else {
-        match ctx
-            .drivers
-            .driver_for(&ctx.client, &ctx.secrets, &ctx.config.credentials, host)
-            .await
-        {
-            Ok(HostBmc {
-                driver,
-                credentials,
-            }) => {
-                let read = read_power(driver.as_ref(), &ctx.metrics, ctx.config.read_deadline);
-                let obs = unless_stopped(ctx, host, read).await?;
-                (obs, Some(credentials), Some(driver))
-            }
-            Err(failure) => (BmcObservation::Failed(failure), None, None),
-        }
-    };
-
-    // Decide.
+    // 1. Observe: the BMC's power state (when the host has a BMC and is not detached).
+    let (observation, credentials, driver) = observe_bmc(host, ctx).await?;
+    // 2. Decide.
     let now = Timestamp::now();
     let snapshot = HostSnapshot::from_host(host, observation, credentials);
     let decision = decide_with_config(&snapshot, now, &ctx.config.decide);
@@ -639,19 +613,74 @@ async fn reconcile_in_lane(
         // A steady read that changed nothing: no copy of the host, no write.
         return Ok(requeue_action(requeue));
     }
-
-    // Record (write-ahead), then act.
+    // 3. Record (write-ahead).
     let mut current = (**host).clone();
     if !decision.status.is_empty() {
         current = write_status(&api, &current, &decision.status, now, &ctx.metrics).await?;
     }
+    // 4. Act.
+    let follow_up_requeue =
+        carry_out(ctx, &api, current, driver.as_deref(), &decision.actions).await?;
+    let requeue = match (requeue, follow_up_requeue) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(requeue_action(requeue))
+}
+
+/// What the host's BMC says now, the credentials that worked, and the driver for the actions.
+async fn observe_bmc(
+    host: &Arc<BareMetalHost>,
+    ctx: &Arc<Context>,
+) -> Result<
+    (
+        BmcObservation,
+        Option<hostcycle_api::host::CredentialsStatus>,
+        Option<Arc<dyn PowerDriver>>,
+    ),
+    ReconcileError,
+> {
+    let has_bmc = host
+        .spec
+        .bmc
+        .as_ref()
+        .is_some_and(|b| !b.address.trim().is_empty());
+    if is_detached(host.annotations_or_empty()) || !has_bmc {
+        return Ok((BmcObservation::NotQueried, None, None));
+    }
+    match ctx
+        .drivers
+        .driver_for(&ctx.client, &ctx.secrets, &ctx.config.credentials, host)
+        .await
+    {
+        Ok(HostBmc {
+            driver,
+            credentials,
+        }) => {
+            let read = read_power(driver.as_ref(), &ctx.metrics, ctx.config.read_deadline);
+            let obs = unless_stopped(ctx, host, read).await?;
+            Ok((obs, Some(credentials), Some(driver)))
+        }
+        Err(failure) => Ok((BmcObservation::Failed(failure), None, None)),
+    }
+}
+
+/// Carries out the decided actions in order, after the status is recorded; returns how soon
+/// to look again because of what the actions met.
+async fn carry_out(
+    ctx: &Arc<Context>,
+    api: &Api<BareMetalHost>,
+    mut current: BareMetalHost,
+    driver: Option<&dyn PowerDriver>,
+    actions: &[Action],
+) -> Result<Option<Duration>, ReconcileError> {
     let mut follow_up_requeue = None;
-    for action in &decision.actions {
-        match action {
+    for action in actions {
+        let call = match action {
             Action::RemoveAnnotations { keys, .. } => {
                 // The write-ahead status is already recorded: a conflict here must not skip a
                 // power call that follows. The removal is decided again next time.
-                match remove_annotations(&api, &current, keys).await {
+                match remove_annotations(api, &current, keys).await {
                     Ok(updated) => current = updated,
                     Err(ReconcileError::Conflict { .. }) => {
                         tracing::debug!(host = %host_id(&current), ?keys, "annotations changed meanwhile; removal retried next reconcile");
@@ -659,50 +688,33 @@ async fn reconcile_in_lane(
                     }
                     Err(e) => return Err(e),
                 }
+                continue;
             }
             Action::EmitEvent(event) => {
-                publish(ctx, &current, event.type_, event.reason, &event.message)
+                publish(ctx, &current, event.type_, event.reason, &event.message);
+                continue;
             }
-            Action::PowerOff { mode } => {
-                let Some(driver) = &driver else { continue };
-                let call = power_call(driver.as_ref(), PowerCall::Off(*mode), &ctx.metrics);
-                let result = unless_stopped(ctx, &current, call).await?;
-                let (next, requeue) = record_power_result(ctx, &api, &current, &result).await?;
-                current = next;
-                follow_up_requeue = requeue;
-            }
-            Action::PowerOn => {
-                let Some(driver) = &driver else { continue };
-                let call = power_call(driver.as_ref(), PowerCall::On, &ctx.metrics);
-                let result = unless_stopped(ctx, &current, call).await?;
-                let (next, requeue) = record_power_result(ctx, &api, &current, &result).await?;
-                current = next;
-                follow_up_requeue = requeue;
-            }
-            Action::Restart { mode } => {
-                let Some(driver) = &driver else { continue };
-                // Like every BMC call, not started (or abandoned) once leadership ends.
-                let call = power_call(driver.as_ref(), PowerCall::Restart(*mode), &ctx.metrics);
-                let result = unless_stopped(ctx, &current, call).await?;
-                if let Err(e @ BmcError::OutcomeUnknown { .. }) = &result {
-                    // Accepting a restart completes the reboot, so an unknown outcome must not
-                    // count as accepted: the request stays in flight and is sent again after
-                    // the power-action timeout.
-                    tracing::warn!(host = %host_id(&current), error = %e, "restart outcome unknown");
-                    follow_up_requeue = Some(ctx.config.decide.transition_requeue);
-                    continue;
-                }
-                let (next, requeue) = record_power_result(ctx, &api, &current, &result).await?;
-                current = next;
-                follow_up_requeue = requeue;
-            }
+            Action::PowerOff { mode } => PowerCall::Off(*mode),
+            Action::PowerOn => PowerCall::On,
+            Action::Restart { mode } => PowerCall::Restart(*mode),
+        };
+        let Some(driver) = driver else { continue };
+        // Like every BMC call, not started (or abandoned) once leadership ends.
+        let is_restart = matches!(call, PowerCall::Restart(_));
+        let result = unless_stopped(ctx, &current, power_call(driver, call, &ctx.metrics)).await?;
+        if let (true, Err(e @ BmcError::OutcomeUnknown { .. })) = (is_restart, &result) {
+            // Accepting a restart completes the reboot, so an unknown outcome must not count
+            // as accepted: the request stays in flight and is sent again after the
+            // power-action timeout.
+            tracing::warn!(host = %host_id(&current), error = %e, "restart outcome unknown");
+            follow_up_requeue = Some(ctx.config.decide.transition_requeue);
+            continue;
         }
+        let (next, requeue) = record_power_result(ctx, api, &current, &result).await?;
+        current = next;
+        follow_up_requeue = requeue;
     }
-    let requeue = match (requeue, follow_up_requeue) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    Ok(requeue_action(requeue))
+    Ok(follow_up_requeue)
 }
 
 fn requeue_action(requeue: Option<Duration>) -> controller::Action {
