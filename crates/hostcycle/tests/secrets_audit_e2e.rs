@@ -432,12 +432,22 @@ fn nul_separated(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The process's argv and environment, if it still runs (a zombie has neither).
+/// The process's argv and environment, if it still runs (a zombie has neither), read as one
+/// consistent sample: the arguments are read again after the environment, and a process that
+/// changed in between (it was exec'ing: the arguments of one image, the environment of the
+/// next) is read again. A process that never holds still is left to the next sampling round.
 fn read_process(pid: u32) -> Option<(Vec<String>, Vec<String>)> {
-    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let argv = nul_separated(&argv);
-    (!argv.is_empty()).then(|| (argv, nul_separated(&environ)))
+    for _ in 0..5 {
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let argv_after = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        if argv != argv_after {
+            continue;
+        }
+        let argv = nul_separated(&argv);
+        return (!argv.is_empty()).then(|| (argv, nul_separated(&environ)));
+    }
+    None
 }
 
 /// Direct children of `pid`.
