@@ -24,9 +24,7 @@ use std::time::Duration;
 use common::queue::{HostSpec, QueueLab, fast_queue, worker};
 use common::remediation::*;
 use common::{LabOptions, NS};
-use hostcycle_api::remediation::{
-    CAPM3_UNHEALTHY_ANNOTATION, HostRemediationTemplate, REQUEST_POWER_OFF_PREFIX, RemediationPhase,
-};
+use hostcycle_api::remediation::{CAPM3_UNHEALTHY_ANNOTATION, RemediationPhase};
 use hostcycle_testkit::machines::{capi_machine_crd_v1beta2, capi_machine_v1beta2_resource};
 use hostcycle_testkit::{ClusterOptions, wait_until};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -40,14 +38,6 @@ const TEMPLATE_LABEL: (&str, &str) = ("example.com/team", "metal");
 const TEMPLATE_ANNOTATION: (&str, &str) =
     ("example.com/runbook", "https://runbooks.example/reboot");
 
-fn templates(lab: &QueueLab, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        lab.client.clone(),
-        ns,
-        &ApiResource::erase::<HostRemediationTemplate>(&()),
-    )
-}
-
 fn template_body(name: &str, ns: &str, template: Value) -> DynamicObject {
     serde_json::from_value(json!({
         "apiVersion": "hostcycle.io/v1alpha1",
@@ -59,7 +49,7 @@ fn template_body(name: &str, ns: &str, template: Value) -> DynamicObject {
 }
 
 /// The template both checkers read: a Reboot with one retry, and metadata for the requests.
-async fn create_template(lab: &QueueLab, ns: &str) -> DynamicObject {
+async fn create_template(lab: &RemediationLab, ns: &str) -> DynamicObject {
     let body = template_body(
         TEMPLATE,
         ns,
@@ -71,7 +61,8 @@ async fn create_template(lab: &QueueLab, ns: &str) -> DynamicObject {
             "spec": { "strategy": { "type": "Reboot", "retryLimit": 1, "timeoutSeconds": 120 } },
         }),
     );
-    let created = templates(lab, ns)
+    let created = lab
+        .templates(ns)
         .create(&PostParams::default(), &body)
         .await
         .unwrap();
@@ -83,7 +74,7 @@ async fn create_template(lab: &QueueLab, ns: &str) -> DynamicObject {
 }
 
 /// Templates the API server refuses at creation, and why.
-async fn bad_templates_are_refused(lab: &QueueLab) {
+async fn bad_templates_are_refused(lab: &RemediationLab) {
     for (name, template, why) in [
         (
             "empty",
@@ -101,7 +92,8 @@ async fn bad_templates_are_refused(lab: &QueueLab) {
             "a strategy hostcycle does not have must not become a power cycle",
         ),
     ] {
-        let refused = templates(lab, NS)
+        let refused = lab
+            .templates(NS)
             .create(&PostParams::default(), &template_body(name, NS, template))
             .await;
         match refused {
@@ -112,7 +104,7 @@ async fn bad_templates_are_refused(lab: &QueueLab) {
         }
     }
     // `spec: {}` is a valid template: a Reboot with the defaults.
-    templates(lab, NS)
+    lab.templates(NS)
         .create(
             &PostParams::default(),
             &template_body("defaults", NS, json!({ "spec": {} })),
@@ -190,7 +182,7 @@ fn nhc_request(template: &DynamicObject, node: &str, nhc: &DynamicObject) -> Dyn
     .unwrap()
 }
 
-async fn create_request(lab: &QueueLab, body: &DynamicObject) -> DynamicObject {
+async fn create_request(lab: &RemediationLab, body: &DynamicObject) -> DynamicObject {
     let ns = body.namespace().unwrap();
     Api::<DynamicObject>::namespaced_with(
         lab.client.clone(),
@@ -203,7 +195,7 @@ async fn create_request(lab: &QueueLab, body: &DynamicObject) -> DynamicObject {
 }
 
 /// The host is used by the Machine's infrastructure object, as CAPM3 sets it.
-async fn consume_host(lab: &QueueLab, host: &str, metal3_machine: &str) {
+async fn consume_host(lab: &RemediationLab, host: &str, metal3_machine: &str) {
     let patch = json!({ "spec": { "consumerRef": {
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "Metal3Machine",
@@ -218,7 +210,7 @@ async fn consume_host(lab: &QueueLab, host: &str, metal3_machine: &str) {
 
 /// A Cluster API Machine for `node`, whose infrastructure is Metal3Machine `<node>-m3m`, in the
 /// shape of `version` (`v1beta1` or `v1beta2`), created through that version.
-async fn create_capi_machine(lab: &QueueLab, version: &str, node: &str) -> DynamicObject {
+async fn create_capi_machine(lab: &RemediationLab, version: &str, node: &str) -> DynamicObject {
     let name = format!("{CLUSTER}-md-0-{node}");
     let m3m = format!("{node}-m3m");
     let (resource, spec, node_ref) = if version == "v1beta2" {
@@ -370,7 +362,7 @@ fn nhc_crd() -> CustomResourceDefinition {
 }
 
 /// A NodeHealthCheck to own the requests (the garbage collector sees a real owner).
-async fn create_nhc(lab: &QueueLab, template_ns: &str) -> DynamicObject {
+async fn create_nhc(lab: &RemediationLab, template_ns: &str) -> DynamicObject {
     let resource = ApiResource {
         group: "remediation.medik8s.io".into(),
         version: "v1alpha1".into(),
@@ -516,18 +508,13 @@ async fn gives_up_on_a_v1beta2_machine(lab: &RemediationLab, node: &str) {
         NS,
         json!({ "spec": { "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 15 } } }),
     );
-    let fail_fast = templates(lab, NS)
+    let fail_fast = lab
+        .templates(NS)
         .create(&PostParams::default(), &body)
         .await
         .unwrap();
     // The host is held off once the request's power-off reaches it: its Node never returns.
-    let hold = lab
-        .hold_when(node, |h| {
-            h.annotations()
-                .keys()
-                .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
-        })
-        .await;
+    let hold = lab.hold_at_request_power_off(node).await;
     let request = create_request(
         lab,
         &capi_request(&fail_fast, &machine, "cluster.x-k8s.io/v1beta2"),
@@ -550,11 +537,7 @@ async fn gives_up_on_a_v1beta2_machine(lab: &RemediationLab, node: &str) {
             h.annotations().contains_key(CAPM3_UNHEALTHY_ANNOTATION)
         })
         .await;
-    let find = |list: &Value, t: &str| {
-        list.as_array()
-            .and_then(|a| a.iter().find(|c| c["type"] == t).cloned())
-            .unwrap_or(Value::Null)
-    };
+    let find = find_condition;
     let what = "OwnerRemediated=False and ExternallyRemediated=False in status.conditions";
     let status = wait_until(what, CYCLE_TIMEOUT, || {
         let machines = machines.clone();

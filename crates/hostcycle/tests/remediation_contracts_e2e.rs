@@ -23,8 +23,8 @@ use hostcycle_api::remediation::{
     CAPM3_UNHEALTHY_ANNOTATION, HostRemediationTemplate, NHC_MULTIPLE_TEMPLATES_ANNOTATION,
     NHC_NODE_NAME_ANNOTATION, NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION,
     POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
-    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REQUEST_POWER_OFF_PREFIX, RemediationPhase,
-    RemediationStep, is_remediation_power_off,
+    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, RemediationPhase, RemediationStep,
+    is_remediation_power_off,
 };
 use hostcycle_testkit::machines::OPENSHIFT_MACHINE_ROLE_LABEL;
 use hostcycle_testkit::{MachineKind, create_machine_object, wait_until};
@@ -161,16 +161,6 @@ async fn nhc_request(
         .await
         .unwrap()
         .name_any()
-}
-
-/// Holds `host` off the moment a remediation's power-off reaches it: its Node never returns.
-async fn hold_at_power_off(lab: &RemediationLab, host: &str) -> tokio::task::JoinHandle<Timestamp> {
-    lab.hold_when(host, |h| {
-        h.annotations()
-            .keys()
-            .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -442,8 +432,8 @@ async fn giving_up_marks_the_host_for_capm3_and_leaves_escalation_to_node_health
     // One power cycle, 15 s for the Node: it never comes back (held off).
     template(&lab, "fail-fast", 0, 15).await;
     let holds = [
-        hold_at_power_off(&lab, "g-capi").await,
-        hold_at_power_off(&lab, "g-nhc").await,
+        lab.hold_at_request_power_off("g-capi").await,
+        lab.hold_at_request_power_off("g-nhc").await,
     ];
     let capi_request = lab
         .create_mhc_request(NS, "fail-fast", &capi, "e2e")
@@ -503,11 +493,7 @@ async fn giving_up_marks_the_host_for_capm3_and_leaves_escalation_to_node_health
             },
         )
         .await;
-    let find = |list: &Value, t: &str| {
-        list.as_array()
-            .and_then(|a| a.iter().find(|c| c["type"] == t).cloned())
-            .unwrap_or(Value::Null)
-    };
+    let find = find_condition;
     let status = &machine.data["status"];
     assert_eq!(
         find(&status["v1beta2"]["conditions"], "ExternallyRemediated")["status"],

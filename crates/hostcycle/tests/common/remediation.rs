@@ -361,7 +361,8 @@ impl RemediationLab {
             .unwrap()
     }
 
-    fn templates(&self, ns: &str) -> Api<DynamicObject> {
+    /// The HostRemediationTemplates of `ns`, unstructured (as the checkers read them).
+    pub fn templates(&self, ns: &str) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.client.clone(),
             ns,
@@ -615,6 +616,19 @@ impl RemediationLab {
                 Timestamp::now()
             },
         )
+        .await
+    }
+
+    /// Holds `host` off the moment a request's power-off reaches it: its Node never returns.
+    pub async fn hold_at_request_power_off(
+        &self,
+        host: &str,
+    ) -> tokio::task::JoinHandle<Timestamp> {
+        self.hold_when(host, |h| {
+            h.annotations()
+                .keys()
+                .any(|k| k.starts_with(hostcycle_api::remediation::REQUEST_POWER_OFF_PREFIX))
+        })
         .await
     }
 
@@ -941,4 +955,11 @@ impl Drop for PowerProbe {
 /// Milliseconds from `a` to `b` (negative when `b` is earlier).
 pub fn millis(a: Timestamp, b: Timestamp) -> i64 {
     b.duration_since(a).as_millis() as i64
+}
+
+/// The condition of type `t` in a JSON list of conditions (a Machine's), or `null`.
+pub fn find_condition(list: &Value, t: &str) -> Value {
+    list.as_array()
+        .and_then(|a| a.iter().find(|c| c["type"] == t).cloned())
+        .unwrap_or(Value::Null)
 }
