@@ -8,4 +8,5 @@ pub mod evidence;
 pub mod node;
 pub mod queue;
 pub mod remediation;
+pub mod text;
 pub mod time;

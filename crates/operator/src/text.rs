@@ -1,17 +1,7 @@
-//! Text that reaches the API server (status messages, Event notes) is bounded: it may come
-//! from an API error or a command's output, and an unbounded string makes writes fail.
+//! Text that reaches the API server: API errors in words, bounded (see
+//! [`hostcycle_core::text`]).
 
-/// `text` cut to at most `max` bytes (on a character boundary), marked with `…` when cut.
-pub fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
+pub use hostcycle_core::text::bounded;
 
 /// An API error with what was attempted: a refusal by RBAC names the verb, the resource and
 /// where, in words ("forbidden: cannot list secrets in all namespaces"), followed by the API

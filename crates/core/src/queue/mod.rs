@@ -10,6 +10,10 @@
 //! - [`drain`]: one node's drain — which pods are evicted, deleted, skipped or block it, what
 //!   an eviction's answer means, when the drain is done or timed out, how long it backs off.
 //! - [`reboot`]: one node's reboot — when to request it, what proves the node booted.
+//! - [`entry`]: one entry's next step as a decision the controller carries out — the status
+//!   change to record first, the actions after it, the Events — for every step of the
+//!   entry's life (start and follow a drain, back off, start and follow a reboot, a boot
+//!   timeout, a worker's report, waiting, leaving).
 //! - [`host`]: how a Node finds its BareMetalHost.
 //! - [`address`]: which node addresses the reboot and boot-check commands may get.
 //!
@@ -18,6 +22,7 @@
 pub mod address;
 mod config;
 pub mod drain;
+pub mod entry;
 pub mod host;
 mod plan;
 pub mod reboot;
