@@ -91,124 +91,136 @@ async fn drain(
     job: &DrainJob,
     reports: &mpsc::UnboundedSender<Report>,
 ) -> Result<(), String> {
-    let progress = |message: String| {
-        let _ = reports.send(Report {
-            entry: job.entry.clone(),
-            entry_uid: job.entry_uid.clone(),
-            kind: ReportKind::DrainProgress { message },
-        });
-    };
-    // Cordon first, recording that the queue did it (an administrator's cordon is kept).
-    let nodes_api: Api<Node> = Api::all(shared.client.clone());
-    match cordon(&nodes_api, &job.node, &job.entry)
-        .await
-        .map_err(|e| format!("cordoning node {}: {e}", job.node))?
-    {
-        Cordon::Cordoned => progress("cordoned; listing pods".into()),
-        Cordon::AlreadyOurs => progress("cordoned (resumed); listing pods".into()),
-        Cordon::ByAdministrator => progress(
-            "the node was already cordoned by someone else; it stays cordoned after the reboot"
-                .into(),
-        ),
-    }
+    let progress = Progress { reports, job };
+    // 1. Cordon, recording that the queue did it (an administrator's cordon is kept).
+    cordon_node(shared, job, &progress).await?;
+    // 2. What the node runs: protected running Job pods fail the drain before anything is
+    //    touched.
     let pods_api: Api<Pod> = Api::all(shared.client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={}", job.node));
     let work = list_work(&pods_api, &on_node, job).await?;
     job_pod_blockers(&work).map_err(|f| f.0)?;
     let protected = ProtectedNamespaces::load(shared, &job.config).await?;
+    // 3. Dry run: nothing is evicted unless everything can be.
+    dry_run(shared, &work, &protected, &progress).await?;
+    // 4. Evict and delete, then follow the node until it is empty.
+    let pods = NodePods {
+        api: pods_api,
+        on_node,
+    };
+    empty_node(shared, nodes, job, &pods, work, &protected, &progress).await
+}
 
-    // Dry run: nothing is evicted unless everything can be.
-    if !work.evict.is_empty() {
-        progress(format!(
-            "eviction dry-run of {} pod{}",
-            work.evict.len(),
-            plural(work.evict.len())
-        ));
-        let dry_runs: Vec<_> = work
-            .evict
-            .iter()
-            .cloned()
-            .map(|pod| {
-                let evictor = shared.evictor.clone();
-                let protected = protected.is_protected(&pod.namespace);
-                async move {
-                    let answer = evictor.evict(&pod.namespace, &pod.name, true).await;
-                    after_dry_run(&pod, &answer, protected)
-                }
-            })
-            .collect();
-        futures::stream::iter(dry_runs)
-            .buffer_unordered(EVICTION_CONCURRENCY)
-            .try_collect::<Vec<()>>()
-            .await?;
+/// The drain's progress reports to the loop.
+struct Progress<'a> {
+    reports: &'a mpsc::UnboundedSender<Report>,
+    job: &'a DrainJob,
+}
+
+impl Progress<'_> {
+    fn say(&self, message: String) {
+        let _ = self.reports.send(Report {
+            entry: self.job.entry.clone(),
+            entry_uid: self.job.entry_uid.clone(),
+            kind: ReportKind::DrainProgress { message },
+        });
     }
+}
 
-    // Evict and delete, then follow the node until it is empty.
-    let mut watch = PodWatch::start(&pods_api, &job.node);
+/// The pods API and the selector of the node's pods.
+struct NodePods {
+    api: Api<Pod>,
+    on_node: ListParams,
+}
+
+async fn cordon_node(
+    shared: &Shared,
+    job: &DrainJob,
+    progress: &Progress<'_>,
+) -> Result<(), String> {
+    let nodes_api: Api<Node> = Api::all(shared.client.clone());
+    match cordon(&nodes_api, &job.node, &job.entry)
+        .await
+        .map_err(|e| format!("cordoning node {}: {e}", job.node))?
+    {
+        Cordon::Cordoned => progress.say("cordoned; listing pods".into()),
+        Cordon::AlreadyOurs => progress.say("cordoned (resumed); listing pods".into()),
+        Cordon::ByAdministrator => progress.say(
+            "the node was already cordoned by someone else; it stays cordoned after the reboot"
+                .into(),
+        ),
+    }
+    Ok(())
+}
+
+/// An eviction dry run of every pod to evict: a node that cannot be drained loses no pods.
+async fn dry_run(
+    shared: &Shared,
+    work: &DrainWork,
+    protected: &ProtectedNamespaces,
+    progress: &Progress<'_>,
+) -> Result<(), String> {
+    if work.evict.is_empty() {
+        return Ok(());
+    }
+    progress.say(format!(
+        "eviction dry-run of {} pod{}",
+        work.evict.len(),
+        plural(work.evict.len())
+    ));
+    let dry_runs: Vec<_> = work
+        .evict
+        .iter()
+        .cloned()
+        .map(|pod| {
+            let evictor = shared.evictor.clone();
+            let protected = protected.is_protected(&pod.namespace);
+            async move {
+                let answer = evictor.evict(&pod.namespace, &pod.name, true).await;
+                after_dry_run(&pod, &answer, protected)
+            }
+        })
+        .collect();
+    futures::stream::iter(dry_runs)
+        .buffer_unordered(EVICTION_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Evicts and deletes the node's pods, pods that show up meanwhile too, until no counted
+/// pod is left and the Node reports no `volumesInUse`.
+async fn empty_node(
+    shared: &Shared,
+    nodes: &Store<Node>,
+    job: &DrainJob,
+    pods: &NodePods,
+    work: DrainWork,
+    protected: &ProtectedNamespaces,
+    progress: &Progress<'_>,
+) -> Result<(), String> {
+    let mut watch = PodWatch::start(&pods.api, &job.node);
     let mut last_count_report: Option<Instant> = None;
     let mut handled: HashSet<String> = HashSet::new();
     let mut current = work;
     loop {
-        let fresh_evict: Vec<PodView> = current
-            .evict
-            .iter()
-            .filter(|p| !handled.contains(&p.uid))
-            .cloned()
-            .collect();
-        let fresh_delete: Vec<PodView> = current
-            .delete
-            .iter()
-            .filter(|p| !handled.contains(&p.uid))
-            .cloned()
-            .collect();
-        if !fresh_evict.is_empty() || !fresh_delete.is_empty() {
-            progress(format!(
-                "evicting {} pod{}{}",
-                fresh_evict.len(),
-                plural(fresh_evict.len()),
-                if fresh_delete.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ", deleting {} unprotected Job pod{}",
-                        fresh_delete.len(),
-                        plural(fresh_delete.len())
-                    )
-                }
-            ));
-            for pod in &fresh_delete {
-                delete_pod(
-                    shared,
-                    job,
-                    pod,
-                    "it is a running Job pod outside protectedJobPods",
-                )
-                .await?;
-                handled.insert(pod.uid.clone());
-            }
-            let evictions: Vec<_> = fresh_evict
-                .iter()
-                .map(|pod| {
-                    let protected = protected.is_protected(&pod.namespace);
-                    evict_one(shared, job, pod, protected)
-                })
-                .collect();
-            futures::stream::iter(evictions)
-                .buffer_unordered(EVICTION_CONCURRENCY)
-                .try_collect::<Vec<()>>()
-                .await?;
-            handled.extend(fresh_evict.iter().map(|p| p.uid.clone()));
-        }
-
+        evict_new_pods(shared, job, &current, protected, &mut handled, progress).await?;
         let pods_left = current.remaining.len();
         if pods_left > 0 {
             // Every pod that goes would be a status write; one a second is plenty to read.
             if last_count_report.is_none_or(|t: Instant| t.elapsed() >= PROGRESS_EVERY) {
-                progress(waiting_message(&current.remaining));
+                progress.say(waiting_message(&current.remaining));
                 last_count_report = Some(Instant::now());
             }
-            current = wait_for_pod_change(&mut watch, job, &pods_api, &on_node, &current, &handled)
-                .await?;
+            current = wait_for_pod_change(
+                &mut watch,
+                job,
+                &pods.api,
+                &pods.on_node,
+                &current,
+                &handled,
+            )
+            .await?;
             job_pod_blockers(&current).map_err(|f| f.0)?;
             continue;
         }
@@ -219,13 +231,73 @@ async fn drain(
         if volumes == 0 {
             return Ok(());
         }
-        progress(format!(
+        progress.say(format!(
             "all pods are gone; waiting for {volumes} volume{} to detach",
             plural(volumes)
         ));
         tokio::time::sleep(VOLUME_POLL).await;
-        current = list_work(&pods_api, &on_node, job).await?;
+        current = list_work(&pods.api, &pods.on_node, job).await?;
     }
+}
+
+/// Deletes the unprotected running Job pods and evicts the other pods of `current` not
+/// `handled` yet (concurrently), then counts them as handled.
+async fn evict_new_pods(
+    shared: &Shared,
+    job: &DrainJob,
+    current: &DrainWork,
+    protected: &ProtectedNamespaces,
+    handled: &mut HashSet<String>,
+    progress: &Progress<'_>,
+) -> Result<(), String> {
+    let fresh = |pods: &[PodView]| -> Vec<PodView> {
+        pods.iter()
+            .filter(|p| !handled.contains(&p.uid))
+            .cloned()
+            .collect()
+    };
+    let fresh_evict = fresh(&current.evict);
+    let fresh_delete = fresh(&current.delete);
+    if fresh_evict.is_empty() && fresh_delete.is_empty() {
+        return Ok(());
+    }
+    progress.say(format!(
+        "evicting {} pod{}{}",
+        fresh_evict.len(),
+        plural(fresh_evict.len()),
+        if fresh_delete.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", deleting {} unprotected Job pod{}",
+                fresh_delete.len(),
+                plural(fresh_delete.len())
+            )
+        }
+    ));
+    for pod in &fresh_delete {
+        delete_pod(
+            shared,
+            job,
+            pod,
+            "it is a running Job pod outside protectedJobPods",
+        )
+        .await?;
+        handled.insert(pod.uid.clone());
+    }
+    let evictions: Vec<_> = fresh_evict
+        .iter()
+        .map(|pod| {
+            let protected = protected.is_protected(&pod.namespace);
+            evict_one(shared, job, pod, protected)
+        })
+        .collect();
+    futures::stream::iter(evictions)
+        .buffer_unordered(EVICTION_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    handled.extend(fresh_evict.iter().map(|p| p.uid.clone()));
+    Ok(())
 }
 
 async fn list_work(
