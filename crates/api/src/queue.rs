@@ -476,6 +476,27 @@ impl RebootQueueEntry {
     pub fn phase(&self) -> EntryPhase {
         self.status.as_ref().map(|s| s.phase()).unwrap_or_default()
     }
+
+    /// `Some(T)` while the queue has a reboot in flight on `spec.node`: the entry is
+    /// `Rebooting` since `T` and not cancelled. What other controllers read of the queue.
+    pub fn rebooting_since(&self) -> Option<Timestamp> {
+        let status = self.status.as_ref()?;
+        (status.phase() == EntryPhase::Rebooting && !self.spec.cancel)
+            .then_some(status.last_transition_time)
+            .flatten()
+    }
+}
+
+impl RebootQueueSpec {
+    /// `reboot.bootTimeoutSeconds` as the queue applies it: the default when absent, at
+    /// least one second.
+    pub fn boot_timeout_seconds(&self) -> u64 {
+        self.reboot
+            .as_ref()
+            .and_then(|r| r.boot_timeout_seconds)
+            .unwrap_or(DEFAULT_BOOT_TIMEOUT_SECONDS)
+            .max(1)
+    }
 }
 
 impl RebootQueue {

@@ -3,11 +3,10 @@
 use std::time::Duration;
 
 use hostcycle_api::queue::{
-    DEFAULT_BOOT_CHECK_INTERVAL_SECONDS, DEFAULT_BOOT_TIMEOUT_SECONDS,
-    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_DRAIN_BACKOFF_BASE_SECONDS,
-    DEFAULT_DRAIN_BACKOFF_JITTER_SECONDS, DEFAULT_DRAIN_BACKOFF_MAX_SECONDS,
-    DEFAULT_EVICTION_TIMEOUT_SECONDS, DEFAULT_MAX_CONCURRENT_REBOOTS,
-    DEFAULT_MAX_UNREACHABLE_NODES, RebootMethod, RebootQueueSpec,
+    DEFAULT_BOOT_CHECK_INTERVAL_SECONDS, DEFAULT_COMMAND_TIMEOUT_SECONDS,
+    DEFAULT_DRAIN_BACKOFF_BASE_SECONDS, DEFAULT_DRAIN_BACKOFF_JITTER_SECONDS,
+    DEFAULT_DRAIN_BACKOFF_MAX_SECONDS, DEFAULT_EVICTION_TIMEOUT_SECONDS,
+    DEFAULT_MAX_CONCURRENT_REBOOTS, DEFAULT_MAX_UNREACHABLE_NODES, RebootMethod, RebootQueueSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -117,12 +116,7 @@ impl QueueConfig {
                         .unwrap_or(DEFAULT_BOOT_CHECK_INTERVAL_SECONDS)
                         .max(1),
                 ),
-                boot_timeout: secs(
-                    reboot
-                        .boot_timeout_seconds
-                        .unwrap_or(DEFAULT_BOOT_TIMEOUT_SECONDS)
-                        .max(1),
-                ),
+                boot_timeout: secs(spec.boot_timeout_seconds()),
             },
         }
     }
