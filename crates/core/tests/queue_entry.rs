@@ -436,17 +436,21 @@ fn a_reboot_starts_only_when_the_plans_checks_still_hold() {
     }
 }
 
-#[test]
-fn a_bmc_reboot_records_its_host_before_asking_it() {
-    let draining = entry(Some(EntryPhase::Draining), 40);
-    let case = Start {
-        config: config(),
+/// A node with a usable, bound host and a safe address.
+fn through_the_host(config: QueueConfig) -> Start {
+    Start {
+        config,
         remediated: false,
         target: RebootTarget::Host(host()),
         address: "10.0.0.1",
         bound: true,
-    };
-    let d = start(&draining, &case);
+    }
+}
+
+#[test]
+fn a_bmc_reboot_records_its_host_before_asking_it() {
+    let draining = entry(Some(EntryPhase::Draining), 40);
+    let d = start(&draining, &through_the_host(config()));
     let s = applied(&draining, &d);
     let record = s.reboot.expect("the write-ahead record");
     assert_eq!(record.method, RebootMethod::Bmc);
@@ -488,21 +492,15 @@ fn a_bmc_reboot_records_its_host_before_asking_it() {
 #[test]
 fn a_command_reboot_records_attempt_one_and_marks_the_host() {
     let draining = entry(Some(EntryPhase::Draining), 40);
-    let case = Start {
-        config: QueueConfig {
-            reboot: RebootConfig {
-                method: Some(RebootMethod::Command),
-                command_retries: 2,
-                ..command_config().reboot
-            },
-            ..command_config()
+    let by_command = QueueConfig {
+        reboot: RebootConfig {
+            method: Some(RebootMethod::Command),
+            command_retries: 2,
+            ..command_config().reboot
         },
-        remediated: false,
-        target: RebootTarget::Host(host()),
-        address: "10.0.0.1",
-        bound: true,
+        ..command_config()
     };
-    let d = start(&draining, &case);
+    let d = start(&draining, &through_the_host(by_command));
     let s = applied(&draining, &d);
     let record = s.reboot.expect("the write-ahead record");
     assert_eq!(record.method, RebootMethod::Command);
@@ -679,6 +677,12 @@ fn a_report_counts_only_in_the_phase_it_is_about() {
         s.reboot = Some(RebootProgress::new(RebootMethod::Command))
     });
     let start_reboot = vec![EntryAction::StartReboot];
+    let backs_off = |kind: &'static str| {
+        vec![
+            EntryAction::Count(QueueCount::DrainBackoff { kind }),
+            EntryAction::LookAgainSoon,
+        ]
+    };
     let complete = |detail: &str| {
         vec![EntryAction::Complete {
             detail: detail.into(),
@@ -733,20 +737,14 @@ fn a_report_counts_only_in_the_phase_it_is_about() {
             draining.clone(),
             WorkerNews::DrainFailed("eviction refused".into()),
             true,
-            vec![
-                EntryAction::Count(QueueCount::DrainBackoff { kind: "eviction" }),
-                EntryAction::LookAgainSoon,
-            ],
+            backs_off("eviction"),
         ),
         (
             "drain failed after a cancel: backs off too",
             cancelled(draining.clone()),
             WorkerNews::DrainFailed("x".into()),
             true,
-            vec![
-                EntryAction::Count(QueueCount::DrainBackoff { kind: "error" }),
-                EntryAction::LookAgainSoon,
-            ],
+            backs_off("error"),
         ),
         (
             "command attempt",

@@ -297,23 +297,7 @@ pub fn stop_drain(node_being_remediated: bool, now: Timestamp) -> EntryDecision 
         "drain stopped: the reboot queue was disabled; this node is drained again from the \
          start when the queue is enabled"
     };
-    EntryDecision {
-        stop_worker: true,
-        status: vec![
-            StatusEdit::Transition {
-                phase: EntryPhase::Queued,
-                at: now,
-            },
-            StatusEdit::Message(text.into()),
-        ],
-        actions: Vec::new(),
-        events: vec![event(
-            EventSubject::Entry,
-            EventType::Normal,
-            reason::DRAIN_STOPPED,
-            text,
-        )],
-    }
+    drain_stopped(text, now, Vec::new())
 }
 
 /// The drain failed (`why`; `kind` labels the metric): back to `Queued` with the next
@@ -332,10 +316,7 @@ pub fn back_off(
     EntryDecision {
         stop_worker: true,
         status: vec![
-            StatusEdit::Transition {
-                phase: EntryPhase::Queued,
-                at: now,
-            },
+            back_to_queued(now),
             StatusEdit::DrainBackoff {
                 count,
                 expire,
@@ -411,7 +392,9 @@ pub fn start_reboot(entry: &RebootQueueEntry, input: &RebootStart) -> EntryDecis
         resolve_method(&input.config.reboot, input.target),
     ) {
         AfterDrain::Reboot(method) => method,
-        AfterDrain::Stop(why) => return drain_finished_too_late(&why, now),
+        AfterDrain::Stop(why) => {
+            return drain_stopped(&why, now, vec![EntryAction::LookAgainSoon]);
+        }
         AfterDrain::Blocked(why) => {
             let text = format!("node {node} cannot be rebooted: {why}");
             let labels = (reason::REBOOT_BLOCKED, "reboot_blocked");
@@ -476,24 +459,25 @@ pub fn start_reboot(entry: &RebootQueueEntry, input: &RebootStart) -> EntryDecis
     }
 }
 
-/// The drain finished after the queue stopped wanting it: back to `Queued`.
-fn drain_finished_too_late(why: &str, now: Timestamp) -> EntryDecision {
+/// Back to `Queued` without a failure (the next plan uncordons the node); the text says why.
+fn drain_stopped(text: &str, now: Timestamp, actions: Vec<EntryAction>) -> EntryDecision {
     EntryDecision {
         stop_worker: true,
-        status: vec![
-            StatusEdit::Transition {
-                phase: EntryPhase::Queued,
-                at: now,
-            },
-            StatusEdit::Message(why.to_string()),
-        ],
-        actions: vec![EntryAction::LookAgainSoon],
+        status: vec![back_to_queued(now), StatusEdit::Message(text.into())],
+        actions,
         events: vec![event(
             EventSubject::Entry,
             EventType::Normal,
             reason::DRAIN_STOPPED,
-            why,
+            text,
         )],
+    }
+}
+
+fn back_to_queued(now: Timestamp) -> StatusEdit {
+    StatusEdit::Transition {
+        phase: EntryPhase::Queued,
+        at: now,
     }
 }
 
