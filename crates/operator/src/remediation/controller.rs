@@ -546,11 +546,10 @@ impl Controller {
         // Events, once per distinct set (a waiting remediation does not repeat itself).
         let mut events = decision.events.clone();
         if let Some(hint) = &item.ignored_hint {
-            events.push(hostcycle_core::remediation::Event {
-                warning: true,
-                reason: event_reason::HINT_IGNORED,
-                message: hint.clone(),
-            });
+            events.push(hostcycle_core::remediation::Event::warning(
+                event_reason::HINT_IGNORED,
+                hint.clone(),
+            ));
         }
         let emitted: Vec<(&'static str, String)> = events
             .iter()
@@ -565,7 +564,7 @@ impl Controller {
             });
             let node = item.observation.node_name.as_deref().map(node_ref);
             for e in &events {
-                let kind = e.event_type();
+                let kind = e.event_type;
                 self.events.emit(&primary, kind, e.reason, &e.message);
                 if let Some(h) = &host {
                     self.events.emit(h, kind, e.reason, &e.message);
