@@ -139,20 +139,9 @@ pub enum OutputFormat {
     Json,
 }
 
-/// `30`, `30s`, `2m`, `1m 30s` or ISO 8601 (`PT30S`); at most
-/// [`MAX_DURATION`](crate::deadline::MAX_DURATION) (365 days).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = match text.trim().parse::<u64>() {
-        Ok(seconds) => Duration::from_secs(seconds),
-        Err(_) => {
-            let signed: jiff::SignedDuration = text
-                .parse()
-                .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
-            Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))?
-        }
-    };
-    crate::deadline::checked_duration(duration)
-}
+/// `30`, `30s`, `2m`, `1m 30s` or ISO 8601 (`PT30S`); at most 365 days: the one command-line
+/// grammar (`hostcycle_duration`).
+pub use hostcycle_duration::parse_duration;
 
 /// What a command did; printed as text or JSON.
 #[derive(Debug, Clone, Serialize)]
@@ -402,7 +391,7 @@ mod tests {
             "8785h",
             "PT876000H",
         ] {
-            let err = parse_duration(text).unwrap_err();
+            let err = parse_duration(text).unwrap_err().to_string();
             assert!(
                 err.contains("longer than the maximum of 365 days") || err.contains("too big"),
                 "{text}: {err}"

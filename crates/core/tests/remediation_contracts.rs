@@ -244,7 +244,7 @@ fn a_machine_held_elsewhere_is_never_acted_on_and_takes_no_slot() {
         assert!(
             d.events
                 .iter()
-                .any(|e| e.warning && e.reason == "RemediationHeldElsewhere"),
+                .any(|e| e.is_warning() && e.reason == "RemediationHeldElsewhere"),
             "{step:?}: {:?}",
             d.events
         );
@@ -402,7 +402,7 @@ fn on_the_power_on_timeout_a_machine_is_deleted_only_while_its_node_is_absent() 
             assert!(
                 d.events
                     .iter()
-                    .any(|e| e.warning && e.message.contains("the Machine is kept")),
+                    .any(|e| e.is_warning() && e.message.contains("the Machine is kept")),
                 "{name}: {:?}",
                 d.events
             );

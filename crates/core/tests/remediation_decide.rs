@@ -467,7 +467,11 @@ fn check(cases: Vec<Case>) {
         assert_safe(&case.obs, &d, name);
         assert_eq!(d.record, case.record, "{name}: record\n{d:#?}");
         assert_eq!(d.actions, case.actions, "{name}: actions\n{d:#?}");
-        let events: Vec<(&str, bool)> = d.events.iter().map(|e| (e.reason, e.warning)).collect();
+        let events: Vec<(&str, bool)> = d
+            .events
+            .iter()
+            .map(|e| (e.reason, e.is_warning()))
+            .collect();
         assert_eq!(events, case.events, "{name}: events\n{d:#?}");
         assert_eq!(d.phase, case.phase, "{name}: phase\n{d:#?}");
         assert_eq!(d.blocked, case.blocked, "{name}: blocked\n{d:#?}");

@@ -252,7 +252,9 @@ fn a_power_off_not_confirmed_by_its_deadline_gives_up_releases_and_escalates() {
         );
         assert_eq!(d.phase, RemediationPhase::Failed, "{name}");
         assert!(
-            d.events.iter().any(|e| e.reason == ev::FAILED && e.warning),
+            d.events
+                .iter()
+                .any(|e| e.reason == ev::FAILED && e.is_warning()),
             "{name}"
         );
     }
@@ -295,7 +297,7 @@ fn every_step_after_the_start_acts_on_the_bound_host_only() {
     assert!(
         d.events
             .iter()
-            .any(|e| e.reason == ev::HOST_LOST && e.warning)
+            .any(|e| e.reason == ev::HOST_LOST && e.is_warning())
     );
     assert!(d.message.contains("no longer exists"), "{}", d.message);
     let d = decide(&gone, t(200));
@@ -372,7 +374,7 @@ fn the_start_binds_the_host_and_a_host_that_cannot_move_takes_no_slot() {
         assert!(
             d.events
                 .iter()
-                .any(|e| e.reason == ev::BLOCKED && e.warning),
+                .any(|e| e.reason == ev::BLOCKED && e.is_warning()),
             "{name}"
         );
         assert!(!wants_slot(&o, t(0)), "{name}: takes no slot");

@@ -114,11 +114,11 @@ pub struct OperatorArgs {
     pub bmc_credentials_label: Option<(String, String)>,
 }
 
-/// A duration flag's value: not negative, at most
-/// [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION) (365 days), so that no deadline
-/// or requeue computed from it can overflow.
-fn flag_duration(text: &str) -> Result<jiff::SignedDuration, String> {
-    hostcycle_bmc::deadline::parse_duration_flag(text)
+/// A duration flag's value, in the one command-line grammar: not negative, at most
+/// [`MAX_DURATION`](hostcycle_duration::MAX_DURATION) (365 days), so that no deadline or
+/// requeue computed from it can overflow.
+fn flag_duration(text: &str) -> Result<jiff::SignedDuration, hostcycle_duration::DurationError> {
+    hostcycle_duration::parse_signed_duration(text)
 }
 
 /// `KEY=VALUE` of `--bmc-credentials-label`: a label key (optional DNS prefix and `/`) and
@@ -159,7 +159,7 @@ fn label_requirement(text: &str) -> Result<(String, String), String> {
 fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
     let unsigned =
         Duration::try_from(d).with_context(|| format!("--{flag} must not be negative"))?;
-    hostcycle_bmc::deadline::checked_duration(unsigned)
+    hostcycle_duration::checked_duration(unsigned)
         .map_err(|reason| anyhow::anyhow!("--{flag}: {reason}"))
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hostcycle_bmc::cli::parse_duration;
+use hostcycle_duration::parse_duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::manifests::{FailurePolicy, PdbVersion, WebhookInstall, webhook_yaml};

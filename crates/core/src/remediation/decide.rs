@@ -453,19 +453,30 @@ pub enum Action {
 /// ones where they concern them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
-    pub warning: bool,
+    pub event_type: EventType,
     pub reason: &'static str,
     pub message: String,
 }
 
 impl Event {
-    /// `Warning` or `Normal`, as the Event is published.
-    pub fn event_type(&self) -> EventType {
-        if self.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
+    pub fn normal(reason: &'static str, message: String) -> Event {
+        Event {
+            event_type: EventType::Normal,
+            reason,
+            message,
         }
+    }
+
+    pub fn warning(reason: &'static str, message: String) -> Event {
+        Event {
+            event_type: EventType::Warning,
+            reason,
+            message,
+        }
+    }
+
+    pub fn is_warning(&self) -> bool {
+        self.event_type == EventType::Warning
     }
 }
 
@@ -516,14 +527,6 @@ fn phase_of(step: RemediationStep, escalation: &Escalation) -> RemediationPhase 
             Escalation::DeleteMachine => RemediationPhase::DeletingMachine,
             _ => RemediationPhase::Failed,
         },
-    }
-}
-
-fn event(warning: bool, reason: &'static str, message: String) -> Event {
-    Event {
-        warning,
-        reason,
-        message,
     }
 }
 
@@ -628,7 +631,7 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
         let mut d = Decision::wait(RemediationPhase::Pending, format!("not acting: {why}"));
         d.blocked = Some(event_reason::HELD_ELSEWHERE);
         d.events
-            .push(event(true, event_reason::HELD_ELSEWHERE, why.clone()));
+            .push(Event::warning(event_reason::HELD_ELSEWHERE, why.clone()));
         return d;
     }
     match record.step {
@@ -642,8 +645,7 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
             Decision {
                 record: Some(next),
                 actions: vec![Action::ReleasePowerOff],
-                events: vec![event(
-                    false,
+                events: vec![Event::normal(
                     event_reason::POWER_ON_REQUESTED,
                     format!(
                         "powering the host on; waiting up to {}s for node {node_name} to register",
@@ -768,8 +770,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
             format!("cannot start: {blocker}"),
         );
         d.blocked = Some(blocker.reason());
-        d.events.push(event(
-            true,
+        d.events.push(Event::warning(
             event_reason::BLOCKED,
             format!("cannot remediate: {blocker}"),
         ));
@@ -804,8 +805,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
         cycle_started_at: Some(now),
         ..obs.record.clone()
     };
-    let mut events = vec![event(
-        false,
+    let mut events = vec![Event::normal(
         event_reason::STARTED,
         format!(
             "remediating node {node_name}: powering host {} off (hard)",
@@ -813,8 +813,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
         ),
     )];
     if obs.node.is_none() {
-        events.push(event(
-            true,
+        events.push(Event::warning(
             event_reason::NODE_NOT_FOUND,
             format!(
                 "node {node_name} does not exist: nothing to back up or delete; the host is \
@@ -887,8 +886,7 @@ fn cancel_before_release(obs: &Observation) -> Option<Decision> {
     Some(Decision {
         record: Some(next),
         actions,
-        events: vec![event(
-            false,
+        events: vec![Event::normal(
             event_reason::CANCELLED,
             format!(
                 "the remediation of node {node_name} was withdrawn before the node was \
@@ -950,7 +948,7 @@ fn host_lost(obs: &Observation, acting: Acting, now: Timestamp, deadline: Timest
         );
     }
     let mut d = Decision::wait(RemediationPhase::Running, format!("waiting: {why}"));
-    d.events.push(event(true, event_reason::HOST_LOST, why));
+    d.events.push(Event::warning(event_reason::HOST_LOST, why));
     d.requeue = Some(until_or_poll(now, deadline));
     d
 }
@@ -1018,8 +1016,7 @@ fn release_node(obs: &Observation, host: &RemediationHostView, now: Timestamp) -
     let mut events = Vec::new();
     if next.powered_off_at.is_none() {
         next.powered_off_at = Some(now);
-        events.push(event(
-            false,
+        events.push(Event::normal(
             event_reason::POWERED_OFF,
             format!("host {} is off", host.name),
         ));
@@ -1027,8 +1024,7 @@ fn release_node(obs: &Observation, host: &RemediationHostView, now: Timestamp) -
     let Some(node) = &obs.node else {
         next.step = RemediationStep::NodeReleased;
         next.node_released_at = Some(now);
-        events.push(event(
-            false,
+        events.push(Event::normal(
             event_reason::NODE_RELEASED,
             format!("host {} is off and node {node_name} is gone", host.name),
         ));
@@ -1051,8 +1047,7 @@ fn release_node(obs: &Observation, host: &RemediationHostView, now: Timestamp) -
     if next.node_spec_backup.is_none() {
         next.node_spec_backup = Some(node.spec_backup()).filter(|b| !b.is_empty());
     }
-    events.push(event(
-        false,
+    events.push(Event::normal(
         event_reason::NODE_DELETED,
         format!(
             "host {} is off: deleting node {node_name} so its workloads can start elsewhere \
@@ -1127,8 +1122,7 @@ fn node_back(obs: &Observation, node: &RemediationNodeView, next: &mut Record) -
         return Some(Decision {
             record: None,
             actions: vec![restore],
-            events: vec![event(
-                false,
+            events: vec![Event::normal(
                 event_reason::NODE_RESTORED,
                 format!(
                     "node {node_name} registered again; its labels, annotations, cordon and \
@@ -1160,8 +1154,7 @@ fn node_back(obs: &Observation, node: &RemediationNodeView, next: &mut Record) -
             ..next.clone()
         }),
         actions,
-        events: vec![event(
-            false,
+        events: vec![Event::normal(
             event_reason::SUCCEEDED,
             format!("node {node_name} is back and Ready"),
         )],
@@ -1233,8 +1226,7 @@ fn retry_or_give_up(
     Decision {
         record: Some(next),
         actions: vec![Action::RequestPowerOff],
-        events: vec![event(
-            true,
+        events: vec![Event::warning(
             event_reason::RETRYING,
             format!(
                 "node {node_name} did not come back by {deadline}; power cycle {} of {}",
@@ -1272,7 +1264,7 @@ fn give_up(obs: &Observation, record: Record, failure: String, release: bool) ->
         failure: Some(failure.clone()),
         ..record
     };
-    let mut events = vec![event(true, event_reason::FAILED, failure.clone())];
+    let mut events = vec![Event::warning(event_reason::FAILED, failure.clone())];
     let mut actions = Vec::new();
     if release {
         actions.push(Action::ReleasePowerOff);
@@ -1286,15 +1278,13 @@ fn give_up(obs: &Observation, record: Record, failure: String, release: bool) ->
         actions.push(Action::MarkHostUnhealthy);
     }
     match &escalation {
-        Escalation::None(why) => events.push(event(
-            true,
+        Escalation::None(why) => events.push(Event::warning(
             event_reason::FAILED,
             format!("no escalation: {why}"),
         )),
         other => {
             actions.push(Action::Escalate(other.clone()));
-            events.push(event(
-                true,
+            events.push(Event::warning(
                 event_reason::ESCALATED,
                 match other {
                     Escalation::DeleteMachine => {

@@ -727,10 +727,10 @@ fn requeue_action(requeue: Option<Duration>) -> controller::Action {
 /// Adds up to 10 % to long requeues so a fleet's steady-state polls spread out instead of
 /// hitting the BMCs and the API server in the same second, then moves the requeue to the next
 /// [`POLL_TICK`] boundary so the polls that fall due within one tick run as one batch.
-/// `after` is first capped at [`MAX_DURATION`](hostcycle_bmc::deadline::MAX_DURATION): the
+/// `after` is first capped at [`MAX_DURATION`](hostcycle_duration::MAX_DURATION): the
 /// requeue timer cannot take much more, and adding to it must not overflow.
 fn spread(after: Duration) -> Duration {
-    let after = after.min(hostcycle_bmc::deadline::MAX_DURATION);
+    let after = after.min(hostcycle_duration::MAX_DURATION);
     if after < Duration::from_secs(10) {
         return after;
     }

@@ -10,8 +10,12 @@
 //! power cycle and with the Node's labels intact. Only metal3's BareMetalHost fields are used (`status.poweredOn`,
 //! annotations), so the flow also works with metal3's own host operator.
 
+mod actions;
+mod apply;
 pub mod controller;
 pub mod observe;
+mod orphans;
+mod status;
 
 use std::time::Duration;
 
