@@ -615,4 +615,54 @@ mod tests {
         assert_eq!(RebootQueueEntry::name_for_index(42), "rqe-0000000042");
         assert!(RebootQueueEntry::name_for_index(9) < RebootQueueEntry::name_for_index(10));
     }
+
+    /// (phase, cancelled, transition recorded, in flight)
+    #[test]
+    fn a_reboot_is_in_flight_only_while_rebooting_and_not_cancelled() {
+        let at = Timestamp::from_second(1_750_000_000).unwrap();
+        let cases = [
+            (Some(EntryPhase::Rebooting), false, true, Some(at)),
+            (Some(EntryPhase::Rebooting), true, true, None),
+            (Some(EntryPhase::Rebooting), false, false, None),
+            (Some(EntryPhase::Draining), false, true, None),
+            (Some(EntryPhase::Queued), false, true, None),
+            (None, false, true, None),
+        ];
+        for (phase, cancel, recorded, expected) in cases {
+            let mut entry = RebootQueueEntry::for_node("w1", 1);
+            entry.spec.cancel = cancel;
+            entry.status = Some(RebootQueueEntryStatus {
+                phase,
+                last_transition_time: recorded.then_some(at),
+                ..Default::default()
+            });
+            assert_eq!(
+                entry.rebooting_since(),
+                expected,
+                "{phase:?} cancel={cancel}"
+            );
+        }
+        assert_eq!(RebootQueueEntry::for_node("w1", 1).rebooting_since(), None);
+    }
+
+    #[test]
+    fn the_boot_timeout_defaults_and_is_at_least_a_second() {
+        let with = |seconds: Option<u64>| RebootQueueSpec {
+            reboot: Some(RebootSpec {
+                boot_timeout_seconds: seconds,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            RebootQueueSpec::default().boot_timeout_seconds(),
+            DEFAULT_BOOT_TIMEOUT_SECONDS
+        );
+        assert_eq!(
+            with(None).boot_timeout_seconds(),
+            DEFAULT_BOOT_TIMEOUT_SECONDS
+        );
+        assert_eq!(with(Some(0)).boot_timeout_seconds(), 1);
+        assert_eq!(with(Some(600)).boot_timeout_seconds(), 600);
+    }
 }

@@ -9,12 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hostcycle_api::BareMetalHost;
-use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
+use hostcycle_api::queue::{
+    HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry, RebootQueueSpec,
+};
 use hostcycle_api::remediation::{
     HOST_REMEDIATION_FINALIZER, HostRemediation, RemediationStep, is_remediation_power_off,
 };
 use hostcycle_core::binding::BindingIndex;
-use hostcycle_core::queue::{EntryView, QueueConfig};
 use hostcycle_core::remediation::contracts::{MachineClaim, MhcView, node_startup_timeout};
 use hostcycle_core::remediation::escalation::allocate_slots;
 use hostcycle_core::remediation::{
@@ -323,21 +324,18 @@ impl Controller {
     /// The Nodes the reboot queue is rebooting (not cancelled), each with the end of its boot
     /// timeout.
     fn rebooting_nodes(&self) -> HashMap<String, Timestamp> {
-        let boot_timeout = self
-            .stores
-            .queues
-            .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
-            .map(|q| QueueConfig::from_spec(&q.spec))
-            .unwrap_or_default()
-            .reboot
-            .boot_timeout;
+        let boot_timeout = Duration::from_secs(
+            self.stores
+                .queues
+                .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
+                .map(|q| q.spec.boot_timeout_seconds())
+                .unwrap_or_else(|| RebootQueueSpec::default().boot_timeout_seconds()),
+        );
         self.stores
             .entries
             .state()
             .iter()
-            .map(|e| EntryView::from_entry(e))
-            .filter(|e| e.phase == hostcycle_api::queue::EntryPhase::Rebooting && !e.cancel)
-            .filter_map(|e| Some((e.node.clone(), add(e.last_transition?, boot_timeout))))
+            .filter_map(|e| Some((e.spec.node.clone(), add(e.rebooting_since()?, boot_timeout))))
             .collect()
     }
 
