@@ -584,12 +584,13 @@ fn bmc_steps_become_records_requests_and_messages() {
     let note = "cancel requested, but host metal/h1 has begun its power cycle";
     let wait = BmcRebootStep::Wait("waiting".into());
     // (step, cancel note, status edits, actions)
-    let cases: Vec<(
+    type Case<'a> = (
         BmcRebootStep,
-        Option<&str>,
+        Option<&'a str>,
         Vec<StatusEdit>,
         Vec<EntryAction>,
-    )> = vec![
+    );
+    let cases: Vec<Case> = vec![
         (
             BmcRebootStep::Request { record: true },
             None,
