@@ -334,13 +334,7 @@ fn a_reboot_starts_only_when_the_plans_checks_still_hold() {
     let cases: Vec<(&str, Start, EntryPhase, &str, Option<&str>)> = vec![
         (
             "queue disabled meanwhile",
-            Start {
-                config: disabled,
-                remediated: false,
-                target: RebootTarget::Host(host()),
-                address: "10.0.0.1",
-                bound: true,
-            },
+            through_the_host(disabled),
             EntryPhase::Queued,
             reason::DRAIN_STOPPED,
             None,
@@ -348,11 +342,8 @@ fn a_reboot_starts_only_when_the_plans_checks_still_hold() {
         (
             "a remediation started meanwhile",
             Start {
-                config: config(),
                 remediated: true,
-                target: RebootTarget::Host(host()),
-                address: "10.0.0.1",
-                bound: true,
+                ..through_the_host(config())
             },
             EntryPhase::Queued,
             reason::DRAIN_STOPPED,
@@ -386,13 +377,7 @@ fn a_reboot_starts_only_when_the_plans_checks_still_hold() {
         ),
         (
             "through the bound host",
-            Start {
-                config: config(),
-                remediated: false,
-                target: RebootTarget::Host(host()),
-                address: "10.0.0.1",
-                bound: true,
-            },
+            through_the_host(config()),
             EntryPhase::Rebooting,
             reason::DRAIN_COMPLETED,
             None,

@@ -259,14 +259,7 @@ impl Controller {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.map(Value::String).unwrap_or(Value::Null)))
             .collect();
-        self.patch_machine(
-            m,
-            json!({ "metadata": {
-                "resourceVersion": m.object.resource_version(),
-                "annotations": annotations,
-            }}),
-        )
-        .await
+        self.patch_machine_annotations(m, annotations).await
     }
 
     /// The flow is over: the trigger and every marker go.
@@ -276,6 +269,18 @@ impl Controller {
                 .iter()
                 .map(|k| (k.to_string(), Value::Null))
                 .collect();
+        self.patch_machine_annotations(m, annotations)
+            .await
+            .is_some()
+    }
+
+    /// Sets (or, with null, removes) Machine annotations, with the Machine's
+    /// resourceVersion as a precondition.
+    async fn patch_machine_annotations(
+        &mut self,
+        m: &MachineObject,
+        annotations: serde_json::Map<String, Value>,
+    ) -> Option<MachineObject> {
         self.patch_machine(
             m,
             json!({ "metadata": {
@@ -284,7 +289,6 @@ impl Controller {
             }}),
         )
         .await
-        .is_some()
     }
 
     async fn patch_machine(&mut self, m: &MachineObject, patch: Value) -> Option<MachineObject> {
