@@ -1062,3 +1062,37 @@ fn a_completed_reboot_tells_entry_and_node() {
     );
     assert!(w.message.contains("withdrawn from BareMetalHost metal/h1"));
 }
+
+#[test]
+fn an_entry_wants_the_worker_of_its_phase() {
+    use hostcycle_core::queue::entry::{WorkerKind, wanted_worker};
+    let by =
+        |method| move |s: &mut RebootQueueEntryStatus| s.reboot = Some(RebootProgress::new(method));
+    let draining = entry(Some(EntryPhase::Draining), 0);
+    let by_command = with(
+        entry(Some(EntryPhase::Rebooting), 0),
+        by(RebootMethod::Command),
+    );
+    let by_bmc = with(entry(Some(EntryPhase::Rebooting), 0), by(RebootMethod::Bmc));
+    // (entry, wanted worker)
+    let cases = [
+        (draining.clone(), Some(WorkerKind::Drain)),
+        (cancelled(draining), None),
+        (by_command.clone(), Some(WorkerKind::Command)),
+        // A cancelled entry keeps the boot checks of a command that ran.
+        (cancelled(by_command), Some(WorkerKind::Command)),
+        (by_bmc, None),
+        (entry(Some(EntryPhase::Rebooting), 0), None),
+        (entry(Some(EntryPhase::Queued), 0), None),
+        (entry(None, 0), None),
+    ];
+    for (e, wanted) in cases {
+        assert_eq!(
+            wanted_worker(&e),
+            wanted,
+            "{:?} cancel={}",
+            e.phase(),
+            e.spec.cancel
+        );
+    }
+}

@@ -599,6 +599,33 @@ fn complete(detail: String) -> EntryDecision {
     }
 }
 
+// ----- workers ---------------------------------------------------------------------------
+
+/// The worker an entry runs: its drain, or its reboot command and boot checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerKind {
+    Drain,
+    Command,
+}
+
+/// The worker `entry` should have running, if any: a drain while `Draining`, the command
+/// worker while `Rebooting` by command. A cancelled entry keeps only the boot checks of a
+/// command that ran (its node stays cordoned until it booted).
+pub fn wanted_worker(entry: &RebootQueueEntry) -> Option<WorkerKind> {
+    let status = entry.status.as_ref();
+    match entry.phase() {
+        EntryPhase::Draining if !entry.spec.cancel => Some(WorkerKind::Drain),
+        EntryPhase::Rebooting
+            if status
+                .and_then(|s| s.reboot.as_ref())
+                .is_some_and(|r| r.method == RebootMethod::Command) =>
+        {
+            Some(WorkerKind::Command)
+        }
+        _ => None,
+    }
+}
+
 // ----- worker reports ----------------------------------------------------------------------
 
 /// What a drain or command worker reported about its entry.

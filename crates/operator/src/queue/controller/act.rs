@@ -6,9 +6,10 @@ use std::collections::HashMap;
 
 use futures::StreamExt;
 use hostcycle_api::BareMetalHost;
-use hostcycle_api::queue::{EntryPhase, RebootMethod, RebootQueueEntry};
+use hostcycle_api::queue::{EntryPhase, RebootQueueEntry};
 use hostcycle_core::queue::entry::{
-    self, EntryAction, EntryDecision, EntryEvent, EventSubject, QueueCount, WorkerNews, apply_edits,
+    self, EntryAction, EntryDecision, EntryEvent, EventSubject, QueueCount, WorkerKind, WorkerNews,
+    apply_edits,
 };
 use hostcycle_core::queue::{DequeueReason, Plan, QueueConfig, QueueSnapshot};
 use jiff::Timestamp;
@@ -18,7 +19,7 @@ use kube::api::Api;
 use tokio::sync::oneshot;
 
 use super::writes::replace_status;
-use super::{Controller, MESSAGE_WRITES_IN_FLIGHT, WorkerKind};
+use super::{Controller, MESSAGE_WRITES_IN_FLIGHT};
 use crate::events::node_ref;
 use crate::metrics::ReasonLabels;
 use crate::queue::cordon;
@@ -324,28 +325,12 @@ impl Controller {
         }
     }
 
-    /// Stops workers whose entry is gone or no longer in their phase. A cancelled entry
-    /// keeps only the boot checks of a command that ran.
+    /// Stops workers whose entry is gone or no longer wants them ([`entry::wanted_worker`]).
     fn stop_stale_workers(&mut self) {
         let wanted: HashMap<String, WorkerKind> = self
             .entries()
             .iter()
-            .filter(|e| !e.spec.cancel || e.phase() == EntryPhase::Rebooting)
-            .filter_map(|e| {
-                let kind = match e.phase() {
-                    EntryPhase::Draining => WorkerKind::Drain,
-                    EntryPhase::Rebooting
-                        if e.status
-                            .as_ref()
-                            .and_then(|s| s.reboot.as_ref())
-                            .is_some_and(|r| r.method == RebootMethod::Command) =>
-                    {
-                        WorkerKind::Command
-                    }
-                    _ => return None,
-                };
-                Some((e.uid()?, kind))
-            })
+            .filter_map(|e| Some((e.uid()?, entry::wanted_worker(e)?)))
             .collect();
         let stale: Vec<String> = self
             .workers

@@ -56,6 +56,7 @@ use crate::events::{EventPublisher, EventSink};
 use crate::interest::{self, HostInterest};
 use crate::leader::LeaderGate;
 use crate::metrics::{Metrics, NodePhaseLabels};
+use hostcycle_core::queue::entry::WorkerKind;
 use writes::newer;
 
 const FIELD_MANAGER: &str = "hostcycle-reboot-queue";
@@ -80,12 +81,6 @@ struct Worker {
     kind: WorkerKind,
     cancel: CancellationToken,
     handle: JoinHandle<()>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WorkerKind {
-    Drain,
-    Command,
 }
 
 /// The reboot queue controller, subscribed to the view at once (before the view's watches

@@ -8,10 +8,11 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use tracing::Instrument;
 
-use super::{Controller, Worker, WorkerKind};
+use super::{Controller, Worker};
 use crate::events::node_ref;
 use crate::queue::command::{self, CommandJob};
 use crate::queue::drain::{self, DrainJob};
+use hostcycle_core::queue::entry::WorkerKind;
 
 impl Controller {
     pub(super) fn spawn_drain(&mut self, entry: &RebootQueueEntry, config: &QueueConfig) {
