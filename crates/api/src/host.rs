@@ -231,6 +231,16 @@ pub struct BareMetalHostStatus {
     )]
     pub last_power_action: Option<LastPowerAction>,
 
+    /// hostcycle's record of the power readings it actually made, and from which BMC: the
+    /// only power *evidence* fencing trusts (a status write without a reading never changes
+    /// it). Written by hostcycle's host controller alone; metal3's operator never writes it.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub power_observation: Option<PowerObservation>,
+
     /// Status fields this operator does not model, preserved verbatim.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
@@ -616,6 +626,76 @@ impl LastPowerAction {
     pub fn is_requested(&self) -> bool {
         self.state == PowerActionState::Requested
     }
+}
+
+/// A run of agreeing BMC power readings (`status.powerObservation`), as hostcycle's host
+/// controller made them: the state, the BMC that answered, when the run's first reading was
+/// made and when a later one (at least [`PowerObservation::CONFIRM_GAP`] after it) agreed.
+///
+/// The run restarts (`readings: 0`) when a power request is recorded or a new reboot request is
+/// noticed, and on every failed read, change of state or change of BMC: so "two readings" are
+/// always consecutive, and always made after the request that caused them. Identical readings
+/// after the second are not written (a steady host costs no status write).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerObservation {
+    /// What the readings of this run say: `On`, `Off`, `Transitioning` or `Unknown` (a run of
+    /// no reading yet keeps the last state read).
+    pub state: ObservedPowerState,
+    /// The BMC that answered.
+    pub bmc: ObservedBmc,
+    /// Agreeing readings in this run: 0 (restarted, none yet), 1 or 2 (confirmed; not counted
+    /// further).
+    #[serde(default)]
+    pub readings: u32,
+    /// The first reading of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// The reading that confirmed the first (at least a second later, none failed between).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_at: Option<Timestamp>,
+}
+
+impl PowerObservation {
+    /// The least time between the two readings of a confirmed run.
+    pub const CONFIRM_GAP: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// Two agreeing readings at least [`Self::CONFIRM_GAP`] apart.
+    pub fn confirmed(&self) -> bool {
+        self.readings >= 2
+            && match (self.since, self.confirmed_at) {
+                (Some(since), Some(at)) => {
+                    at.duration_since(since).unsigned_abs() >= Self::CONFIRM_GAP && at > since
+                }
+                _ => false,
+            }
+    }
+}
+
+/// A power state as a BMC reported it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ObservedPowerState {
+    On,
+    Off,
+    /// Redfish `PoweringOn`/`PoweringOff`: not off.
+    Transitioning,
+    /// The BMC answered without a state this controller understands.
+    Unknown,
+}
+
+/// Which BMC a reading came from: the address and Secret it was read with, and what the BMC
+/// says it is (Redfish: `uuid:<System UUID>`, else `serial:<SerialNumber>`; IPMI: none yet).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedBmc {
+    /// `spec.bmc.address` as read with.
+    pub address: String,
+    /// `spec.bmc.credentialsName` as read with.
+    #[serde(default)]
+    pub credentials_name: String,
+    /// The BMC's own identity, when it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// A soft power-off that was turned into a hard one.

@@ -20,7 +20,8 @@ pub use annotations::{
 pub use crd::{CrdError, crd, crd_yaml, crds, crds_yaml};
 pub use host::{
     BareMetalHost, BareMetalHostSpec, BareMetalHostStatus, BmcDetails, CredentialsStatus,
-    ErrorType, HardFallback, HardFallbackSource, LastPowerAction, OperationalStatus,
-    PowerActionState, PowerActionTrigger, PowerOffMode, PowerTarget, ProvisionStatus,
+    ErrorType, HardFallback, HardFallbackSource, LastPowerAction, ObservedBmc, ObservedPowerState,
+    OperationalStatus, PowerActionState, PowerActionTrigger, PowerObservation, PowerOffMode,
+    PowerTarget, ProvisionStatus,
 };
 pub use provisioning::{ProvisioningInputs, ProvisioningState, derive_provisioning_state};

@@ -171,6 +171,13 @@ pub mod remediation {
         pub const ORPHAN_RELEASED: &str = "RemediationOrphanReleased";
         /// Warning: another remediator (CAPBM) holds the Machine, or will; hostcycle does nothing.
         pub const HELD_ELSEWHERE: &str = "RemediationHeldElsewhere";
+        /// Warning: the host was not confirmed off by fresh BMC readings from the bound BMC by
+        /// the power-off deadline (or its BMC changed, it is detached, paused or gone): the
+        /// flow holds, nothing is deleted, released or escalated until a person decides.
+        pub const CANNOT_FENCE: &str = "CannotFence";
+        /// Warning: the host's `spec.bmc` (address or Secret) or its BMC's identity changed
+        /// since the flow bound it: its readings are not evidence for this flow.
+        pub const BMC_CHANGED: &str = "BoundBMCChanged";
     }
 }
 

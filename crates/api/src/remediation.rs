@@ -38,6 +38,9 @@ pub const REMEDIATION_FAILED_ANNOTATION: &str = "remediation.hostcycle.io/failed
 /// On a Machine (annotation flow): the host the flow is bound to when it starts,
 /// `<namespace>/<name>/<uid>`; every later step acts on this host, never on a new lookup.
 pub const REMEDIATION_HOST_ANNOTATION: &str = "remediation.hostcycle.io/host";
+/// On a Machine (annotation flow): the BMC bound with the host (JSON: address, Secret,
+/// identity); only readings from it confirm the host off for this flow.
+pub const REMEDIATION_HOST_BMC_ANNOTATION: &str = "remediation.hostcycle.io/host-bmc";
 /// On a Machine (annotation flow): the deleted Node's cordon and taints, as a JSON
 /// [`NodeSpecBackup`].
 pub const NODE_SPEC_BACKUP_ANNOTATION: &str = "remediation.hostcycle.io/node-spec-backup";
@@ -330,6 +333,10 @@ pub struct HostRemediationStatus {
     /// this host only (a host re-created under the same name is not it).
     #[serde(default, rename = "hostUID", skip_serializing_if = "Option::is_none")]
     pub host_uid: Option<String>,
+    /// The host's BMC bound with it (address, Secret, the identity the BMC reported): only
+    /// readings from this BMC confirm the host off for this remediation.
+    #[serde(default, rename = "hostBMC", skip_serializing_if = "Option::is_none")]
+    pub host_bmc: Option<crate::host::ObservedBmc>,
     /// Power cycles after the first.
     #[serde(default)]
     pub retry_count: u32,

@@ -33,6 +33,27 @@ impl fmt::Display for PowerState {
     }
 }
 
+/// One power reading and the identity of the BMC that made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PowerReading {
+    pub state: PowerState,
+    /// What the BMC says it is (Redfish `uuid:<System UUID>`, else `serial:<SerialNumber>`),
+    /// when it says: bounded and limited to `[0-9A-Za-z._:-]`, so it is safe in a status.
+    pub identity: Option<String>,
+}
+
+/// The longest identity kept from a BMC; longer ones are not an identity.
+pub const MAX_IDENTITY: usize = 96;
+
+/// `kind:value` when `value` is a plausible identifier (bounded, plain characters), else
+/// `None`: a hostile BMC's text never reaches a status through it.
+pub fn identity_of(kind: &str, value: Option<&str>) -> Option<String> {
+    let value = value?.trim();
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-');
+    (!value.is_empty() && value.len() + kind.len() < MAX_IDENTITY && value.chars().all(plain))
+        .then(|| format!("{kind}:{value}"))
+}
+
 /// How to power off: `Soft` asks the OS to shut down (ACPI), `Hard` cuts power.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -205,6 +226,15 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
     /// Reads the power state.
     async fn power_state(&self) -> Result<PowerState, BmcError>;
 
+    /// Reads the power state with the identity of the BMC that answered (for the evidence
+    /// fencing trusts). Drivers that cannot tell their BMC's identity return `None` for it.
+    async fn power_reading(&self) -> Result<PowerReading, BmcError> {
+        Ok(PowerReading {
+            state: self.power_state().await?,
+            identity: None,
+        })
+    }
+
     /// Powers the host on. Doing nothing when it is already on is success.
     async fn power_on(&self) -> Result<PowerOutcome, BmcError>;
 
@@ -245,6 +275,13 @@ pub trait BmcOperations: Send + Sync + fmt::Debug {
         Vec::new()
     }
     async fn read_power_state(&self) -> Result<PowerState, BmcError>;
+    /// [`BmcOperations::read_power_state`] with the BMC's identity, where the driver reads one.
+    async fn read_power_reading(&self) -> Result<PowerReading, BmcError> {
+        Ok(PowerReading {
+            state: self.read_power_state().await?,
+            identity: None,
+        })
+    }
     async fn request_power_on(&self) -> Result<PowerOutcome, BmcError>;
     async fn request_power_off(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
     async fn request_reboot(&self, mode: PowerOffMode) -> Result<PowerOutcome, BmcError>;
@@ -264,6 +301,13 @@ impl<T: BmcOperations> PowerDriver for T {
     async fn power_state(&self) -> Result<PowerState, BmcError> {
         let what = || format!("reading the power state of {}", self.describe());
         within(self.call_deadline(), what, self.read_power_state())
+            .await
+            .map_err(|e| contained_error(e, self))
+    }
+
+    async fn power_reading(&self) -> Result<PowerReading, BmcError> {
+        let what = || format!("reading the power state of {}", self.describe());
+        within(self.call_deadline(), what, self.read_power_reading())
             .await
             .map_err(|e| contained_error(e, self))
     }

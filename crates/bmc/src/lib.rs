@@ -50,7 +50,7 @@ pub use credentials::{
 };
 pub use driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
-    PowerRequest, PowerState,
+    PowerReading, PowerRequest, PowerState, identity_of,
 };
 pub use error::BmcError;
 pub use ipmi::{IpmiDriver, IpmiOptions};

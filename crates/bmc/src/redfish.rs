@@ -18,7 +18,7 @@ use crate::bounded::{self, BodyError};
 use crate::credentials::BmcCredentials;
 use crate::driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
-    PowerRequest, PowerState,
+    PowerReading, PowerRequest, PowerState,
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, parse_retry_after, with_retries};
@@ -171,8 +171,31 @@ impl fmt::Debug for RedfishDriver {
 struct SystemResource {
     #[serde(rename = "PowerState")]
     power_state: Option<String>,
+    /// The System's identity (evidence that readings come from the same machine).
+    #[serde(rename = "UUID", default, deserialize_with = "short_text")]
+    uuid: Option<String>,
+    #[serde(rename = "SerialNumber", default, deserialize_with = "short_text")]
+    serial_number: Option<String>,
     #[serde(rename = "Actions")]
     actions: Option<SystemActions>,
+}
+
+/// A string field kept only when it is a short string (anything else reads as absent, never
+/// as a failure of the whole System).
+fn short_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(match value {
+        serde_json::Value::String(s) if s.len() <= crate::driver::MAX_IDENTITY => Some(s),
+        _ => None,
+    })
+}
+
+impl SystemResource {
+    /// `uuid:<UUID>`, else `serial:<SerialNumber>`, when the BMC reports either.
+    fn identity(&self) -> Option<String> {
+        crate::driver::identity_of("uuid", self.uuid.as_deref())
+            .or_else(|| crate::driver::identity_of("serial", self.serial_number.as_deref()))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -797,6 +820,14 @@ impl BmcOperations for RedfishDriver {
     async fn read_power_state(&self) -> Result<PowerState, BmcError> {
         let (_, system) = self.get_system().await?;
         Ok(parse_power_state(system.power_state.as_deref()))
+    }
+
+    async fn read_power_reading(&self) -> Result<PowerReading, BmcError> {
+        let (_, system) = self.get_system().await?;
+        Ok(PowerReading {
+            state: parse_power_state(system.power_state.as_deref()),
+            identity: system.identity(),
+        })
     }
 
     async fn request_power_on(&self) -> Result<PowerOutcome, BmcError> {

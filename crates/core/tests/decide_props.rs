@@ -144,6 +144,7 @@ prop_compose! {
             },
             bmc,
             credentials: None,
+            read_with: Default::default(),
         };
         (snapshot, annotations)
     }

@@ -107,7 +107,8 @@ fn soft_reboot_lifecycle_step_by_step() {
     );
     assert_eq!(h.last_action().unwrap().state, PowerActionState::Completed);
 
-    // 7. Steady.
+    // 7. A second reading confirms the On run (read within a second), then steady.
+    h.step(t(21_000));
     let d = h.step(t(80_000));
     assert!(d.is_noop(), "{d:#?}");
     assert_eq!(d.requeue_after, SLOW);
@@ -144,9 +145,21 @@ fn two_keyed_clients_release_in_either_order() {
         );
         h = h.bmc(ObservedPower::Off);
 
-        // Off and held: nothing removed by the controller, no power-on, slow requeue.
+        // Off and held: nothing removed by the controller, no power-on; read again within a
+        // second to confirm the first Off reading, then slow requeue.
         let d = h.step(t(5_000));
         assert_eq!(effects(&d), vec![]);
+        assert_eq!(d.requeue_after, FAST);
+        let d = h.step(t(6_000));
+        assert_eq!(effects(&d), vec![]);
+        assert!(
+            h.snapshot
+                .status
+                .power_observation
+                .as_ref()
+                .is_some_and(|o| o.confirmed()),
+            "two Off readings a second apart confirm the run"
+        );
         assert_eq!(d.requeue_after, SLOW);
         assert_eq!(
             condition(&h, cond::REBOOT_PENDING),

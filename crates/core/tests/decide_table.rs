@@ -208,10 +208,12 @@ fn cases() -> Vec<Case> {
             ..Default::default()
         },
         Case {
-            name: "keyed annotation on a host that is already off → no power-off sent, held",
+            name: "keyed annotation on a host that is already off → no power-off sent, held; \
+                   read again within a second (readings count only after the request)",
             host: host_off_offline().online(true).annotate(KEY_A, ""),
             events: &[ev::REBOOT_REQUESTED],
             no_events: &[ev::POWER_OFF, ev::POWER_ON],
+            requeue: FAST,
             ..Default::default()
         },
         Case {
@@ -224,10 +226,12 @@ fn cases() -> Vec<Case> {
             ..Default::default()
         },
         Case {
-            name: "suffixless on an off host with online: false → recorded, kept, host stays off",
+            name: "suffixless on an off host with online: false → recorded, kept, host stays off; \
+                   read again within a second (readings count only after the request)",
             host: host_off_offline().annotate(SUFFIXLESS, ""),
             events: &[ev::REBOOT_REQUESTED],
             no_events: &[ev::REBOOT_ANNOTATION_REMOVED, ev::POWER_ON],
+            requeue: FAST,
             ..Default::default()
         },
         Case {
@@ -481,16 +485,18 @@ fn paused_decision_is_empty() {
 }
 
 #[test]
-fn detached_sets_operational_status_only() {
+fn detached_sets_operational_status_and_drops_reading_evidence() {
     let h = host_on()
         .annotate("baremetalhost.metal3.io/detached", "")
         .online(false);
     let d = decide(&h.snapshot, t(0));
+    // No BMC is read while detached: the last readings are not left standing as evidence.
     assert_eq!(
         d.status,
-        vec![StatusUpdate::SetOperationalStatus(
-            OperationalStatus::Detached
-        )]
+        vec![
+            StatusUpdate::SetOperationalStatus(OperationalStatus::Detached),
+            StatusUpdate::ClearPowerObservation
+        ]
     );
     assert!(d.actions.is_empty());
 }

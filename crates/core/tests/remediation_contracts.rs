@@ -197,6 +197,8 @@ fn annotation_obs() -> Observation {
         uid: "uid-h0".into(),
         powered_on: Some(true),
         last_updated: Some(t(0)),
+        observed_bmc: Some(hostcycle_api::ObservedBmc::default()),
+        spec_bmc: hostcycle_api::ObservedBmc::default(),
         power_off_requested: false,
         online: true,
         externally_provisioned: false,

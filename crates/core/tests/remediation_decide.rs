@@ -18,9 +18,9 @@ use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
     NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
     POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_HOST_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
-    REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationPhase,
-    RemediationStep,
+    REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION,
+    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
+    REMEDIATION_STARTED_ANNOTATION, RemediationPhase, RemediationStep,
 };
 use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::escalation::allocate_slots;
@@ -118,6 +118,8 @@ fn host_on() -> RemediationHostView {
         uid: HOST_UID.to_owned(),
         powered_on: Some(true),
         last_updated: Some(t(FRESH)),
+        observed_bmc: Some(hostcycle_api::ObservedBmc::default()),
+        spec_bmc: hostcycle_api::ObservedBmc::default(),
         power_off_requested: false,
         online: true,
         externally_provisioned: false,
@@ -501,6 +503,7 @@ fn started(base: Record) -> Record {
     Record {
         step: RemediationStep::PowerOffRequested,
         host: Some(bound()),
+        bmc: Some(hostcycle_api::ObservedBmc::default()),
         started_at: base.started_at.or(Some(t(0))),
         cycle_started_at: Some(t(0)),
         ..base
@@ -1758,6 +1761,8 @@ impl World {
             uid: HOST_UID.into(),
             powered_on: self.powered_on,
             last_updated: self.host_written.map(t),
+            observed_bmc: Some(hostcycle_api::ObservedBmc::default()),
+            spec_bmc: hostcycle_api::ObservedBmc::default(),
             power_off_requested: self.host_annotated,
             online: true,
             externally_provisioned: false,
@@ -1826,6 +1831,7 @@ impl World {
                     NODE_ANNOTATIONS_BACKUP_ANNOTATION,
                     NODE_SPEC_BACKUP_ANNOTATION,
                     REMEDIATION_HOST_ANNOTATION,
+                    REMEDIATION_HOST_BMC_ANNOTATION,
                     REMEDIATION_STARTED_ANNOTATION,
                     REMEDIATION_POWERED_OFF_AT_ANNOTATION,
                     REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
@@ -2094,6 +2100,7 @@ fn the_annotation_flow_keeps_metal3s_markers_on_the_machine_while_it_runs() {
     let mut expected = [
         EXTERNAL_REMEDIATION_ANNOTATION,
         REMEDIATION_HOST_ANNOTATION,
+        REMEDIATION_HOST_BMC_ANNOTATION,
         NODE_ANNOTATIONS_BACKUP_ANNOTATION,
         NODE_LABELS_BACKUP_ANNOTATION,
         POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
@@ -2669,6 +2676,7 @@ fn record() -> impl Strategy<Value = Record> {
                 step,
                 retry_count,
                 host: (retry_count % 2 == 0).then(bound),
+                bmc: None,
                 node_spec_backup: None,
                 started_at: times.0,
                 cycle_started_at: times.1,
@@ -2698,6 +2706,8 @@ fn target() -> impl Strategy<Value = Result<RemediationHostView, Blocker>> {
                     uid,
                     powered_on,
                     last_updated,
+                    observed_bmc: Some(hostcycle_api::ObservedBmc::default()),
+                    spec_bmc: hostcycle_api::ObservedBmc::default(),
                     power_off_requested,
                     online,
                     externally_provisioned,

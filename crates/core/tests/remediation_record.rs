@@ -12,7 +12,7 @@ use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
     NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup,
     POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
-    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_HOST_ANNOTATION,
+    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION,
     REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
     REMEDIATION_STARTED_ANNOTATION, RemediationPhase, RemediationStep, TaintBackup,
 };
@@ -217,6 +217,8 @@ fn patch(m: Markers) -> Patch {
     } = m;
     let mut p: Patch = [
         (REMEDIATION_HOST_ANNOTATION, host),
+        // The fixtures' records bind no BMC (as written before BMCs were bound): removed.
+        (REMEDIATION_HOST_BMC_ANNOTATION, None),
         (NODE_SPEC_BACKUP_ANNOTATION, spec),
         (REMEDIATION_STARTED_ANNOTATION, started),
         (REMEDIATION_POWERED_OFF_AT_ANNOTATION, powered_off_at),
@@ -693,6 +695,8 @@ fn host(powered_on: bool, power_off_requested: bool) -> RemediationHostView {
         powered_on: Some(powered_on),
         // Written after every request in these tables.
         last_updated: Some(t(1_000_000)),
+        observed_bmc: Some(hostcycle_api::ObservedBmc::default()),
+        spec_bmc: hostcycle_api::ObservedBmc::default(),
         power_off_requested,
         online: true,
         externally_provisioned: false,
@@ -920,6 +924,7 @@ fn status() -> HostRemediationStatus {
         node: Some("worker-0".into()),
         host: Some("machines/host-0".into()),
         host_uid: Some("stale-uid".into()),
+        host_bmc: None,
         retry_count: 7,
         last_remediated: Some(t(-1_000)),
         powered_off_at: Some(t(-900)),
@@ -1056,4 +1061,47 @@ fn in_flight_and_node_released_by_step() {
         assert_eq!(r.in_flight(), in_flight, "{step:?} in flight");
         assert_eq!(r.node_released(), node_released, "{step:?} node released");
     }
+}
+
+/// The BMC a flow bound survives both homes of the record: a request's status and a Machine's
+/// annotations; a record that ends removes it with the other markers.
+#[test]
+fn the_bound_bmc_round_trips_through_status_and_machine_annotations() {
+    let bmc = hostcycle_api::ObservedBmc {
+        address: "redfish://192.0.2.10/redfish/v1/Systems/1".into(),
+        credentials_name: "bmc-secret".into(),
+        identity: Some("uuid:0a1b2c3d-0000-4000-8000-000000000001".into()),
+    };
+    let record = Record {
+        step: RemediationStep::PowerOffRequested,
+        host: BoundHost::parse("machines/host-0/uid-0"),
+        bmc: Some(bmc.clone()),
+        started_at: Some(t(-1_000)),
+        cycle_started_at: Some(t(-1_000)),
+        ..Record::default()
+    };
+    let mut status = HostRemediationStatus::default();
+    record.apply_to_status(&mut status);
+    assert_eq!(Record::from_status(&status).bmc, Some(bmc.clone()));
+
+    let annotations: BTreeMap<String, String> = record
+        .machine_annotations()
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+        .collect();
+    assert!(annotations.contains_key(REMEDIATION_HOST_BMC_ANNOTATION));
+    let back = Record::from_machine_annotations(&annotations, true);
+    assert_eq!(back.bmc, Some(bmc));
+
+    let cancelled = Record {
+        step: RemediationStep::Cancelled,
+        ..record
+    };
+    assert_eq!(
+        cancelled
+            .machine_annotations()
+            .get(REMEDIATION_HOST_BMC_ANNOTATION),
+        Some(&None),
+        "an ended flow removes its BMC binding"
+    );
 }

@@ -37,6 +37,8 @@ fn host(powered_on: bool, last_updated: Timestamp) -> RemediationHostView {
         uid: UID.into(),
         powered_on: Some(powered_on),
         last_updated: Some(last_updated),
+        observed_bmc: Some(hostcycle_api::ObservedBmc::default()),
+        spec_bmc: hostcycle_api::ObservedBmc::default(),
         power_off_requested: true,
         online: true,
         externally_provisioned: false,
@@ -212,12 +214,15 @@ fn the_node_is_released_only_on_fresh_evidence() {
     }
 }
 
+/// Issue 24, case 5: at the power-off deadline nothing is deleted, handed back or marked
+/// while the host was never confirmed off: the flow holds with `CannotFence` (condition,
+/// Warning), keeps the power-off requested, and a person decides.
 #[test]
-fn a_power_off_not_confirmed_by_its_deadline_gives_up_releases_and_escalates() {
+fn a_power_off_not_confirmed_by_its_deadline_holds_with_cannot_fence_and_escalates_nothing() {
     // Deadline: 0.5 s + 120 s.
     for (name, h, why) in [
         (
-            "stale status",
+            "stale readings",
             host(false, t(-30)),
             "before the power-off request",
         ),
@@ -230,33 +235,40 @@ fn a_power_off_not_confirmed_by_its_deadline_gives_up_releases_and_escalates() {
             "BMC unreachable",
         ),
         ("still on", host(true, t(60)), "still on"),
+        (
+            "no readings from the bound BMC",
+            RemediationHostView {
+                observed_bmc: None,
+                ..host(false, t(60))
+            },
+            "no readings from the bound BMC",
+        ),
+        (
+            "detached",
+            RemediationHostView {
+                cannot_power_off: Some("is detached (baremetalhost.metal3.io/detached)".into()),
+                ..host(false, t(60))
+            },
+            "detached",
+        ),
     ] {
         let before = decide(&obs(powering_off(), Some(h.clone())), t(120));
         assert!(before.record.is_none(), "{name}: waits until the deadline");
-        let d = decide(&obs(powering_off(), Some(h)), t(121));
-        let r = d.record.clone().expect("gave up");
-        assert_eq!(r.step, RemediationStep::GaveUp, "{name}");
-        assert!(
-            r.failure.as_deref().unwrap().contains(why),
-            "{name}: {:?}",
-            r.failure
-        );
-        assert_eq!(
-            d.actions,
-            vec![
-                Action::ReleasePowerOff,
-                Action::MarkHostUnhealthy,
-                Action::Escalate(Escalation::MarkOwnerRemediated)
-            ],
-            "{name}"
-        );
-        assert_eq!(d.phase, RemediationPhase::Failed, "{name}");
-        assert!(
-            d.events
-                .iter()
-                .any(|e| e.reason == ev::FAILED && e.is_warning()),
-            "{name}"
-        );
+        assert!(!before.cannot_fence, "{name}: not held before the deadline");
+        for at in [121, 600, 86_400] {
+            let d = decide(&obs(powering_off(), Some(h.clone())), t(at));
+            assert_eq!(d.record, None, "{name} at {at}: the record is unchanged");
+            assert!(d.actions.is_empty(), "{name} at {at}: {d:#?}");
+            assert!(d.cannot_fence, "{name} at {at}");
+            assert_eq!(d.phase, RemediationPhase::Running, "{name}");
+            assert!(d.message.contains(why), "{name}: {}", d.message);
+            assert!(
+                d.events
+                    .iter()
+                    .any(|e| e.reason == ev::CANNOT_FENCE && e.is_warning()),
+                "{name}"
+            );
+        }
     }
     // Withdrawn after the backup (deletion decided), not off by the deadline: no escalation.
     let mut o = obs(
@@ -270,6 +282,102 @@ fn a_power_off_not_confirmed_by_its_deadline_gives_up_releases_and_escalates() {
     o.requested = false;
     let d = decide(&o, t(200));
     assert_eq!(d.actions, vec![Action::ReleasePowerOff]);
+}
+
+/// Issue 24, cases 1 and 2: a host whose BMC changed under the flow (address, Secret or the
+/// identity the BMC reports), or whose readings come from another BMC, is never confirmed
+/// off: the Node is kept, with a Warning naming the change.
+#[test]
+fn readings_count_only_from_the_bmc_the_flow_bound() {
+    let bmc = |address: &str, identity: Option<&str>| hostcycle_api::ObservedBmc {
+        address: address.into(),
+        credentials_name: "bmc-w1".into(),
+        identity: identity.map(str::to_string),
+    };
+    let bound_bmc = bmc("redfish://10.0.0.1/redfish/v1/Systems/1", Some("uuid:aaaa"));
+    let record = Record {
+        bmc: Some(bound_bmc.clone()),
+        ..powering_off()
+    };
+    let off_from =
+        |spec: hostcycle_api::ObservedBmc, read: hostcycle_api::ObservedBmc| RemediationHostView {
+            spec_bmc: hostcycle_api::ObservedBmc {
+                identity: None,
+                ..spec
+            },
+            observed_bmc: Some(read),
+            ..host(false, t(5))
+        };
+    let spec = bmc("redfish://10.0.0.1/redfish/v1/Systems/1", None);
+    // The bound BMC, fresh Off readings: released.
+    let h = off_from(spec.clone(), bound_bmc.clone());
+    assert!(off_confirmed(&h, &record));
+    assert!(
+        decide(&obs(record.clone(), Some(h)), t(10))
+            .actions
+            .contains(&Action::DeleteNode)
+    );
+
+    let other = bmc("redfish://10.0.0.2/redfish/v1/Systems/1", Some("uuid:bbbb"));
+    let secret_changed = hostcycle_api::ObservedBmc {
+        credentials_name: "bmc-w2".into(),
+        ..bound_bmc.clone()
+    };
+    for (name, h, warns) in [
+        (
+            "spec.bmc.address changed to another BMC (its readings say Off)",
+            off_from(other.clone(), other.clone()),
+            true,
+        ),
+        (
+            "spec.bmc.credentialsName changed",
+            off_from(secret_changed.clone(), secret_changed.clone()),
+            true,
+        ),
+        (
+            "same address, another machine answers",
+            off_from(
+                spec.clone(),
+                bmc("redfish://10.0.0.1/redfish/v1/Systems/1", Some("uuid:bbbb")),
+            ),
+            true,
+        ),
+        (
+            "readings still from the old address (not read since the change back)",
+            off_from(spec.clone(), other.clone()),
+            false,
+        ),
+        (
+            "the bound BMC reported an identity; this reading has none",
+            off_from(
+                spec.clone(),
+                bmc("redfish://10.0.0.1/redfish/v1/Systems/1", None),
+            ),
+            false,
+        ),
+    ] {
+        assert!(!off_confirmed(&h, &record), "{name}");
+        let d = decide(&obs(record.clone(), Some(h)), t(10));
+        assert!(d.actions.is_empty(), "{name}: the Node is kept: {d:#?}");
+        assert_eq!(d.record, None, "{name}");
+        assert_eq!(
+            d.events
+                .iter()
+                .any(|e| e.reason == ev::BMC_CHANGED && e.is_warning()),
+            warns,
+            "{name}: {:?}",
+            d.events
+        );
+    }
+
+    // The start binds spec.bmc with the identity its readings report.
+    let mut fresh = obs(Record::default(), None);
+    fresh.target = Ok(RemediationHostView {
+        power_off_requested: false,
+        ..off_from(spec.clone(), bound_bmc.clone())
+    });
+    let d = decide(&fresh, t(0));
+    assert_eq!(d.record.unwrap().bmc, Some(bound_bmc));
 }
 
 #[test]
@@ -300,12 +408,11 @@ fn every_step_after_the_start_acts_on_the_bound_host_only() {
             .any(|e| e.reason == ev::HOST_LOST && e.is_warning())
     );
     assert!(d.message.contains("no longer exists"), "{}", d.message);
+    // Past the deadline: held (CannotFence), nothing escalated (issue 24, case 5).
     let d = decide(&gone, t(200));
-    assert_eq!(d.record.unwrap().step, RemediationStep::GaveUp);
-    assert_eq!(
-        d.actions,
-        vec![Action::Escalate(Escalation::MarkOwnerRemediated)]
-    );
+    assert_eq!(d.record, None);
+    assert!(d.actions.is_empty(), "{d:#?}");
+    assert!(d.cannot_fence);
 
     // Re-created under the same name (another uid): never acted on.
     let replaced = RemediationHostView {

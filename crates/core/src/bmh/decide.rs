@@ -15,6 +15,7 @@ use super::config::DecideConfig;
 use super::decision::{
     Action, AnnotationRemovalReason, ConditionUpdate, Decision, Event, EventType, StatusUpdate,
 };
+use super::observation;
 use super::snapshot::{
     BmcFailure, BmcFailureKind, BmcObservation, HostSnapshot, ObservedPower, PowerCallResult,
 };
@@ -32,7 +33,31 @@ pub fn decide(snapshot: &HostSnapshot, now: Timestamp) -> Decision {
 pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decision {
     let mut d = decide_power(s, now, cfg);
     warn_invalid_on_request_change(&mut d, s);
+    read_again_to_confirm(&mut d, s, cfg);
     d
+}
+
+/// A run of readings not yet confirmed by a second one (a power change, a new request) is
+/// read again within [`DecideConfig::transition_requeue`], not at the steady interval: fencing
+/// waits for that second reading. Only after a reading that worked (a failing BMC keeps its
+/// error backoff).
+fn read_again_to_confirm(d: &mut Decision, s: &HostSnapshot, cfg: &DecideConfig) {
+    if !matches!(s.bmc, BmcObservation::Power(_)) || s.paused || s.detached {
+        return;
+    }
+    let mut after = s.status.clone();
+    super::status::apply_status_updates(&mut after, &d.status, Timestamp::UNIX_EPOCH, None);
+    // A failed power call keeps its error backoff: nothing can be confirmed before its retry.
+    let call_failed = after
+        .last_power_action
+        .as_ref()
+        .is_some_and(|a| a.state == PowerActionState::Failed);
+    if !call_failed && observation::unconfirmed(after.power_observation.as_ref()) {
+        d.requeue_after = Some(
+            d.requeue_after
+                .map_or(cfg.transition_requeue, |r| r.min(cfg.transition_requeue)),
+        );
+    }
 }
 
 /// The set of reboot requests changed (the `RebootPending` condition is rewritten — its
@@ -96,6 +121,7 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
 fn detached(s: &HostSnapshot, cfg: &DecideConfig) -> Decision {
     let mut d = Decision::default();
     set_operational_status(&mut d, &s.status, OperationalStatus::Detached);
+    clear_observation(&mut d, &s.status);
     d.requeue_after = Some(cfg.steady_requeue);
     d
 }
@@ -232,6 +258,7 @@ impl<'a> PowerPass<'a> {
     fn power_reading(&mut self, state: &ProvisioningState) -> Option<ObservedPower> {
         if !self.s.bmc_configured {
             set_operational_status(&mut self.d, self.st, OperationalStatus::Discovered);
+            clear_observation(&mut self.d, self.st);
             self.d.requeue_after = Some(self.cfg.steady_requeue);
             return None;
         }
@@ -239,6 +266,15 @@ impl<'a> PowerPass<'a> {
             BmcObservation::Power(power) => Some(*power),
             BmcObservation::Failed(failure) => {
                 record_bmc_failure(&mut self.d, self.st, state, failure, self.cfg, false);
+                // A failed read between two readings makes them not consecutive.
+                if self
+                    .st
+                    .power_observation
+                    .as_ref()
+                    .is_some_and(|o| o.readings > 0)
+                {
+                    self.d.status.push(StatusUpdate::RestartPowerObservation);
+                }
                 None
             }
             BmcObservation::NotQueried => {
@@ -261,6 +297,14 @@ impl<'a> PowerPass<'a> {
             && self.st.powered_on != Some(on)
         {
             self.d.status.push(StatusUpdate::SetPoweredOn(on));
+        }
+        if let Some(run) = observation::after_reading(
+            self.st.power_observation.as_ref(),
+            observation::recorded_state(power),
+            &self.s.read_with,
+            self.now,
+        ) {
+            self.d.status.push(StatusUpdate::SetPowerObservation(run));
         }
     }
 
@@ -781,6 +825,13 @@ fn record_bmc_failure(
     );
     // Backoff, not a hot loop: 5 s, 10 s, 20 s ... capped.
     d.requeue_after = Some(cfg.error_backoff(count));
+}
+
+/// No BMC is read any more: the readings of the last one are not left standing as evidence.
+fn clear_observation(d: &mut Decision, st: &BareMetalHostStatus) {
+    if st.power_observation.is_some() {
+        d.status.push(StatusUpdate::ClearPowerObservation);
+    }
 }
 
 /// A reboot is pending while `pendingRebootSince` is later than `lastPoweredOn`.

@@ -2,8 +2,8 @@ pub use hostcycle_api::reasons::EventType;
 use std::time::Duration;
 
 use hostcycle_api::{
-    CredentialsStatus, ErrorType, HardFallback, LastPowerAction, OperationalStatus, PowerOffMode,
-    PowerTarget, ProvisioningState,
+    CredentialsStatus, ErrorType, HardFallback, LastPowerAction, OperationalStatus,
+    PowerObservation, PowerOffMode, PowerTarget, ProvisioningState,
 };
 use jiff::Timestamp;
 
@@ -44,6 +44,13 @@ pub enum StatusUpdate {
     /// The BMC layer turned the last (soft) power-off into a hard one.
     SetHardFallback(HardFallback),
     SetCondition(ConditionUpdate),
+    /// `status.powerObservation` after a BMC reading ([`crate::bmh::observation`]).
+    SetPowerObservation(PowerObservation),
+    /// The run of readings starts again: none made before counts (a failed read).
+    /// `RecordPowerRequest` and `SetPendingRebootSince` restart it too.
+    RestartPowerObservation,
+    /// No BMC is read (detached, no address): no reading evidence is left standing.
+    ClearPowerObservation,
 }
 
 /// A condition to set; `lastTransitionTime` changes only when `status` changes.

@@ -1,5 +1,6 @@
 use hostcycle_api::{
-    BareMetalHost, BareMetalHostStatus, CredentialsStatus, RebootRequests, is_detached, is_paused,
+    BareMetalHost, BareMetalHostStatus, CredentialsStatus, ObservedBmc, RebootRequests,
+    is_detached, is_paused,
 };
 
 /// Power state as reported by the BMC.
@@ -96,6 +97,9 @@ pub struct HostSnapshot {
     /// The credentials Secret the BMC was queried with (name, namespace, resourceVersion),
     /// when the operator knows it; recorded as `goodCredentials` once they work.
     pub credentials: Option<CredentialsStatus>,
+    /// The BMC this reconcile read: `spec.bmc`'s address and Secret, and the identity the BMC
+    /// reported with its reading ([`HostSnapshot::with_bmc_identity`]).
+    pub read_with: ObservedBmc,
 }
 
 impl HostSnapshot {
@@ -129,6 +133,27 @@ impl HostSnapshot {
             status: host.status.clone().unwrap_or_default(),
             bmc,
             credentials,
+            read_with: ObservedBmc {
+                address: host
+                    .spec
+                    .bmc
+                    .as_ref()
+                    .map(|b| b.address.clone())
+                    .unwrap_or_default(),
+                credentials_name: host
+                    .spec
+                    .bmc
+                    .as_ref()
+                    .map(|b| b.credentials_name.clone())
+                    .unwrap_or_default(),
+                identity: None,
+            },
         }
+    }
+
+    /// The snapshot with the identity the BMC reported along with this reconcile's reading.
+    pub fn with_bmc_identity(mut self, identity: Option<String>) -> Self {
+        self.read_with.identity = identity;
+        self
     }
 }

@@ -5,6 +5,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::decision::{ConditionUpdate, StatusUpdate};
 
+/// A request (power or reboot) was recorded, or a read failed: readings made before it are
+/// no evidence of what follows.
+fn restart_observation(status: &mut BareMetalHostStatus) {
+    if let Some(o) = status.power_observation.as_mut()
+        && o.readings > 0
+    {
+        *o = super::observation::restarted(o);
+    }
+}
+
 /// Applies a decision's status updates to `status` (pure; the caller persists the result).
 ///
 /// `now` stamps condition transitions and `lastUpdated` (every non-empty set of updates is a
@@ -24,6 +34,7 @@ pub fn apply_status_updates(
             StatusUpdate::SetPendingRebootSince(t) => {
                 status.provisioning.pending_reboot_since = Some(*t);
                 status.provisioning.pending_reboot_mode = None;
+                restart_observation(status);
             }
             StatusUpdate::MarkPendingRebootHard => {
                 status.provisioning.pending_reboot_mode = Some(PowerOffMode::Hard);
@@ -57,7 +68,11 @@ pub fn apply_status_updates(
             StatusUpdate::SetGoodCredentials(c) => status.good_credentials = Some(c.clone()),
             StatusUpdate::RecordPowerRequest(action) => {
                 status.last_power_action = Some(action.clone());
+                restart_observation(status);
             }
+            StatusUpdate::SetPowerObservation(o) => status.power_observation = Some(o.clone()),
+            StatusUpdate::RestartPowerObservation => restart_observation(status),
+            StatusUpdate::ClearPowerObservation => status.power_observation = None,
             StatusUpdate::CompletePowerAction { at } => {
                 if let Some(action) = status.last_power_action.as_mut() {
                     action.state = PowerActionState::Completed;

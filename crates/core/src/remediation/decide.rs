@@ -22,6 +22,7 @@ use hostcycle_api::reasons::remediation::event_reason;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use hostcycle_api::ObservedBmc;
 use hostcycle_api::remediation::{RemediationPhase, RemediationStep};
 use jiff::Timestamp;
 
@@ -58,10 +59,17 @@ pub struct RemediationHostView {
     pub name: String,
     /// `metadata.uid`.
     pub uid: String,
-    /// `status.poweredOn`.
+    /// The power state of the host's *confirmed* run of BMC readings (`status.powerObservation`:
+    /// two agreeing readings at least a second apart, made by hostcycle's host controller);
+    /// `None` without one. Never `status.poweredOn`, which any status write carries over.
     pub powered_on: Option<bool>,
-    /// `status.lastUpdated`: when its controller last wrote the status.
+    /// When that run's first reading was made (a run restarts when a request is noticed, so a
+    /// run that began after the flow's request consists of readings made after it).
     pub last_updated: Option<Timestamp>,
+    /// The BMC the readings came from (address and Secret read with, identity it reported).
+    pub observed_bmc: Option<ObservedBmc>,
+    /// `spec.bmc` now (address and Secret; no identity).
+    pub spec_bmc: ObservedBmc,
     /// This remediation's power-off annotation is on the host.
     pub power_off_requested: bool,
     /// `spec.online`.
@@ -495,6 +503,10 @@ pub struct Decision {
     /// Look again after this long at the latest (deadlines; events wake the controller
     /// sooner).
     pub requeue: Option<Duration>,
+    /// The host could not be confirmed off by its deadline (or its BMC changed, or it is
+    /// detached, paused or gone): the flow holds with nothing deleted, released or escalated
+    /// (`CannotFence` condition, Warning, metric), and a person decides.
+    pub cannot_fence: bool,
 }
 
 impl Decision {
@@ -507,6 +519,7 @@ impl Decision {
             message,
             blocked: None,
             requeue: None,
+            cannot_fence: false,
         }
     }
 }
@@ -616,6 +629,9 @@ pub fn wants_slot(obs: &Observation, now: Timestamp) -> bool {
 /// host, right before it deletes the Node.
 pub fn off_confirmed(host: &RemediationHostView, record: &Record) -> bool {
     host.power_off_requested
+        && host.cannot_power_off.is_none()
+        && bmc_changed(record, host).is_none()
+        && readings_from_bound_bmc(record, host)
         && record
             .cycle_started_at
             .is_some_and(|since| power_since(&host.power_report(), since) == PowerEvidence::Off)
@@ -656,6 +672,7 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
                 message: format!("powering on; waiting for node {node_name} to register"),
                 blocked: None,
                 requeue: Some(POLL),
+                cannot_fence: false,
             }
         }
         RemediationStep::PowerOnRequested => power_on(obs, now),
@@ -801,6 +818,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
     let next = Record {
         step: RemediationStep::PowerOffRequested,
         host: bind(host),
+        bmc: Some(bind_bmc(host)),
         started_at: obs.record.started_at.or(Some(now)),
         cycle_started_at: Some(now),
         ..obs.record.clone()
@@ -829,6 +847,7 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
         message: format!("powering host {} off", host.name),
         blocked: None,
         requeue: Some(POLL),
+        cannot_fence: false,
     }
 }
 
@@ -838,6 +857,72 @@ fn bind(host: &RemediationHostView) -> Option<BoundHost> {
         reference,
         uid: host.uid.clone(),
     })
+}
+
+/// The BMC bound with the host: `spec.bmc` now, and the identity its BMC reported if the
+/// host's readings come from that same address and Secret.
+fn bind_bmc(host: &RemediationHostView) -> ObservedBmc {
+    let identity = host
+        .observed_bmc
+        .as_ref()
+        .filter(|o| o.address == host.spec_bmc.address)
+        .filter(|o| o.credentials_name == host.spec_bmc.credentials_name)
+        .and_then(|o| o.identity.clone());
+    ObservedBmc {
+        identity,
+        ..host.spec_bmc.clone()
+    }
+}
+
+/// The BMC a flow compares readings with: the one it bound, or (a record written before
+/// BMCs were bound) `spec.bmc` as it is now.
+fn bound_bmc<'a>(record: &'a Record, host: &'a RemediationHostView) -> &'a ObservedBmc {
+    record.bmc.as_ref().unwrap_or(&host.spec_bmc)
+}
+
+/// Why the host's BMC is no longer the one the flow bound, if it is not: `spec.bmc` changed
+/// (address or Secret), or the BMC at the address reports another identity. A person decides.
+pub fn bmc_changed(record: &Record, host: &RemediationHostView) -> Option<String> {
+    let bound = bound_bmc(record, host);
+    if host.spec_bmc.address != bound.address {
+        return Some(format!(
+            "its spec.bmc.address changed since the remediation bound it (bound {:?}, now {:?})",
+            crate::text::bounded(&bound.address, 128),
+            crate::text::bounded(&host.spec_bmc.address, 128)
+        ));
+    }
+    if host.spec_bmc.credentials_name != bound.credentials_name {
+        return Some(format!(
+            "its spec.bmc.credentialsName changed since the remediation bound it (bound {:?}, \
+             now {:?})",
+            crate::text::bounded(&bound.credentials_name, 253),
+            crate::text::bounded(&host.spec_bmc.credentials_name, 253)
+        ));
+    }
+    let observed = host
+        .observed_bmc
+        .as_ref()
+        .filter(|o| o.address == bound.address && o.credentials_name == bound.credentials_name)?;
+    match (&bound.identity, &observed.identity) {
+        (Some(was), Some(now)) if was != now => Some(format!(
+            "the BMC at its address reports another identity ({now}) than when the remediation \
+             bound it ({was})"
+        )),
+        _ => None,
+    }
+}
+
+/// Whether the host's readings come from the BMC the flow bound (address, Secret and, when
+/// bound with one, identity).
+fn readings_from_bound_bmc(record: &Record, host: &RemediationHostView) -> bool {
+    let bound = bound_bmc(record, host);
+    host.spec_bmc.address == bound.address
+        && host.spec_bmc.credentials_name == bound.credentials_name
+        && host.observed_bmc.as_ref().is_some_and(|o| {
+            o.address == bound.address
+                && o.credentials_name == bound.credentials_name
+                && (bound.identity.is_none() || o.identity == bound.identity)
+        })
 }
 
 /// The power-off step as a ladder: each rung either decides (and the step ends there) or
@@ -857,11 +942,16 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
         Acting::Host(h) => h,
         lost => return host_lost(obs, lost, now, deadline),
     };
-    // 4. Requested on the host and confirmed off by a status written after the request.
+    // 4. A host whose BMC changed, or that is detached, paused or has no BMC address, is
+    //    never confirmed off: hold, and say why.
+    if let Some(d) = unfenceable(obs, host, now, deadline) {
+        return d;
+    }
+    // 5. Requested on the host and confirmed off by readings made after the request.
     if let Some(d) = await_confirmed_off(obs, host, requested_at, deadline, now) {
         return d;
     }
-    // 5. Only now is the Node released.
+    // 6. Only now is the Node released.
     release_node(obs, host, now)
 }
 
@@ -897,6 +987,7 @@ fn cancel_before_release(obs: &Observation) -> Option<Decision> {
         message: finished_message(RemediationStep::Cancelled),
         blocked: None,
         requeue: None,
+        cannot_fence: false,
     })
 }
 
@@ -935,21 +1026,86 @@ fn host_lost(obs: &Observation, acting: Acting, now: Timestamp, deadline: Timest
             (None, Ok(_)) => format!("BareMetalHost {host_name} is missing"),
         },
     };
-    if now >= deadline {
+    let mut d = hold_unfenced(obs, &host_name, &why, now, deadline);
+    d.events.push(Event::warning(event_reason::HOST_LOST, why));
+    d
+}
+
+/// The host cannot be confirmed off now (its BMC changed, it is detached, paused or has no BMC
+/// address): `None` when nothing stands in the way.
+fn unfenceable(
+    obs: &Observation,
+    host: &RemediationHostView,
+    now: Timestamp,
+    deadline: Timestamp,
+) -> Option<Decision> {
+    if let Some(why) = bmc_changed(&obs.record, host) {
+        let mut d = hold_unfenced(obs, &host.name, &why, now, deadline);
+        d.events.push(Event::warning(
+            event_reason::BMC_CHANGED,
+            format!(
+                "host {}: {why}; its readings are no evidence for this remediation",
+                host.name
+            ),
+        ));
+        return Some(d);
+    }
+    let why = host.cannot_power_off.as_ref()?;
+    Some(hold_unfenced(
+        obs,
+        &host.name,
+        &format!("it {why}"),
+        now,
+        deadline,
+    ))
+}
+
+/// Waits for the host to be confirmed off; past the deadline, holds with `CannotFence`:
+/// nothing is deleted, released, replaced or marked on a timeout, and the power-off stays
+/// requested (a BMC that answers again still completes the fence). A person decides: repair
+/// the BMC or its binding, or withdraw the remediation (which releases the host).
+fn hold_unfenced(
+    obs: &Observation,
+    host_name: &str,
+    why: &str,
+    now: Timestamp,
+    deadline: Timestamp,
+) -> Decision {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    if now < deadline {
+        let mut d = Decision::wait(
+            RemediationPhase::Running,
+            format!(
+                "waiting for host {host_name} to be confirmed off ({why}); node {node_name} is \
+                 kept until then"
+            ),
+        );
+        d.requeue = Some(until_or_poll(now, deadline));
+        return d;
+    }
+    if !obs.requested {
+        // Withdrawn after the Node's deletion was decided (else it was cancelled): a person
+        // decided; the host is released and nothing is escalated.
         return give_up(
             obs,
-            record.clone(),
+            obs.record.clone(),
             format!(
-                "host {host_name} was not confirmed off within {}s of the power-off \
-                 request: {why}",
-                obs.power_off_timeout.as_secs()
+                "host {host_name} was not confirmed off ({why}); the remediation was withdrawn"
             ),
-            false,
+            true,
         );
     }
-    let mut d = Decision::wait(RemediationPhase::Running, format!("waiting: {why}"));
-    d.events.push(Event::warning(event_reason::HOST_LOST, why));
-    d.requeue = Some(until_or_poll(now, deadline));
+    let message = format!(
+        "cannot fence host {host_name}: not confirmed off by two BMC readings from the bound BMC \
+         within {}s of the power-off request ({why}); node {node_name} is kept and nothing is \
+         escalated: repair the BMC or withdraw the remediation",
+        obs.power_off_timeout.as_secs()
+    );
+    let mut d = Decision::wait(RemediationPhase::Running, message.clone());
+    d.cannot_fence = true;
+    d.events
+        .push(Event::warning(event_reason::CANNOT_FENCE, message));
+    d.requeue = Some(POLL);
     d
 }
 
@@ -963,25 +1119,19 @@ fn await_confirmed_off(
     now: Timestamp,
 ) -> Option<Decision> {
     let evidence = power_since(&host.power_report(), requested_at);
-    if host.power_off_requested && evidence == PowerEvidence::Off {
+    let from_bound = readings_from_bound_bmc(&obs.record, host);
+    if host.power_off_requested && evidence == PowerEvidence::Off && from_bound {
         return None;
     }
     if now >= deadline {
-        let why = if host.power_off_requested {
-            evidence.describe(requested_at)
-        } else {
+        let why = if !host.power_off_requested {
             "the power-off request never reached the host".into()
+        } else if !from_bound {
+            "no readings from the bound BMC".into()
+        } else {
+            evidence.describe(requested_at)
         };
-        return Some(give_up(
-            obs,
-            obs.record.clone(),
-            format!(
-                "host {} was not confirmed off within {}s of the power-off request ({why})",
-                host.name,
-                obs.power_off_timeout.as_secs()
-            ),
-            true,
-        ));
+        return Some(hold_unfenced(obs, &host.name, &why, now, deadline));
     }
     if !host.power_off_requested {
         // Recorded, not (yet) on the host: request it (idempotent).
@@ -993,6 +1143,7 @@ fn await_confirmed_off(
             message: format!("powering host {} off", host.name),
             blocked: None,
             requeue: Some(POLL),
+            cannot_fence: false,
         });
     }
     let message = match &evidence {
@@ -1036,6 +1187,7 @@ fn release_node(obs: &Observation, host: &RemediationHostView, now: Timestamp) -
             message: format!("host off, node {node_name} released"),
             blocked: None,
             requeue: Some(Duration::ZERO),
+            cannot_fence: false,
         };
     };
     if next.labels_backup.is_none() {
@@ -1063,6 +1215,7 @@ fn release_node(obs: &Observation, host: &RemediationHostView, now: Timestamp) -
         message: format!("host off; deleting node {node_name}"),
         blocked: None,
         requeue: Some(POLL),
+        cannot_fence: false,
     }
 }
 
@@ -1110,6 +1263,7 @@ fn release_power_off_again(obs: &Observation) -> Decision {
         message: format!("powering on; waiting for node {node_name} to register"),
         blocked: None,
         requeue: Some(POLL),
+        cannot_fence: false,
     }
 }
 
@@ -1133,6 +1287,7 @@ fn node_back(obs: &Observation, node: &RemediationNodeView, next: &mut Record) -
             message: format!("node {node_name} registered; restoring its labels"),
             blocked: None,
             requeue: Some(Duration::ZERO),
+            cannot_fence: false,
         });
     }
     next.labels_backup = None;
@@ -1162,6 +1317,7 @@ fn node_back(obs: &Observation, node: &RemediationNodeView, next: &mut Record) -
         message: finished_message(RemediationStep::Done),
         blocked: None,
         requeue: None,
+        cannot_fence: false,
     })
 }
 
@@ -1238,6 +1394,7 @@ fn retry_or_give_up(
         message: format!("retrying: node {node_name} did not come back"),
         blocked: None,
         requeue: Some(POLL),
+        cannot_fence: false,
     }
 }
 
@@ -1306,5 +1463,6 @@ fn give_up(obs: &Observation, record: Record, failure: String, release: bool) ->
         message: format!("gave up: {failure}"),
         blocked: None,
         requeue: None,
+        cannot_fence: false,
     }
 }

@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 
+use hostcycle_api::ObservedBmc;
 use hostcycle_api::remediation::{
     HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION,
     NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup, POWER_ON_TIMEOUT_ANNOTATION,
     POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_HOST_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
-    REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationStep,
+    REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION,
+    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
+    REMEDIATION_STARTED_ANNOTATION, RemediationStep,
 };
 use jiff::Timestamp;
 
@@ -26,6 +28,9 @@ pub struct Record {
     pub started_at: Option<Timestamp>,
     /// The host bound when the remediation started: every later step acts on it alone.
     pub host: Option<BoundHost>,
+    /// The BMC bound with it (`spec.bmc`'s address and Secret, and the identity the BMC
+    /// reported): readings from any other BMC are no evidence for this flow.
+    pub bmc: Option<ObservedBmc>,
     /// When the current power cycle began: its power-off was requested (written ahead of the
     /// request), so a host status counts as "off" only if written after it.
     pub cycle_started_at: Option<Timestamp>,
@@ -74,6 +79,7 @@ impl Record {
                 .as_deref()
                 .zip(status.host_uid.as_deref())
                 .and_then(|(host, uid)| BoundHost::parse(&format!("{host}/{uid}"))),
+            bmc: status.host_bmc.clone(),
             // The request's creation is its trigger time: the caller sets it.
             started_at: None,
             cycle_started_at: status.last_remediated,
@@ -99,6 +105,9 @@ impl Record {
             status.host = Some(host.reference.to_string());
         }
         status.host_uid = self.host.as_ref().map(|h| h.uid.clone());
+        if self.bmc.is_some() {
+            status.host_bmc = self.bmc.clone();
+        }
         status.last_remediated = self.cycle_started_at;
         status.powered_off_at = self.powered_off_at;
         status.node_released_at = self.node_released_at;
@@ -146,6 +155,9 @@ impl Record {
             host: annotations
                 .get(REMEDIATION_HOST_ANNOTATION)
                 .and_then(|v| BoundHost::parse(v)),
+            bmc: annotations
+                .get(REMEDIATION_HOST_BMC_ANNOTATION)
+                .and_then(|v| serde_json::from_str(v).ok()),
             started_at: time(REMEDIATION_STARTED_ANNOTATION),
             cycle_started_at: time(REMEDIATION_STARTED_ANNOTATION),
             powered_off_at: time(REMEDIATION_POWERED_OFF_AT_ANNOTATION),
@@ -188,6 +200,13 @@ impl Record {
                     .as_ref()
                     .filter(|_| active)
                     .map(BoundHost::to_string),
+            ),
+            (
+                REMEDIATION_HOST_BMC_ANNOTATION,
+                self.bmc
+                    .as_ref()
+                    .filter(|_| active)
+                    .and_then(|b| serde_json::to_string(b).ok()),
             ),
             (
                 NODE_SPEC_BACKUP_ANNOTATION,

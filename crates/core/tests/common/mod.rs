@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hostcycle_api::{
-    BareMetalHostStatus, LastPowerAction, OperationalStatus, PowerActionState, PowerActionTrigger,
-    PowerOffMode, PowerTarget, ProvisioningState, RebootRequests,
+    BareMetalHostStatus, LastPowerAction, ObservedBmc, ObservedPowerState, OperationalStatus,
+    PowerActionState, PowerActionTrigger, PowerObservation, PowerOffMode, PowerTarget,
+    ProvisioningState, RebootRequests,
 };
 use hostcycle_core::bmh::{
     Action, BmcObservation, DecideConfig, Decision, HostSnapshot, ObservedPower, StatusUpdate,
@@ -23,6 +24,26 @@ pub fn t(ms: i64) -> Timestamp {
         .unwrap()
         .checked_add(SignedDuration::from_millis(ms))
         .unwrap()
+}
+
+/// The BMC the fixtures' hosts are read with.
+pub fn lab_bmc() -> ObservedBmc {
+    ObservedBmc {
+        address: "redfish://192.0.2.10/redfish/v1/Systems/1".into(),
+        credentials_name: "bmc-secret".into(),
+        identity: Some("uuid:0a1b2c3d-0000-4000-8000-000000000001".into()),
+    }
+}
+
+/// A run of readings of `state` confirmed long ago (a settled host).
+pub fn confirmed_run(state: ObservedPowerState) -> PowerObservation {
+    PowerObservation {
+        state,
+        bmc: lab_bmc(),
+        readings: 2,
+        since: Some(t(-3_700_000)),
+        confirmed_at: Some(t(-3_699_000)),
+    }
 }
 
 /// A provisioned, registered host that is on and settled (conditions already recorded).
@@ -48,9 +69,11 @@ pub fn host_on() -> Host {
                     last_powered_on: Some(t(-3_600_000)),
                     ..Default::default()
                 },
+                power_observation: Some(confirmed_run(ObservedPowerState::On)),
                 ..Default::default()
             },
             bmc: BmcObservation::Power(ObservedPower::On),
+            read_with: lab_bmc(),
             credentials: None,
         },
         annotations: BTreeMap::new(),
@@ -64,6 +87,7 @@ pub fn host_off_offline() -> Host {
     let mut h = host_on();
     h.snapshot.online = false;
     h.snapshot.status.powered_on = Some(false);
+    h.snapshot.status.power_observation = Some(confirmed_run(ObservedPowerState::Off));
     h.snapshot.bmc = BmcObservation::Power(ObservedPower::Off);
     h.settle(t(-900));
     h
@@ -141,6 +165,26 @@ impl Host {
 
     /// Applies decisions until one has no status update (BMC unchanged), asserting none
     /// powers anything.
+    /// Nothing left to do at `now`, except the second reading that confirms the run of
+    /// readings (at least a second after the first): then nothing a second later.
+    pub fn assert_settled(&mut self, now: Timestamp) {
+        let d = self.step(now);
+        if d.is_noop() {
+            return;
+        }
+        let only_confirms = d.actions.is_empty()
+            && matches!(d.status.as_slice(), [StatusUpdate::SetPowerObservation(o)] if o.readings == 2);
+        assert!(
+            only_confirms,
+            "only a confirming reading may be left: {d:#?}"
+        );
+        let d = self.step(
+            now.checked_add(SignedDuration::from_secs(1))
+                .expect("in range"),
+        );
+        assert!(d.is_noop(), "{d:#?}");
+    }
+
     pub fn settle(&mut self, now: Timestamp) {
         for _ in 0..3 {
             let d = self.step(now);

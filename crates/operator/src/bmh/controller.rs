@@ -603,10 +603,11 @@ async fn reconcile_in_lane(
         return Ok(controller::Action::await_change());
     }
     // 1. Observe: the BMC's power state (when the host has a BMC and is not detached).
-    let (observation, credentials, driver) = observe_bmc(host, ctx).await?;
+    let (observation, identity, credentials, driver) = observe_bmc(host, ctx).await?;
     // 2. Decide.
     let now = Timestamp::now();
-    let snapshot = HostSnapshot::from_host(host, observation, credentials);
+    let snapshot =
+        HostSnapshot::from_host(host, observation, credentials).with_bmc_identity(identity);
     let decision = decide_with_config(&snapshot, now, &ctx.config.decide);
     let requeue = decision.requeue_after;
     if decision.status.is_empty() && decision.actions.is_empty() {
@@ -628,13 +629,15 @@ async fn reconcile_in_lane(
     Ok(requeue_action(requeue))
 }
 
-/// What the host's BMC says now, the credentials that worked, and the driver for the actions.
+/// What the host's BMC says now (and what it says it is), the credentials that worked, and
+/// the driver for the actions.
 async fn observe_bmc(
     host: &Arc<BareMetalHost>,
     ctx: &Arc<Context>,
 ) -> Result<
     (
         BmcObservation,
+        Option<String>,
         Option<hostcycle_api::host::CredentialsStatus>,
         Option<Arc<dyn PowerDriver>>,
     ),
@@ -646,7 +649,7 @@ async fn observe_bmc(
         .as_ref()
         .is_some_and(|b| !b.address.trim().is_empty());
     if is_detached(host.annotations_or_empty()) || !has_bmc {
-        return Ok((BmcObservation::NotQueried, None, None));
+        return Ok((BmcObservation::NotQueried, None, None, None));
     }
     match ctx
         .drivers
@@ -658,10 +661,10 @@ async fn observe_bmc(
             credentials,
         }) => {
             let read = read_power(driver.as_ref(), &ctx.metrics, ctx.config.read_deadline);
-            let obs = unless_stopped(ctx, host, read).await?;
-            Ok((obs, Some(credentials), Some(driver)))
+            let (obs, identity) = unless_stopped(ctx, host, read).await?;
+            Ok((obs, identity, Some(credentials), Some(driver)))
         }
-        Err(failure) => Ok((BmcObservation::Failed(failure), None, None)),
+        Err(failure) => Ok((BmcObservation::Failed(failure), None, None, None)),
     }
 }
 

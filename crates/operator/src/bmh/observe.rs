@@ -341,14 +341,15 @@ fn failure_kind(e: &BmcError) -> BmcFailureKind {
 }
 
 /// Reads the power state within `deadline` (retries included), timing the request for
-/// metrics. A BMC that does not answer in time is reported unreachable.
+/// metrics, with the identity the BMC reported. A BMC that does not answer in time is
+/// reported unreachable.
 pub async fn read_power(
     driver: &dyn PowerDriver,
     metrics: &Metrics,
     deadline: std::time::Duration,
-) -> BmcObservation {
+) -> (BmcObservation, Option<String>) {
     let started = Instant::now();
-    let result = match tokio::time::timeout(deadline, driver.power_state()).await {
+    let result = match tokio::time::timeout(deadline, driver.power_reading()).await {
         Ok(result) => result,
         Err(_elapsed) => Err(BmcError::Timeout {
             what: format!(
@@ -367,10 +368,15 @@ pub async fn read_power(
         })
         .observe(started.elapsed().as_secs_f64());
     match result {
-        Ok(PowerState::On) => BmcObservation::Power(ObservedPower::On),
-        Ok(PowerState::Off) => BmcObservation::Power(ObservedPower::Off),
-        Ok(PowerState::Transitioning) => BmcObservation::Power(ObservedPower::Transitioning),
-        Ok(PowerState::Unknown) => BmcObservation::Power(ObservedPower::Unknown),
+        Ok(reading) => (
+            BmcObservation::Power(match reading.state {
+                PowerState::On => ObservedPower::On,
+                PowerState::Off => ObservedPower::Off,
+                PowerState::Transitioning => ObservedPower::Transitioning,
+                PowerState::Unknown => ObservedPower::Unknown,
+            }),
+            reading.identity,
+        ),
         Err(e) => {
             metrics
                 .bmc_errors
@@ -380,7 +386,7 @@ pub async fn read_power(
                     kind: e.reason().into(),
                 })
                 .inc();
-            BmcObservation::Failed(failure_from(&e))
+            (BmcObservation::Failed(failure_from(&e)), None)
         }
     }
 }

@@ -8,13 +8,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::HostReference;
 use hostcycle_api::remediation::TaintBackup;
 use hostcycle_api::remediation::{
     DEFAULT_RETRY_LIMIT, DEFAULT_TIMEOUT_SECONDS, HostRemediation, MACHINE_POWER_OFF_ANNOTATION,
     NHC_NODE_NAME_ANNOTATION, NHC_TIMED_OUT_ANNOTATION, request_power_off_annotation,
 };
+use hostcycle_api::{BareMetalHost, ObservedBmc, ObservedPowerState, PowerObservation};
 use hostcycle_core::binding::{BindingIndex, Refusal, Resolution};
 use hostcycle_core::remediation::contracts::{
     MachineClaim, MachineFacts, Triggers, is_capbm_provider, is_nhc_request, machine_claim,
@@ -214,8 +214,32 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> Remediatio
             host.name_any()
         ),
         uid: host.uid().unwrap_or_default(),
-        powered_on: status.and_then(|s| s.observed_powered_on()),
-        last_updated: status.and_then(|s| s.last_updated),
+        // Evidence is the host controller's confirmed run of BMC readings, never
+        // `status.poweredOn` (which every status write carries over, e.g. a detach).
+        powered_on: confirmed_run(host).and_then(|o| match o.state {
+            ObservedPowerState::On => Some(true),
+            ObservedPowerState::Off => Some(false),
+            _ => None,
+        }),
+        last_updated: confirmed_run(host).and_then(|o| o.since),
+        observed_bmc: status
+            .and_then(|s| s.power_observation.as_ref())
+            .map(|o| o.bmc.clone()),
+        spec_bmc: ObservedBmc {
+            address: host
+                .spec
+                .bmc
+                .as_ref()
+                .map(|b| b.address.clone())
+                .unwrap_or_default(),
+            credentials_name: host
+                .spec
+                .bmc
+                .as_ref()
+                .map(|b| b.credentials_name.clone())
+                .unwrap_or_default(),
+            identity: None,
+        },
         power_off_requested: host.annotations().contains_key(power_off_annotation),
         online: host.spec.online,
         externally_provisioned: host.spec.externally_provisioned,
@@ -224,6 +248,14 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> Remediatio
         marked_unhealthy: hostcycle_api::remediation::unhealthy_mark(host.annotations())
             .map(str::to_string),
     }
+}
+
+/// The host's run of BMC readings, when two readings a second apart confirmed it.
+fn confirmed_run(host: &BareMetalHost) -> Option<&PowerObservation> {
+    host.status
+        .as_ref()
+        .and_then(|s| s.power_observation.as_ref())
+        .filter(|o| o.confirmed())
 }
 
 /// The Node as the flow reads it.

@@ -106,13 +106,34 @@ fn conditions<'a>(
     record: &Record,
     decision: &'a Decision,
     node_present: bool,
-) -> [ConditionValue<'a>; 4] {
+) -> [ConditionValue<'a>; 5] {
     [
         processing(decision),
         succeeded(record, decision),
         node_deletion(record, node_present),
         blocked(decision),
+        cannot_fence(decision),
     ]
+}
+
+/// `CannotFence`: the host was not confirmed off by its deadline (or its BMC changed, or it
+/// is detached, paused or gone); the flow holds and a person decides.
+fn cannot_fence(decision: &Decision) -> ConditionValue<'_> {
+    if decision.cannot_fence {
+        ConditionValue {
+            type_: "CannotFence",
+            status: "True",
+            reason: "PowerOffNotConfirmed",
+            message: &decision.message,
+        }
+    } else {
+        ConditionValue {
+            type_: "CannotFence",
+            status: "False",
+            reason: "NotHeld",
+            message: "",
+        }
+    }
 }
 
 fn processing(decision: &Decision) -> ConditionValue<'_> {
