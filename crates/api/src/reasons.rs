@@ -48,6 +48,9 @@ pub mod condition_reason {
     pub const BMC_ERROR: &str = "BMCError";
     pub const POWER_ACTION_FAILED: &str = "PowerActionFailed";
     pub const POWER_ACTION_TIMED_OUT: &str = "PowerActionTimedOut";
+    /// `spec.bmc` (or the BMC's identity) changed while reboot annotations were outstanding:
+    /// no power action reaches the new BMC until they are withdrawn.
+    pub const BMC_CHANGED_UNDER_REQUEST: &str = "BMCChangedUnderRequest";
 }
 
 /// Reasons of the Kubernetes Events the controller emits.
@@ -76,6 +79,10 @@ pub mod event_reason {
     pub const BMC_ERROR: &str = "BMCError";
     /// Normal: the BMC works again after errors.
     pub const BMC_RECOVERED: &str = "BMCRecovered";
+    /// Warning: `spec.bmc` (address or Secret) or the BMC's identity changed while reboot
+    /// annotations were outstanding: the requests were made of another BMC's machine, so no
+    /// power action reaches the new BMC until they are withdrawn.
+    pub const BMC_CHANGED_UNDER_REQUEST: &str = "BMCChangedUnderRequest";
     /// Normal: the controller removed a reboot annotation (one event per annotation).
     pub const REBOOT_ANNOTATION_REMOVED: &str = "RebootAnnotationRemoved";
     /// Warning: the power state was changed behind the controller's back and is being corrected.

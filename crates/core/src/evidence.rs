@@ -1,21 +1,21 @@
 //! How fresh the evidence is that a host is off (or on).
 //!
-//! A host's `status.poweredOn` is what its controller last wrote, not what the machine does
-//! now: a host held off whose BMC then stops answering keeps `poweredOn: false` while someone
-//! powers the machine on at the BMC, and metal3's operator may simply be behind. Before an
-//! irreversible step (deleting a Node, so its workloads start elsewhere) the power state must
-//! come from a status written *after* the request that caused the step, by a controller that
-//! reports no error:
-//! - hostcycle's host controller writes status only after a BMC read, with a resourceVersion
-//!   precondition, so a status written after a request was decided with that request seen;
-//! - metal3's baremetal-operator stamps every status write with `status.lastUpdated`.
+//! A [`PowerReport`] is a power state and the time it stands for. Which fields feed it is the
+//! caller's choice, and decides what the evidence is worth:
+//! - **remediation** (releasing a Node's workloads) feeds it only hostcycle's own record of BMC
+//!   readings, `status.powerObservation` ([`crate::bmh::observation`]): the state of a run of
+//!   two agreeing readings at least a second apart, and the time of the run's first reading.
+//!   The run restarts with every request the host controller notices, so "written after the
+//!   request" means "both readings made after it". `status.poweredOn` is never used there: any
+//!   status write carries it over (a detach, a pause, metal3's operator);
+//! - the reboot queue still feeds it `status.poweredOn` and `status.lastUpdated` (its completion
+//!   also waits for the Node's boot).
 //!
-//! Both write `status.lastUpdated`, so one rule serves both: `lastUpdated` later than the
-//! request, and no error. metal3 writes it with whole seconds (`metav1.Time`): a stamp without
-//! a fraction stands for any moment of its second, so it counts only from the first whole
-//! second after the request. The request time and `lastUpdated` come from the clocks of the
-//! two controllers (the same process for hostcycle's own); they must agree to well within a
-//! second, as NTP keeps them.
+//! metal3 writes `lastUpdated` with whole seconds (`metav1.Time`): a stamp without a fraction
+//! stands for any moment of its second, so it counts only from the first whole second after the
+//! request. The request time and the stamp come from the clocks of the two controllers (the
+//! same process for hostcycle's own); they must agree to well within a second, as NTP keeps
+//! them.
 
 use jiff::Timestamp;
 

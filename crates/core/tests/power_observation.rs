@@ -142,3 +142,112 @@ fn the_host_controller_confirms_off_only_with_two_readings_after_the_request() {
     );
     assert!(steady.step(t(10_000)).is_noop());
 }
+
+/// Issue 24, case 2 (the host controller's half): worker-1's host held off for a remediation
+/// gets worker-2's BMC address. The request was made of worker-1's machine: nothing is sent to
+/// the new BMC (and its readings are not recorded as this host's) until the request is
+/// withdrawn; then the host is managed through the new BMC as usual.
+#[test]
+fn a_bmc_changed_under_a_request_gets_no_power_action() {
+    const HOLD: &str = "reboot.metal3.io/hostcycle-remediation-1";
+    let moved = ObservedBmc {
+        address: "redfish://192.0.2.20/redfish/v1/Systems/1".into(),
+        identity: Some("uuid:0a1b2c3d-0000-4000-8000-000000000002".into()),
+        ..lab_bmc()
+    };
+    // Held off, power-off sent; the old BMC stopped answering before it was seen off.
+    let mut h = host_on().annotate(HOLD, r#"{"mode":"hard"}"#);
+    assert!(h.step(t(0)).power_action().is_some());
+    // The address now points at another machine, which is on.
+    h.snapshot.read_with = moved.clone();
+    h = h.bmc(ObservedPower::On);
+    for at in [5_000, 65_000] {
+        let d = h.step(t(at));
+        assert_eq!(
+            d.power_action(),
+            None,
+            "nothing reaches the new BMC: {d:#?}"
+        );
+        assert!(
+            d.event_reasons()
+                .contains(&hostcycle_api::reasons::event_reason::BMC_CHANGED_UNDER_REQUEST),
+            "{d:#?}"
+        );
+        assert_eq!(
+            h.snapshot.status.power_observation.as_ref().unwrap().bmc,
+            lab_bmc(),
+            "the new BMC's readings are not this host's evidence"
+        );
+    }
+    assert_eq!(
+        common::condition(&h, hostcycle_api::reasons::condition::BMC_HEALTHY),
+        Some((
+            "False",
+            hostcycle_api::reasons::condition_reason::BMC_CHANGED_UNDER_REQUEST
+        ))
+    );
+    // Another Secret, the same identity (a broken BMC's credentials fixed): the same machine.
+    let mut fixed = host_on().annotate(HOLD, r#"{"mode":"hard"}"#);
+    fixed.step(t(0));
+    fixed.snapshot.read_with.credentials_name = "bmc-secret-rotated".into();
+    fixed = fixed.bmc(ObservedPower::Off);
+    let d = fixed.step(t(5_000));
+    assert!(
+        !d.event_reasons()
+            .contains(&hostcycle_api::reasons::event_reason::BMC_CHANGED_UNDER_REQUEST),
+        "{d:#?}"
+    );
+    // Another Secret and no identity to show it is the same machine: refused.
+    let mut unknown = host_on().annotate(HOLD, r#"{"mode":"hard"}"#);
+    unknown.snapshot.status.power_observation = Some(PowerObservation {
+        bmc: ObservedBmc {
+            identity: None,
+            ..lab_bmc()
+        },
+        ..confirmed_run(ON)
+    });
+    unknown.snapshot.read_with.identity = None;
+    unknown.step(t(0));
+    unknown.snapshot.read_with.credentials_name = "bmc-secret-rotated".into();
+    assert!(
+        unknown
+            .step(t(5_000))
+            .event_reasons()
+            .contains(&hostcycle_api::reasons::event_reason::BMC_CHANGED_UNDER_REQUEST)
+    );
+    // Only the identity changed (same address, another machine answers): refused too.
+    let mut same_address = host_on().annotate(HOLD, r#"{"mode":"hard"}"#);
+    same_address.step(t(0));
+    same_address.snapshot.read_with.identity = Some("uuid:ffff".into());
+    assert_eq!(same_address.step(t(5_000)).power_action(), None);
+
+    // Withdrawn: the host is read through the new BMC (a new run) and managed as usual.
+    h = h.unannotate(HOLD);
+    let d = h.step(t(70_000));
+    assert!(
+        !d.event_reasons()
+            .contains(&hostcycle_api::reasons::event_reason::BMC_CHANGED_UNDER_REQUEST)
+    );
+    assert_eq!(
+        h.snapshot.status.power_observation.as_ref().unwrap().bmc,
+        moved
+    );
+
+    // No request outstanding: an address change is an ordinary edit.
+    let mut idle = host_on();
+    idle.snapshot.read_with = ObservedBmc {
+        address: "redfish://192.0.2.30/redfish/v1/Systems/1".into(),
+        ..lab_bmc()
+    };
+    let d = idle.step(t(1_000));
+    assert!(d.event_reasons().is_empty(), "{d:#?}");
+    assert_eq!(
+        idle.snapshot
+            .status
+            .power_observation
+            .as_ref()
+            .unwrap()
+            .readings,
+        1
+    );
+}

@@ -330,11 +330,6 @@ fn readings_count_only_from_the_bmc_the_flow_bound() {
             true,
         ),
         (
-            "spec.bmc.credentialsName changed",
-            off_from(secret_changed.clone(), secret_changed.clone()),
-            true,
-        ),
-        (
             "same address, another machine answers",
             off_from(
                 spec.clone(),
@@ -369,6 +364,32 @@ fn readings_count_only_from_the_bmc_the_flow_bound() {
             d.events
         );
     }
+
+    // A new Secret (a broken BMC's credentials fixed): the same machine when the BMC answers
+    // with the bound identity; bound without an identity (IPMI), it cannot be told: held.
+    let h = off_from(secret_changed.clone(), secret_changed.clone());
+    assert!(
+        off_confirmed(&h, &record),
+        "the bound identity answers with the new Secret"
+    );
+    let without_identity = Record {
+        bmc: Some(hostcycle_api::ObservedBmc {
+            identity: None,
+            ..bound_bmc.clone()
+        }),
+        ..powering_off()
+    };
+    let h = off_from(
+        secret_changed.clone(),
+        hostcycle_api::ObservedBmc {
+            identity: None,
+            ..secret_changed.clone()
+        },
+    );
+    assert!(!off_confirmed(&h, &without_identity));
+    let d = decide(&obs(without_identity, Some(h)), t(10));
+    assert!(d.actions.is_empty(), "{d:#?}");
+    assert!(d.events.iter().any(|e| e.reason == ev::BMC_CHANGED));
 
     // The start binds spec.bmc with the identity its readings report.
     let mut fresh = obs(Record::default(), None);

@@ -5,7 +5,8 @@
 //!   named unlike its node, found through the provider ID; a Cluster API Machine without the
 //!   host annotation, found through its Metal3Machine's consumerRef — and the orphan sweep
 //!   never touches that fence), and an administrator's cordon and taint survive it;
-//! - a stale `poweredOn: false` with the BMC unreachable never releases the Node;
+//! - a stale `poweredOn: false` with the BMC unreachable never releases the Node, and past
+//!   the power-off deadline the flow holds (`CannotFence`) instead of escalating;
 //! - the reboot queue drains nothing while a remediation holds a node fenced without its Node,
 //!   and carries on after.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -40,6 +41,13 @@ async fn template(lab: &RemediationLab) {
         json!({ "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 120 } }),
     )
     .await;
+}
+
+/// Whether a host carries a request's power-off annotation.
+fn requested_power_off(h: &BareMetalHost) -> bool {
+    h.annotations()
+        .keys()
+        .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
 }
 
 /// Whether a version of a host carries any of remediation's power-off annotations.
@@ -373,7 +381,8 @@ async fn remediations_keep_their_host_after_the_node_is_deleted() {
 /// controller can no longer reach the BMC, then the machine is powered on at the BMC and its
 /// Node is Ready again. A remediation of s-0 must not take the stale "off" for proof: the
 /// Node is never deleted; the power-off is not confirmed by its deadline (20 s here), so the
-/// remediation gives up and releases its power-off.
+/// remediation holds with `CannotFence` and escalates nothing (issue 24, case 5: never on a
+/// timeout); withdrawing the request releases its power-off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stale_powered_off_status_never_releases_the_node() {
     let lab = RemediationLab::start(
@@ -423,16 +432,29 @@ async fn a_stale_powered_off_status_never_releases_the_node() {
         waiting.status.as_ref().unwrap().step,
         RemediationStep::PowerOffRequested
     );
-    let failed = lab
-        .wait_request(NS, "s-0", "gave up", Duration::from_secs(90), |r| {
-            r.status
-                .as_ref()
-                .is_some_and(|s| s.step == RemediationStep::GaveUp)
-        })
+    let held = lab
+        .wait_request(
+            NS,
+            "s-0",
+            "held: cannot fence",
+            Duration::from_secs(90),
+            |r| condition_status(r, "CannotFence") == "True",
+        )
         .await;
-    assert_eq!(condition_status(&failed, "Succeeded"), "False");
-    let message = &failed.status.as_ref().unwrap().message;
+    assert_eq!(
+        held.status.as_ref().unwrap().step,
+        RemediationStep::PowerOffRequested,
+        "nothing is given up or escalated on a timeout"
+    );
+    assert_eq!(condition_status(&held, "Succeeded"), "Unknown");
+    let message = &held.status.as_ref().unwrap().message;
     assert!(message.contains("not confirmed off"), "{message}");
+    assert!(
+        requested_power_off(&lab.lab.get("s-0").await),
+        "the power-off stays requested while the flow holds"
+    );
+    // A person decides: the request is withdrawn.
+    lab.delete_request(NS, "s-0").await;
     let node = lab.node("s-0").await;
     assert_eq!(node.uid().as_deref(), Some(node_uid.as_str()));
     assert!(

@@ -209,6 +209,8 @@ pub struct RemediationMetrics {
     pub remediations: Family<RemediationLabels, Counter>,
     /// Remediations between power-off requested and the Node back.
     pub in_flight: Gauge,
+    /// Remediations held because their host could not be confirmed off (`CannotFence`).
+    pub cannot_fence: Gauge,
     /// Trigger → power-off confirmed (the host's `poweredOn` false).
     pub time_to_fence: Histogram,
     /// Power-off confirmed → Node released (deleted and gone).
@@ -240,6 +242,7 @@ impl RemediationMetrics {
         RemediationMetrics {
             remediations,
             in_flight: Gauge::default(),
+            cannot_fence: Gauge::default(),
             time_to_fence: Histogram::new(exponential_buckets(0.25, 2.0, 14)),
             time_to_release: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
             time_to_recover: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
@@ -256,6 +259,11 @@ impl RemediationMetrics {
             "remediations_in_flight",
             "Remediations between power-off and the node back",
             self.in_flight.clone(),
+        );
+        registry.register(
+            "remediations_cannot_fence",
+            "Remediations held because their host was not confirmed off by its deadline",
+            self.cannot_fence.clone(),
         );
         registry.register(
             "remediation_time_to_fence_seconds",

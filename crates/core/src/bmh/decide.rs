@@ -33,8 +33,36 @@ pub fn decide(snapshot: &HostSnapshot, now: Timestamp) -> Decision {
 pub fn decide_with_config(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decision {
     let mut d = decide_power(s, now, cfg);
     warn_invalid_on_request_change(&mut d, s);
+    restart_readings_on_request_change(&mut d, s);
     read_again_to_confirm(&mut d, s, cfg);
     d
+}
+
+/// The set of requests holding an off host changed (the `RebootPending` condition is rewritten
+/// as `HeldByAnnotations`; its message names the annotations) while the readings' run went on
+/// unchanged: readings made before count for none of the new requests — a remediation's
+/// power-off added again for a retry to a host that stayed off must see two new readings, not
+/// the run confirmed before it. (A run that began in this pass consists of readings made with
+/// the requests visible; a new pending reboot and a power request restart the run by
+/// themselves.)
+fn restart_readings_on_request_change(d: &mut Decision, s: &HostSnapshot) {
+    let held_anew = d.status.iter().any(|u| {
+        matches!(u, StatusUpdate::SetCondition(c)
+            if c.type_ == condition::REBOOT_PENDING
+                && c.reason == condition_reason::HELD_BY_ANNOTATIONS)
+    });
+    let run_went_on = !d
+        .status
+        .iter()
+        .any(|u| matches!(u, StatusUpdate::SetPowerObservation(_)));
+    let counted = s
+        .status
+        .power_observation
+        .as_ref()
+        .is_some_and(|o| o.readings > 0);
+    if held_anew && run_went_on && counted {
+        d.status.push(StatusUpdate::RestartPowerObservation);
+    }
 }
 
 /// A run of readings not yet confirmed by a second one (a power change, a new request) is
@@ -97,6 +125,9 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     let Some(power) = pass.power_reading(&state) else {
         return pass.d;
     };
+    if pass.refuse_changed_bmc() {
+        return pass.d;
+    }
     pass.record_reading(power);
     let observed = power.as_bool();
 
@@ -282,6 +313,70 @@ impl<'a> PowerPass<'a> {
                 None
             }
         }
+    }
+
+    /// `spec.bmc` (address; a Secret no identity vouches for) or the identity its BMC reports
+    /// changed since the last readings while reboot annotations are outstanding: those were
+    /// asked of the machine behind the old BMC, and carrying them out through the new one would
+    /// power off another machine. Nothing is sent or recorded (the readings keep naming the old BMC,
+    /// so the refusal lasts) until the annotations are withdrawn; a Warning says so. `true`
+    /// when refused (the decision is complete).
+    fn refuse_changed_bmc(&mut self) -> bool {
+        let Some(last) = self.st.power_observation.as_ref() else {
+            return false;
+        };
+        let now = &self.s.read_with;
+        // Another address, another identity, or another Secret that no identity shows to
+        // reach the same machine.
+        let changed = last.bmc.address != now.address
+            || match (&last.bmc.identity, &now.identity) {
+                (Some(was), Some(is)) => was != is,
+                _ => last.bmc.credentials_name != now.credentials_name,
+            };
+        // The reboot annotations are the requests made of the old BMC's machine; once they
+        // are withdrawn, what the host should do is decided afresh from its spec.
+        if !changed || self.requests.is_empty() {
+            return false;
+        }
+        let message = format!(
+            "spec.bmc or the BMC's identity changed (readings came from {} with Secret {}{}) \
+             while reboot annotations ({}) were outstanding: no power action reaches the new \
+             BMC until they are withdrawn (remove the annotations, or fix spec.bmc back)",
+            crate::text::bounded(&last.bmc.address, 128),
+            crate::text::bounded(&last.bmc.credentials_name, 253),
+            last.bmc
+                .identity
+                .as_deref()
+                .map(|i| format!(", identity {i}"))
+                .unwrap_or_default(),
+            self.requests.annotation_keys().join(", ")
+        );
+        set_operational_status(&mut self.d, self.st, OperationalStatus::Error);
+        if self.st.error_message != message {
+            self.d.status.push(StatusUpdate::SetError {
+                error_type: ErrorType::PowerManagementError,
+                message: message.clone(),
+                count: self.st.error_count,
+            });
+        }
+        set_condition(
+            &mut self.d,
+            self.st,
+            ConditionUpdate {
+                type_: condition::BMC_HEALTHY,
+                status: condition::FALSE,
+                reason: condition_reason::BMC_CHANGED_UNDER_REQUEST,
+                message: message.clone(),
+            },
+        );
+        event(
+            &mut self.d,
+            EventType::Warning,
+            event_reason::BMC_CHANGED_UNDER_REQUEST,
+            message,
+        );
+        self.d.requeue_after = Some(self.cfg.steady_requeue);
+        true
     }
 
     /// The BMC answered: its credentials are good, and the power state it reports is recorded.

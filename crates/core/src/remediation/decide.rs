@@ -859,14 +859,13 @@ fn bind(host: &RemediationHostView) -> Option<BoundHost> {
     })
 }
 
-/// The BMC bound with the host: `spec.bmc` now, and the identity its BMC reported if the
-/// host's readings come from that same address and Secret.
+/// The BMC bound with the host: `spec.bmc` now, and the identity the BMC at that address
+/// reported (whatever Secret it was read with: the identity is the machine's).
 fn bind_bmc(host: &RemediationHostView) -> ObservedBmc {
     let identity = host
         .observed_bmc
         .as_ref()
         .filter(|o| o.address == host.spec_bmc.address)
-        .filter(|o| o.credentials_name == host.spec_bmc.credentials_name)
         .and_then(|o| o.identity.clone());
     ObservedBmc {
         identity,
@@ -880,8 +879,13 @@ fn bound_bmc<'a>(record: &'a Record, host: &'a RemediationHostView) -> &'a Obser
     record.bmc.as_ref().unwrap_or(&host.spec_bmc)
 }
 
-/// Why the host's BMC is no longer the one the flow bound, if it is not: `spec.bmc` changed
-/// (address or Secret), or the BMC at the address reports another identity. A person decides.
+/// Why the host's BMC is no longer the one the flow bound, if it is not (a person decides):
+/// - `spec.bmc.address` changed;
+/// - the BMC at the address reports another identity than the bound one;
+/// - `spec.bmc.credentialsName` changed and the flow bound no identity (IPMI, or a BMC that
+///   reports none) that could show it is still the same machine. With an identity, a new
+///   Secret (fixing a broken BMC's credentials) is fine once the BMC answers with that
+///   identity.
 pub fn bmc_changed(record: &Record, host: &RemediationHostView) -> Option<String> {
     let bound = bound_bmc(record, host);
     if host.spec_bmc.address != bound.address {
@@ -891,7 +895,7 @@ pub fn bmc_changed(record: &Record, host: &RemediationHostView) -> Option<String
             crate::text::bounded(&host.spec_bmc.address, 128)
         ));
     }
-    if host.spec_bmc.credentials_name != bound.credentials_name {
+    if host.spec_bmc.credentials_name != bound.credentials_name && bound.identity.is_none() {
         return Some(format!(
             "its spec.bmc.credentialsName changed since the remediation bound it (bound {:?}, \
              now {:?})",
@@ -902,7 +906,7 @@ pub fn bmc_changed(record: &Record, host: &RemediationHostView) -> Option<String
     let observed = host
         .observed_bmc
         .as_ref()
-        .filter(|o| o.address == bound.address && o.credentials_name == bound.credentials_name)?;
+        .filter(|o| o.address == bound.address)?;
     match (&bound.identity, &observed.identity) {
         (Some(was), Some(now)) if was != now => Some(format!(
             "the BMC at its address reports another identity ({now}) than when the remediation \
@@ -912,17 +916,20 @@ pub fn bmc_changed(record: &Record, host: &RemediationHostView) -> Option<String
     }
 }
 
-/// Whether the host's readings come from the BMC the flow bound (address, Secret and, when
-/// bound with one, identity).
+/// Whether the host's readings come from the BMC the flow bound: its address, `spec.bmc` as it
+/// is now, and the bound identity (or, bound without one, the bound Secret).
 fn readings_from_bound_bmc(record: &Record, host: &RemediationHostView) -> bool {
     let bound = bound_bmc(record, host);
-    host.spec_bmc.address == bound.address
-        && host.spec_bmc.credentials_name == bound.credentials_name
-        && host.observed_bmc.as_ref().is_some_and(|o| {
-            o.address == bound.address
-                && o.credentials_name == bound.credentials_name
-                && (bound.identity.is_none() || o.identity == bound.identity)
-        })
+    let Some(observed) = host.observed_bmc.as_ref() else {
+        return false;
+    };
+    let read_with_spec = observed.address == host.spec_bmc.address
+        && observed.credentials_name == host.spec_bmc.credentials_name;
+    let same_machine = match &bound.identity {
+        Some(identity) => observed.identity.as_ref() == Some(identity),
+        None => observed.credentials_name == bound.credentials_name,
+    };
+    read_with_spec && observed.address == bound.address && same_machine
 }
 
 /// The power-off step as a ladder: each rung either decides (and the step ends there) or

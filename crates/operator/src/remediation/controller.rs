@@ -214,6 +214,7 @@ impl Controller {
         }
         let mut next = self.config.resync;
         let mut in_flight = 0i64;
+        let mut cannot_fence = 0i64;
         let mut live_keys = HashSet::new();
         for item in items {
             live_keys.insert(item.subject.key());
@@ -221,6 +222,9 @@ impl Controller {
                 in_flight += 1;
             }
             let decision = decide(&item.observation, now);
+            if decision.cannot_fence {
+                cannot_fence += 1;
+            }
             if let Some(requeue) = decision.requeue {
                 next = next.min(requeue);
             }
@@ -230,6 +234,7 @@ impl Controller {
         }
         self.last_events.retain(|k, _| live_keys.contains(k));
         self.metrics.remediation.in_flight.set(in_flight);
+        self.metrics.remediation.cannot_fence.set(cannot_fence);
         self.sweep_orphans().await;
         if self.retry_soon {
             next = next.min(RETRY_SOON);

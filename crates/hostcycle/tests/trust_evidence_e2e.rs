@@ -1,0 +1,277 @@
+//! Issue 24, "trust only what hostcycle observed", end to end (real control plane, sushy-tools,
+//! simulated kubelets, the real operator binary). Each test is a case that released a running
+//! machine's Node, or powered off the wrong machine, before power evidence became the host
+//! controller's recorded BMC readings (`status.powerObservation`):
+//! - case 1: a host detached while its remediation waits for a confirmed power-off (its machine
+//!   running behind a stale `poweredOn: false`): the detach writes a fresh status, which once
+//!   counted as "off";
+//! - case 2: the host's `spec.bmc.address` changed to another host's BMC during a remediation:
+//!   that other machine was powered off, and the Node released while its own machine ran;
+//! - case 5: not confirmed off by the deadline: the flow holds with `CannotFence` and escalates
+//!   nothing (no Machine handed back, no host marked), until a person withdraws it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::NS;
+use common::queue::*;
+use common::remediation::*;
+use hostcycle_api::BareMetalHost;
+use hostcycle_api::reasons::remediation::event_reason as rev;
+use hostcycle_api::remediation::{REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep};
+use hostcycle_testkit::MachineKind;
+use hostcycle_testkit::bmc_emulators::FakePower;
+use kube::ResourceExt;
+use serde_json::json;
+
+const TEMPLATE: &str = "hostcycle-reboot";
+/// The power-off deadline these tests give the operator.
+const OFF_TIMEOUT: &str = "20s";
+/// Past the deadline, with room for a poll.
+const PAST_DEADLINE: Duration = Duration::from_secs(60);
+
+async fn template(lab: &RemediationLab) {
+    lab.create_template(
+        NS,
+        TEMPLATE,
+        json!({ "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 120 } }),
+    )
+    .await;
+}
+
+fn requested_power_off(h: &BareMetalHost) -> bool {
+    h.annotations()
+        .keys()
+        .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
+}
+
+/// The host is held off by the test, its BMC then rejects the operator's credentials, and its
+/// machine is powered on behind its back: the status keeps a stale `poweredOn: false` while
+/// the Node is Ready. Returns the Node's uid.
+async fn stale_off_with_machine_running(lab: &RemediationLab, host: &str) -> String {
+    lab.lab.annotate(host, HOLD_ANNOTATION, "").await;
+    lab.lab
+        .wait_host(host, "held off", CYCLE_TIMEOUT, |h| {
+            powered_on(h) == Some(false)
+        })
+        .await;
+    lab.block_bmc(host).await;
+    let index = lab.lab.index(host);
+    lab.lab.redfish.reset(index, "On").await.unwrap();
+    lab.lab
+        .redfish
+        .wait_for_power(index, FakePower::On, CYCLE_TIMEOUT)
+        .await
+        .unwrap();
+    lab.wait_node(host, "Ready again", CYCLE_TIMEOUT, |n| {
+        hostcycle_sim::node_ready(n) == Some(true)
+    })
+    .await;
+    assert_eq!(
+        powered_on(&lab.lab.get(host).await),
+        Some(false),
+        "the status is stale"
+    );
+    lab.node(host).await.uid().unwrap()
+}
+
+/// Waits until the request holds with `CannotFence=True`, and checks that nothing was
+/// released or escalated: the step is still PowerOffRequested, the Node is the same object.
+async fn assert_held_cannot_fence(
+    lab: &RemediationLab,
+    request: &str,
+    node_uid: &str,
+    nodes: &Recorder<k8s_openapi::api::core::v1::Node>,
+    why: &str,
+) {
+    let held = lab
+        .wait_request(NS, request, "held with CannotFence", PAST_DEADLINE, |r| {
+            condition_status(r, "CannotFence") == "True"
+        })
+        .await;
+    let status = held.status.as_ref().unwrap();
+    assert_eq!(
+        status.step,
+        RemediationStep::PowerOffRequested,
+        "{status:?}"
+    );
+    assert_eq!(status.phase(), RemediationPhase::Running);
+    assert!(status.message.contains(why), "{}", status.message);
+    assert_eq!(condition_status(&held, "Succeeded"), "Unknown");
+    let node = lab.node(request).await;
+    assert_eq!(node.uid().as_deref(), Some(node_uid));
+    assert!(
+        nodes.deletions().is_empty(),
+        "the Node was deleted while its machine ran\noperator log: {}",
+        lab.operator_log()
+    );
+    lab.wait_event_reasons("HostRemediation", request, &[rev::CANNOT_FENCE])
+        .await;
+}
+
+/// Case 1: the administrator detaches the host (as one does with a broken BMC) while the
+/// remediation waits for a confirmed power-off. The detach writes a fresh status carrying the
+/// stale `poweredOn: false`; it is no reading, and a detached host is never confirmed off: the
+/// Node is kept, and past the deadline the flow holds with `CannotFence`. Withdrawing the
+/// request releases the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn detaching_a_host_during_a_fence_never_releases_its_node() {
+    let lab = RemediationLab::start(
+        &[worker("d-0")],
+        &["--remediation-power-off-timeout", OFF_TIMEOUT],
+    )
+    .await;
+    template(&lab).await;
+    let node_uid = stale_off_with_machine_running(&lab, "d-0").await;
+    let nodes = lab.watch_node("d-0").await;
+
+    lab.create_nhc_request(NS, TEMPLATE, "d-0").await;
+    lab.wait_request(
+        NS,
+        "d-0",
+        "waiting for a confirmed power-off",
+        CYCLE_TIMEOUT,
+        |r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.message.contains("confirmed off"))
+        },
+    )
+    .await;
+    lab.lab
+        .annotate("d-0", "baremetalhost.metal3.io/detached", "")
+        .await;
+    let detached = lab
+        .lab
+        .wait_host(
+            "d-0",
+            "detached, with a fresh status write",
+            CYCLE_TIMEOUT,
+            |h| {
+                h.status
+                    .as_ref()
+                    .and_then(|s| s.operational_status)
+                    .map(|s| s.as_str())
+                    == Some("detached")
+            },
+        )
+        .await;
+    let status = detached.status.as_ref().unwrap();
+    assert_eq!(status.powered_on, Some(false), "poweredOn carried over");
+    assert_eq!(status.power_observation, None, "no reading evidence left");
+
+    assert_held_cannot_fence(&lab, "d-0", &node_uid, &nodes, "detached").await;
+
+    // A person decides: the request is withdrawn, and the remediation's power-off goes.
+    lab.delete_request(NS, "d-0").await;
+    lab.wait_request_gone(NS, "d-0", CYCLE_TIMEOUT).await;
+    lab.lab
+        .wait_host(
+            "d-0",
+            "the remediation's power-off released",
+            CYCLE_TIMEOUT,
+            |h| !requested_power_off(h),
+        )
+        .await;
+    assert!(nodes.deletions().is_empty());
+}
+
+/// Case 2: a Cluster API remediation of b-0 waits (b-0's BMC rejects the credentials); an
+/// editor then points b-0's host at b-1's BMC with working credentials. The host controller
+/// sends nothing to b-1's BMC (the request was made of b-0's machine) and the remediation
+/// never takes b-1's readings for b-0's: b-1 is never powered off, Node b-0 is kept, and past
+/// the deadline the flow holds with `CannotFence` — nothing escalated (case 5): the Machine
+/// gets no `OwnerRemediated=False`, the host no unhealthy mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pointing_a_fenced_host_at_another_bmc_powers_nothing_and_releases_nothing() {
+    let lab = RemediationLab::start(
+        &[worker("b-0"), worker("b-1")],
+        &["--remediation-power-off-timeout", OFF_TIMEOUT],
+    )
+    .await;
+    template(&lab).await;
+    let node_uid = lab.node("b-0").await.uid().unwrap();
+    let other_address = lab.lab.get("b-1").await.spec.bmc.unwrap().address;
+    let other_since = jiff::Timestamp::now();
+    let nodes = lab.watch_node("b-0").await;
+    let machine = lab
+        .create_machine(
+            MachineKind::ClusterApi,
+            NS,
+            "m-b-0",
+            "b-0",
+            "b-0",
+            &[("cluster.x-k8s.io/cluster-name", "e2e")],
+        )
+        .await;
+
+    lab.block_bmc("b-0").await;
+    lab.create_mhc_request(NS, TEMPLATE, &machine, "e2e").await;
+    lab.wait_request(
+        NS,
+        "m-b-0",
+        "power-off requested and waiting",
+        CYCLE_TIMEOUT,
+        |r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.step == RemediationStep::PowerOffRequested && s.host_bmc.is_some()
+            })
+        },
+    )
+    .await;
+    // The "fix": b-0's host now names b-1's BMC, with credentials that work there.
+    lab.lab
+        .patch_spec(
+            "b-0",
+            json!({ "bmc": { "address": other_address, "credentialsName": common::SECRET } }),
+        )
+        .await;
+    lab.wait_event_reasons("BareMetalHost", "b-0", &["BMCChangedUnderRequest"])
+        .await;
+    lab.wait_event_reasons("HostRemediation", "m-b-0", &[rev::BMC_CHANGED])
+        .await;
+
+    assert_held_cannot_fence(&lab, "m-b-0", &node_uid, &nodes, "spec.bmc").await;
+    // b-1's machine was never powered off through b-0's host.
+    let history = lab.lab.settled_history("b-1").await;
+    assert_eq!(
+        history.off_after(other_since),
+        None,
+        "b-1 was powered off: {history:?}\noperator log: {}",
+        lab.operator_log()
+    );
+    // Nothing escalated.
+    let m = lab.machine(&machine).await;
+    let conditions = m.data["status"]["conditions"].clone();
+    assert!(
+        find_condition(&conditions, "OwnerRemediated").is_null(),
+        "the Machine was handed back: {conditions}"
+    );
+    let host = lab.lab.get("b-0").await;
+    assert!(
+        !host.annotations().keys().any(|k| k.ends_with("/unhealthy")),
+        "the host was marked: {:?}",
+        host.annotations()
+    );
+
+    // Withdrawn: the power-off goes, and the host is managed through its new BMC as usual.
+    lab.delete_request(NS, "m-b-0").await;
+    lab.wait_request_gone(NS, "m-b-0", CYCLE_TIMEOUT).await;
+    lab.lab
+        .wait_host(
+            "b-0",
+            "managed again through its new BMC",
+            CYCLE_TIMEOUT,
+            |h| {
+                !requested_power_off(h)
+                    && h.status.as_ref().is_some_and(|s| {
+                        s.power_observation
+                            .as_ref()
+                            .is_some_and(|o| o.bmc.address == other_address)
+                    })
+            },
+        )
+        .await;
+}
