@@ -938,6 +938,30 @@ impl BindingIndex {
         self.nodes.keys().map(|n| (n.as_str(), self.node(n)))
     }
 
+    /// The nodes bound to `host`: every node (a Node, or a Machine's `status.nodeRef` whose
+    /// Node may be gone) that a link or hint ties to it and that [`Self::node`] resolves to
+    /// it.
+    pub fn nodes_of_host(&self, host: &HostReference) -> BTreeSet<String> {
+        let mut candidates: BTreeSet<&str> = BTreeSet::new();
+        for (claimant, _) in self.claims(host) {
+            match claimant {
+                Claimant::Node(n) => {
+                    candidates.insert(n);
+                }
+                Claimant::Machine(m) => candidates.extend(self.machine_node(m)),
+                Claimant::Object(_) => {}
+            }
+        }
+        for (node, _) in self.hint_claims.get(host).into_iter().flatten() {
+            candidates.insert(node);
+        }
+        candidates
+            .into_iter()
+            .filter(|n| self.node(n).is_ok_and(|b| b.host == *host))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Names of the Nodes the index knows.
     pub fn node_names(&self) -> BTreeSet<&str> {
         self.nodes.keys().map(String::as_str).collect()

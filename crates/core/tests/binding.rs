@@ -715,3 +715,44 @@ fn the_queue_reboots_through_the_bound_host_if_it_is_usable() {
         other => panic!("want Refused, got {other:?}"),
     }
 }
+
+/// A case of `nodes_of_host`: name, hosts, Machines, Nodes, and the nodes bound to `metal/h0`.
+type NodesOfHostCase = (
+    &'static str,
+    Vec<HostFacts>,
+    Vec<MachineFacts>,
+    Vec<NodeFacts>,
+    Vec<&'static str>,
+);
+
+/// The nodes bound to a host (a held-off host's node counts as away for the queue): through a
+/// Machine whose Node is gone, a provider ID, a hint; never a node whose binding is refused or
+/// names another host.
+#[test]
+fn nodes_of_host_are_the_nodes_that_resolve_to_it() {
+    let names = |index: &BindingIndex, h: &HostReference| -> Vec<String> {
+        index.nodes_of_host(h).into_iter().collect()
+    };
+    #[rustfmt::skip]
+    let cases: Vec<NodesOfHostCase> = vec![
+        ("a Machine's annotation, its Node gone: the nodeRef", vec![host("metal", "h0")],
+            vec![machine("m0", "cp-0").host_annotation("metal/h0")], vec![], vec!["cp-0"]),
+        ("a consumerRef naming the Machine", vec![host("metal", "h0").consumed_by(key("Machine", "capi", "m0"))],
+            vec![machine("m0", "w0")], vec![node("w0")], vec!["w0"]),
+        ("a provider ID", vec![host("metal", "h0")], vec![],
+            vec![node("w0").provider_id("metal3://metal/h0/m")], vec!["w0"]),
+        ("the same-name hint", vec![host("metal", "h0")], vec![], vec![node("h0")], vec!["h0"]),
+        ("the Node's annotation (a hint)", vec![host("metal", "h0")], vec![],
+            vec![node("w0").annotated("metal/h0")], vec!["w0"]),
+        ("no link, no hint: none", vec![host("metal", "h0")], vec![], vec![node("w0")], vec![]),
+        ("two Machines claim it: refused, none", vec![host("metal", "h0")],
+            vec![machine("m0", "w0").host_annotation("metal/h0"), machine("m1", "w1").host_annotation("metal/h0")],
+            vec![node("w0"), node("w1")], vec![]),
+        ("the node's own link names another host: not this one", vec![host("metal", "h0"), host("metal", "h1")],
+            vec![machine("m0", "w0").host_annotation("metal/h1")], vec![node("w0").annotated("metal/h0")], vec![]),
+    ];
+    for (name, hosts, machines, nodes, want) in cases {
+        let index = BindingIndex::new(hosts, machines, nodes);
+        assert_eq!(names(&index, &r("metal", "h0")), want, "{name}");
+    }
+}

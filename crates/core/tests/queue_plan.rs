@@ -6,9 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hostcycle_api::queue::{EntryPhase, HostReference, RebootMethod, RebootQueueSpec};
+use hostcycle_api::remediation::RemediationStep;
+use hostcycle_core::queue::away::{AwayFacts, AwayMachine, AwayRequest, HeldHost, away_nodes};
 use hostcycle_core::queue::{
-    DequeueReason, EntryView, Plan, QueueConfig, QueueNodeView, QueueSnapshot, RebootConfig,
-    RebootTarget, WaitReason, plan, resolve_method,
+    AwayNode, AwayRef, DequeueReason, EntryView, Plan, QueueConfig, QueueNodeView, QueueSnapshot,
+    RebootConfig, RebootTarget, WaitReason, plan, resolve_method,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
@@ -189,6 +191,7 @@ fn unreachable(nodes: &[&str], max: u32) -> WaitReason {
     WaitReason::TooManyUnreachable {
         nodes: names(nodes),
         max,
+        away: Vec::new(),
     }
 }
 fn backed_off(until_s: i64, failures: u32) -> WaitReason {
@@ -203,6 +206,145 @@ fn cannot(config: &QueueConfig, target: &RebootTarget) -> WaitReason {
     WaitReason::CannotReboot {
         why: resolve_method(&config.reboot, target).unwrap_err(),
     }
+}
+
+// Who is away: Machines, remediations, held-off hosts (`queue::away`).
+
+/// A Machine in namespace `capi` whose `status.nodeRef` is `node`.
+#[derive(Debug, Clone, Default)]
+struct TestMachine {
+    name: String,
+    node: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    host_power_off: bool,
+}
+
+fn machine(name: &str, node: &str) -> TestMachine {
+    TestMachine {
+        name: format!("Machine capi/{name}"),
+        node: node.into(),
+        ..TestMachine::default()
+    }
+}
+
+impl TestMachine {
+    fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+    fn annotate(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.into(), value.into());
+        self
+    }
+    /// Its host carries `reboot.metal3.io/capbm-requested-power-off`.
+    fn host_powered_off(mut self) -> Self {
+        self.host_power_off = true;
+        self
+    }
+}
+
+/// A HostRemediation `default/<node>` about `node`, at `step`.
+#[derive(Debug, Clone)]
+struct TestRequest {
+    name: String,
+    node: String,
+    step: RemediationStep,
+    labels_backup: Option<BTreeMap<String, String>>,
+}
+
+fn request(node: &str, step: RemediationStep) -> TestRequest {
+    TestRequest {
+        name: format!("HostRemediation default/{node}"),
+        node: node.into(),
+        step,
+        labels_backup: None,
+    }
+}
+
+impl TestRequest {
+    /// The deleted Node's labels, as the remediation backed them up.
+    fn backed_up_label(mut self, key: &str) -> Self {
+        self.labels_backup = Some(BTreeMap::from([(key.to_string(), String::new())]));
+        self
+    }
+}
+
+/// A BareMetalHost `metal/<node>` bound to `node`, held off as `host` says
+/// (`queue::away::held_off`).
+fn held(node: &str, host: &hostcycle_api::BareMetalHost) -> HeldHost {
+    HeldHost {
+        host: host_ref(node),
+        node: node.into(),
+        why: hostcycle_core::queue::away::held_off(host).expect("a held-off host"),
+    }
+}
+
+/// A host with a keyed reboot annotation: metal3 keeps it off until the annotation goes.
+fn host_held_by_annotation(name: &str) -> hostcycle_api::BareMetalHost {
+    let mut h = hostcycle_api::BareMetalHost::externally_provisioned(name, "redfish://x", "s");
+    h.metadata.annotations = Some(BTreeMap::from([(
+        "reboot.metal3.io/hold".to_string(),
+        String::new(),
+    )]));
+    h
+}
+
+#[derive(Debug, Clone, Default)]
+struct Facts {
+    machines: Vec<TestMachine>,
+    requests: Vec<TestRequest>,
+    hosts: Vec<HeldHost>,
+}
+
+impl Facts {
+    fn borrowed(&self) -> AwayFacts<'_> {
+        AwayFacts {
+            machines: self
+                .machines
+                .iter()
+                .map(|m| AwayMachine {
+                    name: m.name.clone(),
+                    node: m.node.clone(),
+                    labels: &m.labels,
+                    annotations: &m.annotations,
+                    host_power_off: m.host_power_off,
+                })
+                .collect(),
+            requests: self
+                .requests
+                .iter()
+                .map(|r| AwayRequest {
+                    name: r.name.clone(),
+                    node: r.node.clone(),
+                    step: r.step,
+                    labels_backup: r.labels_backup.as_ref(),
+                })
+                .collect(),
+            hosts: self.hosts.clone(),
+        }
+    }
+}
+
+/// An away node as a wait names it (`has_node`: its Node object exists).
+fn away(node: &str, why: &str, has_node: bool) -> AwayRef {
+    AwayRef {
+        node: node.into(),
+        why: why.into(),
+        has_node,
+    }
+}
+
+fn unreachable_away(nodes: &[&str], max: u32, away: Vec<AwayRef>) -> WaitReason {
+    WaitReason::TooManyUnreachable {
+        nodes: names(nodes),
+        max,
+        away,
+    }
+}
+
+fn api_away(away: AwayRef) -> WaitReason {
+    WaitReason::ApiServerAway { away }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -230,17 +372,21 @@ struct Case {
     targets: Vec<(&'static str, RebootTarget)>,
     /// Nodes a remediation is working on.
     remediating: Vec<&'static str>,
+    /// Machines, remediations and held-off hosts: who is away (`queue::away`).
+    facts: Facts,
     want: Want,
 }
 
 fn snapshot_of(case: &Case) -> QueueSnapshot {
+    let nodes: BTreeMap<String, QueueNodeView> = case
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.clone()))
+        .collect();
     QueueSnapshot {
         config: case.config.clone(),
-        nodes: case
-            .nodes
-            .iter()
-            .map(|n| (n.name.clone(), n.clone()))
-            .collect(),
+        away: away_nodes(&nodes, &case.facts.borrowed()),
+        nodes,
         entries: case.entries.clone(),
         being_remediated: case.remediating.iter().map(|n| n.to_string()).collect(),
         reboot_targets: case
@@ -1264,6 +1410,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
                 ("w2", RebootTarget::Host(host_ref("w2"))),
             ],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, cannot(&plain, &RebootTarget::NoHost))],
@@ -1277,6 +1424,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             entries: vec![entry(1, "w1")],
             targets: vec![("w1", unusable("w1"))],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 waiting: vec![(1, cannot(&plain, &unusable("w1")))],
                 ..Default::default()
@@ -1289,6 +1437,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             entries: vec![entry(1, "w1")],
             targets: vec![("w1", RebootTarget::NoHost)],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -1316,6 +1465,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
                 ("cp1", RebootTarget::Host(host_ref("cp1"))),
             ],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, cannot(&plain, &RebootTarget::NoHost))],
@@ -1329,6 +1479,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             entries: vec![entry(1, "cp1"), entry(2, "cp2")],
             targets: vec![("cp1", unusable("cp1"))],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, cannot(&plain, &unusable("cp1")))],
@@ -1342,6 +1493,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             entries: vec![entry(1, "w1").backed_off(60, 1)],
             targets: vec![("w1", RebootTarget::NoHost)],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 waiting: vec![(1, backed_off(60, 1))],
                 ..Default::default()
@@ -1354,6 +1506,7 @@ fn entries_that_cannot_be_rebooted_wait_without_taking_a_slot() {
             entries: vec![entry(1, "w1").rebooting()],
             targets: vec![("w1", RebootTarget::NoHost)],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 in_progress: vec![(1, EntryPhase::Rebooting)],
                 ..Default::default()
@@ -1390,6 +1543,7 @@ fn a_node_rebooted_by_command_with_an_unsafe_address_waits_unsafe_node_address()
             entries: vec![entry(1, "w1"), entry(2, "w2")],
             targets: vec![("w1", RebootTarget::NoHost), ("w2", RebootTarget::NoHost)],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 start: vec![2],
                 waiting: vec![(1, refusal("-oProxyCommand=x", option))],
@@ -1403,6 +1557,7 @@ fn a_node_rebooted_by_command_with_an_unsafe_address_waits_unsafe_node_address()
             entries: vec![entry(1, "w1"), entry(2, "w2")],
             targets: vec![("w1", RebootTarget::Host(host_ref("w1")))],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 waiting: vec![
                     (
@@ -1424,6 +1579,7 @@ fn a_node_rebooted_by_command_with_an_unsafe_address_waits_unsafe_node_address()
             entries: vec![entry(1, "w1")],
             targets: vec![("w1", RebootTarget::Host(host_ref("w1")))],
             remediating: vec![],
+            facts: Facts::default(),
             want: Want {
                 start: vec![1],
                 ..Default::default()
@@ -1587,6 +1743,14 @@ fn wait_and_dequeue_reasons_read_as_sentences() {
         ),
         (WaitReason::CannotReboot { why: "its BareMetalHost metal/h is paused".into() },
             &["cannot be rebooted: its BareMetalHost metal/h is paused"]),
+        (unreachable_away(&["cp-0", "x"], 1, vec![away("cp-0", NO_NODE_CP0, false)]),
+            &["2 unreachable nodes", "(cp-0, x) exceed maxUnreachableNodes=1",
+              "; node cp-0 is absent (Machine capi/m-cp-0 has nodeRef cp-0 but no Node exists)"]),
+        (unreachable_away(&["w0"], 0, vec![away("w0", "its BareMetalHost metal/w0 is offline", true)]),
+            &["node w0 is away (its BareMetalHost metal/w0 is offline)"]),
+        (api_away(away("cp-0", NO_NODE_CP0, false)),
+            &["API-server node cp-0 is absent (Machine capi/m-cp-0 has nodeRef cp-0 but no Node exists)",
+              "one at a time"]),
     ];
     for (reason, words) in cases {
         let text = reason.to_string();
@@ -1611,6 +1775,8 @@ fn wait_and_dequeue_reasons_read_as_sentences() {
 // Properties over random snapshots.
 
 const NODE_NAMES: [&str; 6] = ["n0", "n1", "n2", "n3", "n4", "n5"];
+/// Nodes that may be away: the six, and two without a Node object.
+const AWAY_NAMES: [&str; 8] = ["n0", "n1", "n2", "n3", "n4", "n5", "gone-0", "gone-1"];
 
 fn arb_node(name: &'static str) -> impl Strategy<Value = QueueNodeView> {
     (any::<bool>(), prop::bool::weighted(0.8), any::<bool>()).prop_map(
@@ -1699,9 +1865,15 @@ fn arb_snapshot() -> impl Strategy<Value = QueueSnapshot> {
         1_u32..4,
         0_u32..3,
         any::<bool>(),
+        // Away: each of the six nodes, or one without a Node object, maybe, as an API server
+        // or not.
+        prop::collection::vec(
+            prop::option::weighted(0.15, any::<bool>()),
+            AWAY_NAMES.len(),
+        ),
     )
         .prop_map(
-            |(nodes, targets, entries, enabled, max_concurrent, max_unreachable, cmds)| {
+            |(nodes, targets, entries, enabled, max_concurrent, max_unreachable, cmds, away)| {
                 let mut config = if cmds {
                     with_commands(None)
                 } else {
@@ -1711,12 +1883,28 @@ fn arb_snapshot() -> impl Strategy<Value = QueueSnapshot> {
                 config.max_concurrent_reboots = max_concurrent;
                 config.max_unreachable_nodes = max_unreachable;
                 let (a, b, c, d, e, f) = nodes;
+                let nodes: BTreeMap<String, QueueNodeView> = [a, b, c, d, e, f]
+                    .into_iter()
+                    .map(|n| (n.name.clone(), n))
+                    .collect();
+                let away = AWAY_NAMES
+                    .iter()
+                    .zip(away)
+                    .filter_map(|(n, api)| {
+                        let node = nodes.get(*n);
+                        let away = AwayNode {
+                            why: "test".into(),
+                            // An existing Node's labels decide (`away_nodes`).
+                            api_server: node.map_or(api?, |n| n.api_server),
+                            has_node: node.is_some(),
+                        };
+                        Some((n.to_string(), away))
+                    })
+                    .collect();
                 QueueSnapshot {
                     config,
-                    nodes: [a, b, c, d, e, f]
-                        .into_iter()
-                        .map(|n| (n.name.clone(), n))
-                        .collect(),
+                    away,
+                    nodes,
                     entries,
                     being_remediated: Default::default(),
                     reboot_targets: NODE_NAMES
@@ -1789,6 +1977,21 @@ proptest! {
                 .filter(|n| !n.ready && !in_progress.contains(&n.name.as_str()))
                 .count();
             prop_assert!(unreachable <= s.config.max_unreachable_nodes as usize);
+            // Away nodes count too, each node once.
+            let counted: BTreeSet<&str> = s.nodes.values()
+                .filter(|n| !n.ready)
+                .map(|n| n.name.as_str())
+                .chain(s.away.keys().map(String::as_str))
+                .filter(|n| !in_progress.contains(n))
+                .collect();
+            prop_assert!(counted.len() <= s.config.max_unreachable_nodes as usize, "{:#?}", p);
+        }
+        // No API server starts while another API-server node is away (and not in progress).
+        for started in starting.iter().filter(|n| is_api(n)) {
+            let other_away = s.away.iter().find(|(n, a)| {
+                a.api_server && n.as_str() != *started && !in_progress.contains(&n.as_str())
+            });
+            prop_assert!(other_away.is_none(), "{started} started, {other_away:?} away: {p:#?}");
         }
 
         // Every entry lands in exactly one of: dequeue, in progress, start, waiting; every
@@ -1948,4 +2151,617 @@ fn a_node_being_remediated_is_neither_drained_nor_started() {
             ..Default::default()
         },
     ]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Who is away: nodes known to exist but absent, fenced or held off (rules 4 and 5).
+
+const NO_NODE_W0: &str = "Machine capi/m-w0 has nodeRef w0 but no Node exists";
+const FAILED: &str = "remediation.hostcycle.io/failed";
+const OWN_HOST_RECORD: &str = "remediation.hostcycle.io/host";
+
+#[test]
+fn nodes_known_to_exist_but_away_count_as_unreachable() {
+    let held_w0 = || held("w0", &host_held_by_annotation("w0"));
+    run(vec![
+        Case {
+            name: "a Machine whose nodeRef names no Node counts (max 0), and says why",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0")],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(&["w0"], 0, vec![away("w0", NO_NODE_W0, false)]),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a Machine whose Node exists and is Ready does not count",
+            nodes: vec![node("w0"), node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0")],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a remediation that gave up, its Node still deleted, counts",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                requests: vec![request("w0", RemediationStep::GaveUp)],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(
+                        &["w0"],
+                        0,
+                        vec![away(
+                            "w0",
+                            "HostRemediation default/w0 ended (GaveUp) and no Node w0 exists",
+                            false,
+                        )],
+                    ),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a remediation that is done (or gave up) with its Node back and Ready does \
+                   not count",
+            nodes: vec![node("w0"), node("w1"), node("w2")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                requests: vec![
+                    request("w0", RemediationStep::Done),
+                    request("w2", RemediationStep::GaveUp),
+                ],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "hostcycle's annotation flow that gave up, its Node deleted: named by the \
+                   failure",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![
+                    machine("m-w0", "w0")
+                        .annotate(OWN_HOST_RECORD, "metal/w0/uid")
+                        .annotate(FAILED, "the Node did not come back"),
+                ],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(
+                        &["w0"],
+                        0,
+                        vec![away(
+                            "w0",
+                            "hostcycle's remediation of Machine capi/m-w0 gave up (the Node did \
+                             not come back) and no Node w0 exists",
+                            false,
+                        )],
+                    ),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a remediation at work counts with its step, the Node gone",
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            remediating: vec!["w0"],
+            facts: Facts {
+                requests: vec![request("w0", RemediationStep::PowerOnRequested)],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(
+                        &["w0"],
+                        0,
+                        vec![away(
+                            "w0",
+                            "HostRemediation default/w0 is remediating it (step PowerOnRequested)",
+                            false,
+                        )],
+                    ),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "another remediator's markers on a Machine count, its Node present and Ready",
+            nodes: vec![node("w0"), node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![
+                    machine("m-w0", "w0")
+                        .annotate("host.metal3.io/external-remediation", "")
+                        .annotate("remediation.metal3.io/powered-off-for-remediation", ""),
+                ],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(
+                        &["w0"],
+                        0,
+                        vec![away(
+                            "w0",
+                            "Machine capi/m-w0 carries remediation markers without hostcycle's \
+                             record (another remediator's, or a remediation not started yet): \
+                             host.metal3.io/external-remediation, \
+                             remediation.metal3.io/powered-off-for-remediation",
+                            true,
+                        )],
+                    ),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "CAPBM's power-off on the Machine's host counts",
+            nodes: vec![node("w0"), node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0").host_powered_off()],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(
+                        &["w0"],
+                        0,
+                        vec![away(
+                            "w0",
+                            "Machine capi/m-w0 carries remediation markers without hostcycle's \
+                             record (another remediator's, or a remediation not started yet): \
+                             its host's reboot.metal3.io/capbm-requested-power-off",
+                            true,
+                        )],
+                    ),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a held-off host counts, its Node still Ready",
+            nodes: vec![node("w0"), node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                hosts: vec![held_w0()],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(
+                        &["w0"],
+                        0,
+                        vec![away(
+                            "w0",
+                            "its BareMetalHost metal/w0 is held off (reboot.metal3.io/hold)",
+                            true,
+                        )],
+                    ),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a NotReady node that is also away counts once: max 1 lets the next start",
+            config: config(1, 1),
+            nodes: vec![node("w0").not_ready(), node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0").host_powered_off()],
+                hosts: vec![held_w0()],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a present, Ready node named by a Machine and a finished remediation is not \
+                   counted at all",
+            nodes: vec![node("w0"), node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0")],
+                requests: vec![request("w0", RemediationStep::Done)],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a node in progress is not counted as away: its host is off for the queue's \
+                   own reboot",
+            config: config(2, 0),
+            nodes: vec![node("w0").not_ready().queue_cordoned(), node("w1")],
+            entries: vec![entry(1, "w0").rebooting(), entry(2, "w1")],
+            facts: Facts {
+                hosts: vec![held_w0()],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![2],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "max 1: one absent node is tolerated",
+            config: config(1, 1),
+            nodes: vec![node("w1")],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0")],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "max 1: an absent node and a NotReady one are two",
+            config: config(1, 1),
+            nodes: vec![node("w1"), node("x").not_ready()],
+            entries: vec![entry(1, "w1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0")],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    unreachable_away(&["w0", "x"], 1, vec![away("w0", NO_NODE_W0, false)]),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+const NO_NODE_CP0: &str = "Machine capi/m-cp-0 has nodeRef cp-0 but no Node exists";
+
+#[test]
+fn an_api_server_away_holds_back_every_other_api_server_whatever_max_unreachable() {
+    let cp0_machine = || machine("m-cp-0", "cp-0").label("cluster.x-k8s.io/control-plane", "");
+    let absent_cp0 = || away("cp-0", NO_NODE_CP0, false);
+    run(vec![
+        Case {
+            name: "an absent API-server node (its Machine labelled control plane) blocks a \
+                   second API server with maxUnreachableNodes 3",
+            config: config(1, 3),
+            nodes: vec![api("cp-1"), api("cp-2")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                machines: vec![cp0_machine()],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(1, api_away(absent_cp0()))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "workers still go (max 3): only API servers are held back",
+            config: config(1, 3),
+            nodes: vec![api("cp-1"), node("w1")],
+            entries: vec![entry(1, "cp-1"), entry(2, "w1")],
+            facts: Facts {
+                machines: vec![cp0_machine()],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![2],
+                waiting: vec![(1, api_away(absent_cp0()))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the role from OpenShift's Machine label (master)",
+            config: config(1, 3),
+            nodes: vec![api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                machines: vec![
+                    machine("m-cp-0", "cp-0")
+                        .label("machine.openshift.io/cluster-api-machine-role", "master"),
+                ],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(1, api_away(absent_cp0()))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the role from a gave-up request's backup of the Node's labels (master)",
+            config: config(1, 3),
+            nodes: vec![api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                requests: vec![
+                    request("cp-0", RemediationStep::GaveUp)
+                        .backed_up_label("node-role.kubernetes.io/master"),
+                ],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    api_away(away(
+                        "cp-0",
+                        "HostRemediation default/cp-0 ended (GaveUp) and no Node cp-0 exists",
+                        false,
+                    )),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the role from the annotation flow's labels backup on the Machine",
+            config: config(1, 3),
+            nodes: vec![api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                machines: vec![
+                    machine("m-cp-0", "cp-0")
+                        .annotate(OWN_HOST_RECORD, "metal/cp-0/uid")
+                        .annotate(FAILED, "gave up")
+                        .annotate(
+                            "remediation.metal3.io/node-labels-backup",
+                            r#"{"node-role.kubernetes.io/control-plane":""}"#,
+                        ),
+                ],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    api_away(away(
+                        "cp-0",
+                        "hostcycle's remediation of Machine capi/m-cp-0 gave up (gave up) and \
+                         no Node cp-0 exists",
+                        false,
+                    )),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a fenced API-server node (Node present, being remediated) blocks a second \
+                   one with max 3",
+            config: config(1, 3),
+            nodes: vec![api("cp-0"), api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            remediating: vec!["cp-0"],
+            facts: Facts {
+                requests: vec![request("cp-0", RemediationStep::PowerOffRequested)],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    api_away(away(
+                        "cp-0",
+                        "HostRemediation default/cp-0 is remediating it (step PowerOffRequested)",
+                        true,
+                    )),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "being remediated alone (no record of why) still holds back API servers",
+            config: config(1, 3),
+            nodes: vec![api("cp-0").not_ready(), api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            remediating: vec!["cp-0"],
+            want: Want {
+                waiting: vec![(
+                    1,
+                    api_away(away("cp-0", "a remediation is working on it", true)),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "a held-off API-server host blocks a second one",
+            config: config(1, 3),
+            nodes: vec![api("cp-0"), api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                hosts: vec![held("cp-0", &host_held_by_annotation("cp-0"))],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(
+                    1,
+                    api_away(away(
+                        "cp-0",
+                        "its BareMetalHost metal/cp-0 is held off (reboot.metal3.io/hold)",
+                        true,
+                    )),
+                )],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an existing Node's labels decide: a worker Node whose Machine is labelled \
+                   control plane does not hold API servers back",
+            config: config(1, 3),
+            nodes: vec![node("w0"), api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                machines: vec![
+                    machine("m-w0", "w0")
+                        .label("cluster.x-k8s.io/control-plane", "")
+                        .host_powered_off(),
+                ],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an absent worker does not hold API servers back (max 3)",
+            config: config(1, 3),
+            nodes: vec![api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                machines: vec![machine("m-w0", "w0")],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "with max 0 the unreachable gate speaks first",
+            nodes: vec![api("cp-1")],
+            entries: vec![entry(1, "cp-1")],
+            facts: Facts {
+                machines: vec![cp0_machine()],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(1, unreachable_away(&["cp-0"], 0, vec![absent_cp0()]))],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "an API server in progress whose host is off is in progress, not away",
+            config: config(1, 3),
+            nodes: vec![api("cp-0").not_ready().queue_cordoned(), api("cp-1")],
+            entries: vec![entry(1, "cp-0").rebooting(), entry(2, "cp-1")],
+            facts: Facts {
+                hosts: vec![held("cp-0", &host_held_by_annotation("cp-0"))],
+                ..Default::default()
+            },
+            want: Want {
+                waiting: vec![(2, api_busy("cp-0"))],
+                in_progress: vec![(1, EntryPhase::Rebooting)],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Case {
+            name: "the node away is not held back by itself (rule 4 counts it)",
+            config: config(1, 3),
+            nodes: vec![api("cp-0"), api("cp-1")],
+            entries: vec![entry(1, "cp-0")],
+            facts: Facts {
+                hosts: vec![held("cp-0", &host_held_by_annotation("cp-0"))],
+                ..Default::default()
+            },
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ]);
+}
+
+/// Which hosts are held off (`queue::away::held_off`): a keyed reboot annotation,
+/// `spec.online: false`, an observed `status.poweredOn: false`; not the suffixless reboot
+/// request (a power cycle, not a hold), not a power state never observed.
+#[test]
+fn held_off_hosts() {
+    use hostcycle_api::BareMetalHost;
+    use hostcycle_core::queue::away::held_off;
+    let base = || BareMetalHost::externally_provisioned("h", "redfish://x", "s");
+    let with_status = |powered_on: bool, observed: bool| {
+        let mut h = base();
+        let mut status: hostcycle_api::BareMetalHostStatus =
+            serde_json::from_value(serde_json::json!({ "poweredOn": powered_on })).unwrap();
+        if observed {
+            status.operational_status = Some(hostcycle_api::OperationalStatus::Ok);
+        }
+        h.status = Some(status);
+        h
+    };
+    let offline = {
+        let mut h = base();
+        h.spec.online = false;
+        h
+    };
+    let suffixless = {
+        let mut h = base();
+        h.metadata.annotations = Some(BTreeMap::from([(
+            "reboot.metal3.io".to_string(),
+            String::new(),
+        )]));
+        h
+    };
+    #[rustfmt::skip]
+    let cases: Vec<(&str, BareMetalHost, Option<&str>)> = vec![
+        ("on, online, no annotation", with_status(true, true), None),
+        ("keyed reboot annotation", host_held_by_annotation("h"), Some("is held off (reboot.metal3.io/hold)")),
+        ("offline", offline, Some("is offline (spec.online: false)")),
+        ("observed off", with_status(false, true), Some("is powered off (status.poweredOn: false)")),
+        ("off never observed", with_status(false, false), None),
+        ("the suffixless reboot request", suffixless, None),
+    ];
+    for (name, host, want) in cases {
+        assert_eq!(held_off(&host).as_deref(), want, "{name}");
+    }
 }

@@ -16,10 +16,13 @@
 //!   timeout, a worker's report, waiting, leaving).
 //! - [`host`]: how a Node finds its BareMetalHost.
 //! - [`address`]: which node addresses the reboot and boot-check commands may get.
+//! - [`away`]: which nodes known to exist are away (no Node object, fenced, held off): the
+//!   gate counts them.
 //!
 //! Nothing here does I/O; the controller feeds snapshots in and carries the results out.
 
 pub mod address;
+pub mod away;
 mod config;
 pub mod drain;
 pub mod entry;
@@ -29,8 +32,11 @@ pub mod reboot;
 mod snapshot;
 
 pub use config::{BackoffConfig, QueueConfig, RebootConfig};
-pub use plan::{Blocked, Dequeue, DequeueReason, Plan, WaitReason, Waiting, plan, resolve_method};
+pub use plan::{
+    AwayRef, Blocked, Dequeue, DequeueReason, Plan, WaitReason, Waiting, plan, resolve_method,
+};
 pub use snapshot::{
-    CONTROL_PLANE_LABEL, EntryRef, EntryView, MASTER_LABEL, QueueNodeView, QueueSnapshot,
-    RebootTarget,
+    AwayNode, CAPI_CONTROL_PLANE_MACHINE_LABEL, CONTROL_PLANE_LABEL, EntryRef, EntryView,
+    MASTER_LABEL, QueueNodeView, QueueSnapshot, RebootTarget, api_server_label, api_server_labels,
+    machine_api_server,
 };

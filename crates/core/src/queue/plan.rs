@@ -81,6 +81,13 @@ pub enum WaitReason {
     TooManyUnreachable {
         nodes: Vec<String>,
         max: u32,
+        /// Those of `nodes` that are away ([`QueueSnapshot::away`]), with why they count.
+        away: Vec<AwayRef>,
+    },
+    /// An API-server node is away (absent, fenced or held off): it counts as an API server in
+    /// progress, so no other API-server node starts, whatever `maxUnreachableNodes` says.
+    ApiServerAway {
+        away: AwayRef,
     },
     /// The node cannot be rebooted now; draining it would be pointless.
     CannotReboot {
@@ -139,13 +146,25 @@ impl fmt::Display for WaitReason {
             Self::ApiServerOneAtATime { first } => {
                 write!(f, "API-server nodes go one at a time; {first} is first")
             }
-            Self::TooManyUnreachable { nodes, max } => write!(
+            Self::TooManyUnreachable { nodes, max, away } => {
+                write!(
+                    f,
+                    "{} unreachable node{} not being rebooted ({}) exceed{} \
+                     maxUnreachableNodes={max}",
+                    nodes.len(),
+                    if nodes.len() == 1 { "" } else { "s" },
+                    list(nodes),
+                    if nodes.len() == 1 { "s" } else { "" }
+                )?;
+                let described: Vec<String> = away.iter().map(AwayRef::to_string).collect();
+                match described.is_empty() {
+                    true => Ok(()),
+                    false => write!(f, "; {}", list_with(&described, "; ")),
+                }
+            }
+            Self::ApiServerAway { away } => write!(
                 f,
-                "{} unreachable node{} not being rebooted ({}) exceed{} maxUnreachableNodes={max}",
-                nodes.len(),
-                if nodes.len() == 1 { "" } else { "s" },
-                list(nodes),
-                if nodes.len() == 1 { "s" } else { "" }
+                "API-server {away}; API-server nodes go one at a time, so no other starts"
             ),
             Self::CannotReboot { why } => write!(f, "cannot be rebooted: {why}"),
             Self::UnsafeNodeAddress { address, why } => write!(
@@ -203,16 +222,38 @@ pub struct Blocked {
     pub event_reason: &'static str,
 }
 
+/// A node that is away, as a wait reason names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwayRef {
+    pub node: String,
+    /// Why it counts ([`super::snapshot::AwayNode::why`]).
+    pub why: String,
+    /// Its Node object exists: it is fenced or held off rather than absent.
+    pub has_node: bool,
+}
+
+impl fmt::Display for AwayRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.has_node { "away" } else { "absent" };
+        write!(f, "node {} is {state} ({})", self.node, self.why)
+    }
+}
+
 fn list(names: &[String]) -> String {
+    list_with(names, ", ")
+}
+
+/// The first few of `items` joined with `separator`, and how many more there are.
+fn list_with(items: &[String], separator: &str) -> String {
     const SHOWN: usize = 5;
-    let mut text = names
+    let mut text = items
         .iter()
         .take(SHOWN)
         .cloned()
         .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > SHOWN {
-        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+        .join(separator);
+    if items.len() > SHOWN {
+        text.push_str(&format!(" and {} more", items.len() - SHOWN));
     }
     text
 }
@@ -267,10 +308,14 @@ pub struct Plan {
 /// 3. In progress = `Draining` + `Rebooting`, at most `maxConcurrentReboots`. A queued
 ///    entry still backed off neither counts nor blocks others.
 /// 4. No drain starts while more than `maxUnreachableNodes` nodes that are not in progress
-///    are unreachable: their Ready condition is not True, or a remediation is working on
-///    them (fenced or about to be, with or without a Node object).
+///    are unreachable: their Ready condition is not True, a remediation is working on them
+///    (fenced or about to be, with or without a Node object), or they are away
+///    ([`QueueSnapshot::away`]: known to exist but without a Node object, fenced by another
+///    remediator, or held off). Each counts once.
 /// 5. API-server nodes go one at a time, after every eligible worker, and never while a
-///    worker is in progress.
+///    worker is in progress. An API-server node that is away or being remediated (and not in
+///    progress) counts as an API server in progress for the other API-server nodes: none of
+///    them starts, whatever `maxUnreachableNodes` says.
 /// 6. When slots are free every eligible entry up to the free slots starts at once.
 pub fn plan(snapshot: &QueueSnapshot, now: Timestamp) -> Plan {
     let mut out = Plan::default();
@@ -364,7 +409,7 @@ fn sort_in_progress<'a>(
                 if entry.cancel {
                     out.cancel_rebooting.push(entry.reference());
                 }
-                if is_api_server(snapshot, &entry.node) {
+                if snapshot.is_api_server(&entry.node) {
                     progress.api_in_progress.get_or_insert(&entry.node);
                 } else {
                     progress.workers_in_progress.push(entry.node.clone());
@@ -413,7 +458,7 @@ fn sort_queued<'a>(
                 entry: entry.reference(),
                 reason,
             }),
-            None if is_api_server(snapshot, &entry.node) => eligible.api.push(entry),
+            None if snapshot.is_api_server(&entry.node) => eligible.api.push(entry),
             None => eligible.workers.push(entry),
         }
     }
@@ -449,6 +494,10 @@ fn admit<'a>(
     let unreachable = unreachable_nodes(snapshot, &progress.busy_nodes);
     if unreachable.len() > config.max_unreachable_nodes as usize {
         let reason = WaitReason::TooManyUnreachable {
+            away: unreachable
+                .iter()
+                .filter_map(|n| away_ref(snapshot, n))
+                .collect(),
             nodes: unreachable,
             max: config.max_unreachable_nodes,
         };
@@ -461,6 +510,72 @@ fn admit<'a>(
         };
         return Admission::all_wait(all(), &reason);
     }
+    // 5. An API server away holds back every other API server.
+    let (api, held) = hold_api_servers_for_away(snapshot, &progress.busy_nodes, &eligible.api);
+    let eligible = Eligible {
+        workers: eligible.workers.clone(),
+        api,
+    };
+    let mut admission = admit_eligible(snapshot, progress, &eligible);
+    admission.waits.extend(held);
+    admission
+}
+
+/// Rule 5's hold for away API servers: splits the eligible API-server entries into those that
+/// may go on and those that wait because another API-server node is away or being remediated
+/// (not in progress).
+fn hold_api_servers_for_away<'a>(
+    snapshot: &QueueSnapshot,
+    busy_nodes: &BTreeSet<&str>,
+    api: &[&'a EntryView],
+) -> (Vec<&'a EntryView>, Vec<(&'a EntryView, WaitReason)>) {
+    let away_api: BTreeSet<&str> = snapshot
+        .away
+        .keys()
+        .chain(snapshot.being_remediated.iter())
+        .map(String::as_str)
+        .filter(|n| !busy_nodes.contains(n) && snapshot.is_api_server(n))
+        .collect();
+    let mut go = Vec::new();
+    let mut held = Vec::new();
+    for &entry in api {
+        let other = away_api
+            .iter()
+            .find(|n| **n != entry.node)
+            .map(|n| remediated_or_away(snapshot, n));
+        match other {
+            Some(away) => held.push((entry, WaitReason::ApiServerAway { away })),
+            None => go.push(entry),
+        }
+    }
+    (go, held)
+}
+
+/// How a wait names an away node: why it is away, if [`QueueSnapshot::away`] says so.
+fn away_ref(snapshot: &QueueSnapshot, node: &str) -> Option<AwayRef> {
+    snapshot.away.get(node).map(|a| AwayRef {
+        node: node.to_string(),
+        why: a.why.clone(),
+        has_node: a.has_node,
+    })
+}
+
+/// How a wait names a node that is away or being remediated.
+fn remediated_or_away(snapshot: &QueueSnapshot, node: &str) -> AwayRef {
+    away_ref(snapshot, node).unwrap_or_else(|| AwayRef {
+        node: node.to_string(),
+        why: "a remediation is working on it".into(),
+        has_node: snapshot.nodes.contains_key(node),
+    })
+}
+
+/// Rules 3, 5 and 6 once the gate is passed and no API server is in progress: workers first,
+/// then one API server alone.
+fn admit_eligible<'a>(
+    snapshot: &QueueSnapshot,
+    progress: &Progress,
+    eligible: &Eligible<'a>,
+) -> Admission<'a> {
     if !eligible.workers.is_empty() || !progress.workers_in_progress.is_empty() {
         // 3./6. Workers first, as many as there are free slots.
         return admit_workers(snapshot, &progress.workers_in_progress, eligible);
@@ -479,8 +594,8 @@ fn admit<'a>(
     admission
 }
 
-/// Rule 4's count: nodes not in progress whose Ready condition is not True, or that a
-/// remediation is working on (with or without a Node object).
+/// Rule 4's count: nodes not in progress whose Ready condition is not True, that a
+/// remediation is working on (with or without a Node object), or that are away; each once.
 fn unreachable_nodes(snapshot: &QueueSnapshot, busy_nodes: &BTreeSet<&str>) -> Vec<String> {
     snapshot
         .nodes
@@ -488,6 +603,7 @@ fn unreachable_nodes(snapshot: &QueueSnapshot, busy_nodes: &BTreeSet<&str>) -> V
         .filter(|n| !n.ready)
         .map(|n| n.name.as_str())
         .chain(snapshot.being_remediated.iter().map(String::as_str))
+        .chain(snapshot.away.keys().map(String::as_str))
         .filter(|n| !busy_nodes.contains(n))
         .collect::<BTreeSet<&str>>()
         .into_iter()
@@ -568,10 +684,6 @@ fn stray_cordons(
         })
         .map(|n| n.name.clone())
         .collect()
-}
-
-fn is_api_server(snapshot: &QueueSnapshot, node: &str) -> bool {
-    snapshot.nodes.get(node).is_some_and(|n| n.api_server)
 }
 
 /// Why the node cannot be rebooted with the configured method, if the controller knows: no

@@ -17,6 +17,31 @@ use super::config::QueueConfig;
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 /// The older name of the same label.
 pub const MASTER_LABEL: &str = "node-role.kubernetes.io/master";
+/// Label Cluster API puts on the Machines of a control plane (KubeadmControlPlane and others).
+pub const CAPI_CONTROL_PLANE_MACHINE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+
+/// Whether a label key marks an API-server node: [`CONTROL_PLANE_LABEL`] or [`MASTER_LABEL`]
+/// (any value). The one definition, for a Node's labels and for the backup of a deleted
+/// Node's labels alike.
+pub fn api_server_label(key: &str) -> bool {
+    key == CONTROL_PLANE_LABEL || key == MASTER_LABEL
+}
+
+/// Whether a Node's labels (or their backup) mark an API server ([`api_server_label`]).
+pub fn api_server_labels(labels: &BTreeMap<String, String>) -> bool {
+    labels.keys().any(|k| api_server_label(k))
+}
+
+/// Whether a Machine's labels mark the Machine of an API-server node: a Node role label copied
+/// onto it ([`api_server_labels`]), Cluster API's [`CAPI_CONTROL_PLANE_MACHINE_LABEL`], or
+/// OpenShift's `machine.openshift.io/cluster-api-machine-role: master`.
+pub fn machine_api_server(labels: &BTreeMap<String, String>) -> bool {
+    api_server_labels(labels)
+        || labels.contains_key(CAPI_CONTROL_PLANE_MACHINE_LABEL)
+        || labels
+            .get(crate::remediation::escalation::OPENSHIFT_MACHINE_ROLE_LABEL)
+            .is_some_and(|role| role == "master")
+}
 
 /// A Node as the queue sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,8 +85,7 @@ impl QueueNodeView {
             })
             .unwrap_or_else(|| name.clone());
         QueueNodeView {
-            api_server: labels.contains_key(CONTROL_PLANE_LABEL)
-                || labels.contains_key(MASTER_LABEL),
+            api_server: api_server_labels(&labels),
             ready: ready.is_some_and(|c| c.status == "True"),
             ready_heartbeat: ready.and_then(|c| c.last_heartbeat_time.as_ref().map(|t| t.0)),
             boot_id: status
@@ -161,6 +185,23 @@ pub struct QueueSnapshot {
     pub reboot_targets: BTreeMap<String, RebootTarget>,
     /// Nodes a remediation is working on: the queue neither drains nor reboots them.
     pub being_remediated: std::collections::BTreeSet<String>,
+    /// Nodes known to exist but away — no Node object, or fenced or held off — by name
+    /// ([`super::away::away_nodes`]; absent in offline snapshots). The gate counts them as
+    /// unreachable, and an API-server one as an API server in progress for other API servers.
+    pub away: BTreeMap<String, AwayNode>,
+}
+
+/// A node that is away, and why it counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwayNode {
+    /// Why, in words that follow "node X is absent (" (e.g. "Machine ns/m has nodeRef X but
+    /// no Node exists").
+    pub why: String,
+    /// It is an API server: its Node's labels when the Node exists, else what is still known
+    /// of it (its Machine's labels, a remediation's backup of its Node's labels).
+    pub api_server: bool,
+    /// Its Node object exists (the node is fenced or held off rather than absent).
+    pub has_node: bool,
 }
 
 /// What the controller found to reboot a node with.
@@ -197,6 +238,16 @@ impl QueueSnapshot {
             entries: entries.iter().map(EntryView::from_entry).collect(),
             reboot_targets: BTreeMap::new(),
             being_remediated: Default::default(),
+            away: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `node` is an API server: its Node's labels when the Node exists, else what
+    /// [`Self::away`] still knows of it. The one definition the plan uses.
+    pub fn is_api_server(&self, node: &str) -> bool {
+        match self.nodes.get(node) {
+            Some(n) => n.api_server,
+            None => self.away.get(node).is_some_and(|a| a.api_server),
         }
     }
 }

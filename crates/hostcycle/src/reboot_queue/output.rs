@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use hostcycle_api::queue::{EntryPhase, RebootQueueEntry};
-use hostcycle_core::queue::{Plan, QueueSnapshot};
+use hostcycle_core::queue::{AwayRef, Plan, QueueSnapshot};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -317,6 +317,30 @@ fn plan_table(snapshot: &QueueSnapshot, plan: &Plan) -> String {
              rebooting it\n"
         ));
     }
+    out.push_str(&away_lines(snapshot));
+    out
+}
+
+/// One line per node the gate counts as away (`snapshot.away`), API servers said so.
+fn away_lines(snapshot: &QueueSnapshot) -> String {
+    let mut out = String::new();
+    for (node, away) in &snapshot.away {
+        let described = AwayRef {
+            node: node.clone(),
+            why: away.why.clone(),
+            has_node: away.has_node,
+        };
+        let role = if away.api_server {
+            "; an API server: no other API-server node starts meanwhile"
+        } else {
+            ""
+        };
+        let line = format!("away: {described}; counts as unreachable (maxUnreachableNodes){role}");
+        // Names and reasons come from objects anyone may write: no control character reaches
+        // the terminal.
+        out.extend(line.chars().map(|c| if c.is_control() { ' ' } else { c }));
+        out.push('\n');
+    }
     out
 }
 
@@ -404,6 +428,43 @@ mod tests {
         cancelling.spec.cancel = true;
         assert_eq!(cke_status(&cancelling), "cancelled");
         assert_eq!(cke_status(&RebootQueueEntry::for_node("w", 1)), "queued");
+    }
+
+    /// `rq plan` names every node the gate counts as away, and says which are API servers.
+    #[test]
+    fn the_plan_table_names_away_nodes() {
+        let mut snapshot = QueueSnapshot::default();
+        snapshot.away.insert(
+            "cp-0".into(),
+            hostcycle_core::queue::AwayNode {
+                why: "Machine capi/m-cp-0 has nodeRef cp-0 but no Node exists".into(),
+                api_server: true,
+                has_node: false,
+            },
+        );
+        snapshot.away.insert(
+            "w-0".into(),
+            hostcycle_core::queue::AwayNode {
+                why: "its BareMetalHost metal/w-0 is held off (reboot.metal3.io/x\u{1b}[2J)".into(),
+                api_server: false,
+                has_node: true,
+            },
+        );
+        let plan = hostcycle_core::queue::plan(&snapshot, Timestamp::UNIX_EPOCH);
+        let text = plan_table(&snapshot, &plan);
+        assert!(
+            text.contains(
+                "away: node cp-0 is absent (Machine capi/m-cp-0 has nodeRef cp-0 but no Node \
+                 exists); counts as unreachable (maxUnreachableNodes); an API server: no other \
+                 API-server node starts meanwhile\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("away: node w-0 is away (its BareMetalHost metal/w-0 is held off"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "no control character: {text:?}");
     }
 
     #[test]

@@ -279,32 +279,36 @@ pub fn nodes_being_remediated(
             RemediationStep::Done | RemediationStep::GaveUp | RemediationStep::Cancelled
         );
         if active {
-            // A request named after its Machine says its Node only once it wrote its status.
-            let owner = r
-                .meta()
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.kind == "Machine");
-            let node = r
-                .status
-                .as_ref()
-                .and_then(|s| s.node.clone())
-                .or_else(|| {
-                    r.annotations()
-                        .get(hostcycle_api::remediation::NHC_NODE_NAME_ANNOTATION)
-                        .cloned()
-                })
-                .or_else(|| match owner {
-                    // Not started yet: its Machine says which Node.
-                    Some(o) => machines
-                        .iter()
-                        .find(|m| m.object.uid().as_deref() == Some(o.uid.as_str()))
-                        .and_then(MachineObject::node_ref),
-                    None => Some(r.name_any()),
-                });
-            out.extend(node);
+            out.extend(request_node(r, machines));
         }
     }
     out
+}
+
+/// The node a remediation request is about: its status, NodeHealthCheck's annotation, its
+/// owner Machine's `status.nodeRef`, or (no Machine owner) its name.
+pub fn request_node(r: &HostRemediation, machines: &[MachineObject]) -> Option<String> {
+    // A request named after its Machine says its Node only once it wrote its status.
+    let owner = r
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Machine");
+    r.status
+        .as_ref()
+        .and_then(|s| s.node.clone())
+        .or_else(|| {
+            r.annotations()
+                .get(hostcycle_api::remediation::NHC_NODE_NAME_ANNOTATION)
+                .cloned()
+        })
+        .or_else(|| match owner {
+            // Not started yet: its Machine says which Node.
+            Some(o) => machines
+                .iter()
+                .find(|m| m.object.uid().as_deref() == Some(o.uid.as_str()))
+                .and_then(MachineObject::node_ref),
+            None => Some(r.name_any()),
+        })
 }

@@ -3,12 +3,14 @@
 //! `hostcycle rq plan`.
 
 use crate::cluster::errors::is_not_found;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use hostcycle_api::queue::{HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
+use hostcycle_api::remediation::{HostRemediation, MACHINE_POWER_OFF_ANNOTATION};
 use hostcycle_api::{BareMetalHost, PowerTarget, REBOOT_ANNOTATION};
 use hostcycle_core::binding::BindingIndex;
+use hostcycle_core::queue::away::{AwayFacts, AwayMachine, AwayRequest, HeldHost, held_off};
 use hostcycle_core::queue::host::reboot_target;
 use hostcycle_core::queue::reboot::{QueueHostView, REQUEST_MARKER_ANNOTATION};
 use hostcycle_core::queue::{QueueSnapshot, RebootTarget};
@@ -17,8 +19,8 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::cluster::objects::{
-    MachineObject, binding_index, host_reference, host_unusable, machine_resources,
-    nodes_being_remediated,
+    MachineObject, binding_index, host_reference, host_unusable, machine_key, machine_resources,
+    nodes_being_remediated, request_node,
 };
 
 /// A host as the boot check and a cancel read it.
@@ -64,6 +66,101 @@ pub fn reboot_targets<'a>(
             (n.to_string(), target)
         })
         .collect()
+}
+
+/// Fills in what the gate reads of remediations, Machines and hosts: the nodes being
+/// remediated (`snapshot.being_remediated`: never drained or rebooted meanwhile) and every
+/// node away (`snapshot.away`, [`hostcycle_core::queue::away::away_nodes`]). The one function
+/// for the controller and `hostcycle rq plan`. Returns the held-off hosts a node is bound to
+/// (their changes matter to the queue).
+pub fn fill_gate_view(
+    snapshot: &mut QueueSnapshot,
+    index: &BindingIndex,
+    machines: &[MachineObject],
+    requests: &[HostRemediation],
+    hosts: &HashMap<HostReference, Arc<BareMetalHost>>,
+) -> BTreeSet<HostReference> {
+    snapshot.being_remediated = nodes_being_remediated(machines, requests)
+        .into_iter()
+        .collect();
+    let facts = AwayFacts {
+        machines: away_machines(index, machines, hosts),
+        requests: requests
+            .iter()
+            .filter_map(|r| {
+                Some(AwayRequest {
+                    name: format!(
+                        "HostRemediation {}/{}",
+                        r.namespace().unwrap_or_default(),
+                        r.name_any()
+                    ),
+                    node: request_node(r, machines)?,
+                    step: r.status.as_ref().map(|s| s.step).unwrap_or_default(),
+                    labels_backup: r
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.node_labels_backup.as_ref()),
+                })
+            })
+            .collect(),
+        hosts: held_hosts(index, hosts),
+    };
+    snapshot.away = hostcycle_core::queue::away::away_nodes(&snapshot.nodes, &facts);
+    facts.hosts.into_iter().map(|h| h.host).collect()
+}
+
+/// Every Machine with a `status.nodeRef`, for the gate.
+fn away_machines<'a>(
+    index: &BindingIndex,
+    machines: &'a [MachineObject],
+    hosts: &HashMap<HostReference, Arc<BareMetalHost>>,
+) -> Vec<AwayMachine<'a>> {
+    // Only a few hosts, if any, carry the annotation flow's power-off: look up the Machines'
+    // hosts only then.
+    let powered_off: BTreeSet<&HostReference> = hosts
+        .iter()
+        .filter(|(_, h)| h.annotations().contains_key(MACHINE_POWER_OFF_ANNOTATION))
+        .map(|(r, _)| r)
+        .collect();
+    machines
+        .iter()
+        .filter_map(|m| {
+            let node = m.node_ref()?;
+            let key = machine_key(&m.object);
+            let host_power_off = !powered_off.is_empty()
+                && index
+                    .machine(&key)
+                    .is_ok_and(|b| powered_off.contains(&b.host));
+            Some(AwayMachine {
+                name: key.to_string(),
+                node,
+                labels: m.object.labels(),
+                annotations: m.object.annotations(),
+                host_power_off,
+            })
+        })
+        .collect()
+}
+
+/// Every held-off host ([`held_off`]) with the nodes bound to it.
+fn held_hosts(
+    index: &BindingIndex,
+    hosts: &HashMap<HostReference, Arc<BareMetalHost>>,
+) -> Vec<HeldHost> {
+    let mut out = Vec::new();
+    for (reference, host) in hosts {
+        let Some(why) = held_off(host) else { continue };
+        for node in index.nodes_of_host(reference) {
+            out.push(HeldHost {
+                host: reference.clone(),
+                node,
+                why: why.clone(),
+            });
+        }
+    }
+    // Hosts come from a map: the same order every time.
+    out.sort_by(|a, b| (&a.host, &a.node).cmp(&(&b.host, &b.node)));
+    out
 }
 
 /// Reads the queue's world straight from the API server (for `hostcycle rq plan`): the
@@ -120,7 +217,7 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         entries.iter().map(|e| e.spec.node.as_str()),
         &by_ref,
     );
-    let requests = match Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone())
+    let requests = match Api::<HostRemediation>::all(client.clone())
         .list(&ListParams::default())
         .await
     {
@@ -128,8 +225,6 @@ pub async fn load_snapshot(client: &Client) -> Result<QueueSnapshot, kube::Error
         Err(e) if is_not_found(&e) => Vec::new(),
         Err(e) => return Err(e),
     };
-    snapshot.being_remediated = nodes_being_remediated(&machine_objects, &requests)
-        .into_iter()
-        .collect();
+    fill_gate_view(&mut snapshot, &index, &machine_objects, &requests, &by_ref);
     Ok(snapshot)
 }

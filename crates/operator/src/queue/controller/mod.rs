@@ -20,7 +20,7 @@ mod status;
 mod workers;
 mod writes;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,13 +44,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::eviction::Evictor;
-use super::observe::reboot_targets;
+use super::observe::{fill_gate_view, reboot_targets};
 use super::{QueueControllerConfig, Report, Shared};
 use crate::backoff::RETRY_SOON;
 use crate::cluster::errors::is_conflict;
-use crate::cluster::objects::{
-    MachineObject, binding_index, host_reference, nodes_being_remediated,
-};
+use crate::cluster::objects::{MachineObject, binding_index, host_reference};
 use crate::cluster::{ClusterView, Kinds};
 use crate::events::{EventPublisher, EventSink};
 use crate::interest::{self, HostInterest};
@@ -171,6 +169,36 @@ fn subscribe(view: &ClusterView, wake: &Arc<Notify>) -> Stores {
         remediations: view.remediations.store().clone(),
         host_interest,
     }
+}
+
+/// The hosts a pass depended on — the reboot targets of queued nodes, the hosts of reboots
+/// under way, the held-off hosts the gate counts — and whether a target is unresolved (then
+/// every host change matters).
+fn targeted_hosts(
+    snapshot: &QueueSnapshot,
+    entries: &[RebootQueueEntry],
+    held: &BTreeSet<HostReference>,
+) -> (HashSet<String>, bool) {
+    let mut targeted = HashSet::new();
+    let mut unresolved = false;
+    for target in snapshot.reboot_targets.values() {
+        match target {
+            RebootTarget::Host(host) | RebootTarget::UnusableHost { host, .. } => {
+                targeted.insert(interest::key(&host.namespace, &host.name));
+            }
+            // A host may appear, or the doubt be resolved, with any host's change.
+            RebootTarget::NoHost | RebootTarget::Refused { .. } => unresolved = true,
+        }
+    }
+    // The host a reboot was started on, should the node's mapping change meanwhile; and a
+    // held-off host: the gate opens when it is back.
+    let started = entries
+        .iter()
+        .filter_map(|e| e.status.as_ref()?.reboot.as_ref()?.host.as_ref());
+    for host in started.chain(held.iter()) {
+        targeted.insert(interest::key(&host.namespace, &host.name));
+    }
+    (targeted, unresolved)
 }
 
 /// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes.
@@ -397,7 +425,9 @@ impl Controller {
                 })
             })
             .collect();
-        // Bindings only for a queue with entries (an idle queue reads no host).
+        // Bindings and the gate's view only for a queue with entries (an idle queue reads no
+        // host, and has nobody to hold back).
+        let mut held = BTreeSet::new();
         if !entries.is_empty() {
             let hosts = self.stores.hosts.state();
             let index = binding_index(
@@ -412,36 +442,16 @@ impl Controller {
                 entries.iter().map(|e| e.spec.node.as_str()),
                 &by_ref,
             );
+            let requests: Vec<_> = self
+                .stores
+                .remediations
+                .state()
+                .iter()
+                .map(|r| (**r).clone())
+                .collect();
+            held = fill_gate_view(&mut snapshot, &index, &machine_objects, &requests, &by_ref);
         }
-        let mut targeted = HashSet::new();
-        let mut unresolved = false;
-        for target in snapshot.reboot_targets.values() {
-            match target {
-                RebootTarget::Host(host) | RebootTarget::UnusableHost { host, .. } => {
-                    targeted.insert(interest::key(&host.namespace, &host.name));
-                }
-                // A host may appear, or the doubt be resolved, with any host's change.
-                RebootTarget::NoHost | RebootTarget::Refused { .. } => unresolved = true,
-            }
-        }
-        // The host a reboot was started on, should the node's mapping change meanwhile.
-        for host in entries
-            .iter()
-            .filter_map(|e| e.status.as_ref()?.reboot.as_ref()?.host.as_ref())
-        {
-            targeted.insert(interest::key(&host.namespace, &host.name));
-        }
-        self.targeted_hosts = (targeted, unresolved);
-        let requests: Vec<_> = self
-            .stores
-            .remediations
-            .state()
-            .iter()
-            .map(|r| (**r).clone())
-            .collect();
-        snapshot.being_remediated = nodes_being_remediated(&machine_objects, &requests)
-            .into_iter()
-            .collect();
+        self.targeted_hosts = targeted_hosts(&snapshot, &entries, &held);
         snapshot
     }
 
