@@ -134,6 +134,10 @@ pub mod queue_event_reason {
     pub const UNSAFE_NODE_ADDRESS: &str = "UnsafeNodeAddress";
     /// Normal: the node booted after the reboot.
     pub const BOOT_CONFIRMED: &str = "BootConfirmed";
+    /// Warning: the host reported a power cycle (or the boot check passed) but the Node still
+    /// reports the boot ID recorded when the reboot began: it never rebooted. The entry does
+    /// not complete; the node stays cordoned.
+    pub const NOT_POWER_CYCLED: &str = "RebootNotPowerCycled";
     /// Warning: no boot confirmed within `bootTimeoutSeconds`; the entry keeps waiting.
     pub const BOOT_TIMED_OUT: &str = "BootTimedOut";
     /// Normal: the node was cordoned by the queue and is uncordoned now.
@@ -157,6 +161,9 @@ pub mod remediation {
     /// host and Node where they concern them).
     pub mod event_reason {
         pub const STARTED: &str = "RemediationStarted";
+        /// Normal: another trigger's remediation is running on the same host; this one joins it
+        /// and ends with it (one remediation per host).
+        pub const JOINED: &str = "RemediationJoined";
         pub const BLOCKED: &str = "RemediationBlocked";
         pub const NODE_NOT_FOUND: &str = "NodeNotFound";
         /// Warning: the host bound at the start is gone or was replaced under the same name.

@@ -41,6 +41,9 @@ pub const REMEDIATION_HOST_ANNOTATION: &str = "remediation.hostcycle.io/host";
 /// On a Machine (annotation flow): the BMC bound with the host (JSON: address, Secret,
 /// identity); only readings from it confirm the host off for this flow.
 pub const REMEDIATION_HOST_BMC_ANNOTATION: &str = "remediation.hostcycle.io/host-bmc";
+/// On a Machine (annotation flow): the remediation of another trigger this one joined (one
+/// remediation per host); it ends with that one.
+pub const REMEDIATION_JOINED_ANNOTATION: &str = "remediation.hostcycle.io/joined";
 /// On a Machine (annotation flow): the deleted Node's cordon and taints, as a JSON
 /// [`NodeSpecBackup`].
 pub const NODE_SPEC_BACKUP_ANNOTATION: &str = "remediation.hostcycle.io/node-spec-backup";
@@ -337,6 +340,10 @@ pub struct HostRemediationStatus {
     /// readings from this BMC confirm the host off for this remediation.
     #[serde(default, rename = "hostBMC", skip_serializing_if = "Option::is_none")]
     pub host_bmc: Option<crate::host::ObservedBmc>,
+    /// The remediation of another trigger running on the same host, which this one joined: it
+    /// starts no flow of its own and ends with that one (one remediation per host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined: Option<String>,
     /// Power cycles after the first.
     #[serde(default)]
     pub retry_count: u32,

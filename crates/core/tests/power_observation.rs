@@ -42,20 +42,102 @@ fn each_reading_extends_restarts_or_confirms_the_run() {
     };
     let restarted_off = restarted(&run(OFF, 2, 0, Some(1_000)));
     #[rustfmt::skip]
-    let cases: Vec<(&str, Option<PowerObservation>, ObservedPowerState, ObservedBmc, i64, Option<PowerObservation>)> = vec![
-        ("no run yet → first reading", None, OFF, lab_bmc(), 5_000, Some(run(OFF, 1, 5_000, None))),
-        ("one Off, another Off 1 s later → confirmed", Some(run(OFF, 1, 5_000, None)), OFF, lab_bmc(), 6_000, Some(run(OFF, 2, 5_000, Some(6_000)))),
-        ("one Off, another 999 ms later → not yet (no write)", Some(run(OFF, 1, 5_000, None)), OFF, lab_bmc(), 5_999, None),
-        ("one Off, then On → a new run", Some(run(OFF, 1, 5_000, None)), ON, lab_bmc(), 6_000, Some(run(ON, 1, 6_000, None))),
-        ("confirmed, the same again → nothing to write", Some(run(OFF, 2, 5_000, Some(6_000))), OFF, lab_bmc(), 60_000, None),
-        ("confirmed Off, then On → a new run", Some(run(OFF, 2, 5_000, Some(6_000))), ON, lab_bmc(), 60_000, Some(run(ON, 1, 60_000, None))),
-        ("Off from another address → a new run of that BMC", Some(run(OFF, 2, 5_000, Some(6_000))), OFF, other_bmc.clone(), 7_000,
-            Some(PowerObservation { bmc: other_bmc.clone(), ..run(OFF, 1, 7_000, None) })),
-        ("another identity at the address → a new run", Some(run(OFF, 2, 5_000, Some(6_000))), OFF, other_identity.clone(), 7_000,
-            Some(PowerObservation { bmc: other_identity.clone(), ..run(OFF, 1, 7_000, None) })),
-        ("restarted (a request or a failed read) → the next reading is the first", Some(restarted_off.clone()), OFF, lab_bmc(), 9_000, Some(run(OFF, 1, 9_000, None))),
-        ("Transitioning is a run of its own (never Off)", Some(run(OFF, 1, 5_000, None)), ObservedPowerState::Transitioning, lab_bmc(), 6_000,
-            Some(run(ObservedPowerState::Transitioning, 1, 6_000, None))),
+    // (case, the run before, the reading's state, its BMC, when, the run after or None)
+    type Reading = (
+        &'static str,
+        Option<PowerObservation>,
+        ObservedPowerState,
+        ObservedBmc,
+        i64,
+        Option<PowerObservation>,
+    );
+    let cases: Vec<Reading> = vec![
+        (
+            "no run yet → first reading",
+            None,
+            OFF,
+            lab_bmc(),
+            5_000,
+            Some(run(OFF, 1, 5_000, None)),
+        ),
+        (
+            "one Off, another Off 1 s later → confirmed",
+            Some(run(OFF, 1, 5_000, None)),
+            OFF,
+            lab_bmc(),
+            6_000,
+            Some(run(OFF, 2, 5_000, Some(6_000))),
+        ),
+        (
+            "one Off, another 999 ms later → not yet (no write)",
+            Some(run(OFF, 1, 5_000, None)),
+            OFF,
+            lab_bmc(),
+            5_999,
+            None,
+        ),
+        (
+            "one Off, then On → a new run",
+            Some(run(OFF, 1, 5_000, None)),
+            ON,
+            lab_bmc(),
+            6_000,
+            Some(run(ON, 1, 6_000, None)),
+        ),
+        (
+            "confirmed, the same again → nothing to write",
+            Some(run(OFF, 2, 5_000, Some(6_000))),
+            OFF,
+            lab_bmc(),
+            60_000,
+            None,
+        ),
+        (
+            "confirmed Off, then On → a new run",
+            Some(run(OFF, 2, 5_000, Some(6_000))),
+            ON,
+            lab_bmc(),
+            60_000,
+            Some(run(ON, 1, 60_000, None)),
+        ),
+        (
+            "Off from another address → a new run of that BMC",
+            Some(run(OFF, 2, 5_000, Some(6_000))),
+            OFF,
+            other_bmc.clone(),
+            7_000,
+            Some(PowerObservation {
+                bmc: other_bmc.clone(),
+                ..run(OFF, 1, 7_000, None)
+            }),
+        ),
+        (
+            "another identity at the address → a new run",
+            Some(run(OFF, 2, 5_000, Some(6_000))),
+            OFF,
+            other_identity.clone(),
+            7_000,
+            Some(PowerObservation {
+                bmc: other_identity.clone(),
+                ..run(OFF, 1, 7_000, None)
+            }),
+        ),
+        (
+            "restarted (a request or a failed read) → the next reading is the first",
+            Some(restarted_off.clone()),
+            OFF,
+            lab_bmc(),
+            9_000,
+            Some(run(OFF, 1, 9_000, None)),
+        ),
+        (
+            "Transitioning is a run of its own (never Off)",
+            Some(run(OFF, 1, 5_000, None)),
+            ObservedPowerState::Transitioning,
+            lab_bmc(),
+            6_000,
+            Some(run(ObservedPowerState::Transitioning, 1, 6_000, None)),
+        ),
     ];
     for (name, prev, state, bmc, now, want) in cases {
         assert_eq!(

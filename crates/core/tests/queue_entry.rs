@@ -828,9 +828,63 @@ fn a_report_counts_only_in_the_phase_it_is_about() {
         ),
     ];
     for (name, e, news, records, actions) in cases {
-        let d = after_worker_news(&e, &news, &config(), ts(10), 0.0);
+        let d = after_worker_news(&e, &news, None, &config(), ts(10), 0.0);
         assert_eq!(!d.status.is_empty(), records, "{name}");
         assert_eq!(d.actions, actions, "{name}");
+    }
+}
+
+/// Issue 24, the boot canary: a passed boot check completes the entry only when the Node
+/// booted anew — its boot ID differs from the one recorded when the reboot began. The same
+/// boot ID (the command reached another machine) is a Warning on the entry and the Node, and
+/// the entry keeps its node cordoned.
+#[test]
+fn a_passed_boot_check_completes_only_with_a_new_boot_id() {
+    let rebooting = with(entry(Some(EntryPhase::Rebooting), 0), |s| {
+        let mut progress = RebootProgress::new(RebootMethod::Command);
+        progress.boot_id = Some("boot-1".into());
+        s.reboot = Some(progress)
+    });
+    let complete = |detail: &str| {
+        vec![EntryAction::Complete {
+            detail: detail.into(),
+        }]
+    };
+    let passed = WorkerNews::BootCheck {
+        booted: true,
+        detail: "printed true".into(),
+    };
+    let d = after_worker_news(&rebooting, &passed, Some("boot-2"), &config(), ts(10), 0.0);
+    assert_eq!(
+        d.actions,
+        complete("printed true"),
+        "a new boot ID completes"
+    );
+    for (name, now) in [("the same boot ID", Some("boot-1")), ("no boot ID", None)] {
+        let d = after_worker_news(&rebooting, &passed, now, &config(), ts(10), 0.0);
+        assert!(d.actions.is_empty(), "{name}: never completes: {d:?}");
+        let s = applied(&rebooting, &d);
+        assert!(
+            s.message.contains("the boot check passed, but"),
+            "{name}: {}",
+            s.message
+        );
+        assert_eq!(
+            events(&d),
+            vec![
+                (
+                    EventSubject::Entry,
+                    EventType::Warning,
+                    reason::NOT_POWER_CYCLED
+                ),
+                (
+                    EventSubject::Node,
+                    EventType::Warning,
+                    reason::NOT_POWER_CYCLED
+                )
+            ],
+            "{name}"
+        );
     }
 }
 
@@ -843,7 +897,7 @@ fn a_command_attempt_is_recorded_before_it_runs_and_a_give_up_warns() {
         attempt: 2,
         previous_error: "exit 1".into(),
     };
-    let d = after_worker_news(&rebooting, &news, &config(), ts(10), 0.0);
+    let d = after_worker_news(&rebooting, &news, None, &config(), ts(10), 0.0);
     let s = applied(&rebooting, &d);
     assert_eq!(s.reboot.as_ref().unwrap().command_attempts, 2);
     assert_eq!(
@@ -854,6 +908,7 @@ fn a_command_attempt_is_recorded_before_it_runs_and_a_give_up_warns() {
     let d = after_worker_news(
         &rebooting,
         &WorkerNews::CommandGaveUp("exit 1".into()),
+        None,
         &config(),
         ts(10),
         0.0,

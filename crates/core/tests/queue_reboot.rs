@@ -105,6 +105,8 @@ fn node_with(f: impl FnOnce(&mut QueueNodeView)) -> QueueNodeView {
 enum Want {
     Is(BmcRebootStep),
     WaitSaying(&'static [&'static str]),
+    /// The boot canary failed, saying these words.
+    NotPowerCycled(&'static [&'static str]),
 }
 
 struct Case {
@@ -130,7 +132,8 @@ fn run(cases: Vec<Case>) {
         );
         let ok = match (&c.want, &got) {
             (Want::Is(w), g) => w == g,
-            (Want::WaitSaying(words), BmcRebootStep::Wait(text)) => {
+            (Want::WaitSaying(words), BmcRebootStep::Wait(text))
+            | (Want::NotPowerCycled(words), BmcRebootStep::NotPowerCycled(text)) => {
                 words.iter().all(|w| text.contains(w))
             }
             _ => false,
@@ -223,10 +226,25 @@ fn bmc_boot_needs_a_power_on_after_t_and_a_ready_heartbeat_after_that() {
                 h.reboot_annotation = false;
                 h.last_powered_on = Some(ts(100));
             })),
-            node: node_with(|n| n.ready_heartbeat = Some(ts(150))),
+            node: node_with(|n| {
+                n.ready_heartbeat = Some(ts(150));
+                n.boot_id = Some("boot-b".into());
+            }),
             want: Want::Is(BmcRebootStep::Booted {
                 boot_started: ts(100),
             }),
+        },
+        Case {
+            name: "lastPoweredOn after T + Ready, but the boot ID recorded at T → never power-cycled (boot canary)",
+            progress: requested(),
+            host: Some(host_with(|h| {
+                h.reboot_annotation = false;
+                h.last_powered_on = Some(ts(100));
+            })),
+            node: node_with(|n| {
+                n.ready_heartbeat = Some(ts(150));
+            }),
+            want: Want::NotPowerCycled(&["metal/h1", "still reports boot ID boot-a"]),
         },
         Case {
             name: "lastPoweredOn after T but the heartbeat is older than the power-on → wait",
@@ -283,7 +301,10 @@ fn bmc_boot_needs_a_power_on_after_t_and_a_ready_heartbeat_after_that() {
             name: "lastPoweredOn after T wins over a recorded power-off as the boot start",
             progress: progress_with(|p| p.host_powered_off_at = Some(ts(20))),
             host: Some(host_with(|h| h.last_powered_on = Some(ts(60)))),
-            node: node_with(|n| n.ready_heartbeat = Some(ts(61))),
+            node: node_with(|n| {
+                n.ready_heartbeat = Some(ts(61));
+                n.boot_id = Some("boot-b".into());
+            }),
             want: Want::Is(BmcRebootStep::Booted {
                 boot_started: ts(60),
             }),
@@ -321,7 +342,10 @@ fn bmc_power_off_is_recorded_once_and_counts_as_evidence_once_the_host_is_on_aga
                 h.reboot_annotation = false;
                 h.last_powered_on = None;
             })),
-            node: node_with(|n| n.ready_heartbeat = Some(ts(120))),
+            node: node_with(|n| {
+                n.ready_heartbeat = Some(ts(120));
+                n.boot_id = Some("boot-b".into());
+            }),
             want: Want::Is(BmcRebootStep::Booted {
                 boot_started: ts(60),
             }),
@@ -354,7 +378,10 @@ fn bmc_power_off_is_recorded_once_and_counts_as_evidence_once_the_host_is_on_aga
                 h.reboot_annotation = false;
                 h.last_powered_on = Some(ts(-3_600));
             })),
-            node: node_with(|n| n.ready_heartbeat = Some(ts(61))),
+            node: node_with(|n| {
+                n.ready_heartbeat = Some(ts(61));
+                n.boot_id = Some("boot-b".into());
+            }),
             want: Want::Is(BmcRebootStep::Booted {
                 boot_started: ts(60),
             }),
@@ -492,9 +519,16 @@ fn bmc_reboot_sequence_against_metal3_requests_once_and_boots() {
         step(&progress, &h, &n, 60),
         BmcRebootStep::Wait(_)
     ));
-    // 5. The kubelet reports Ready again.
+    // 5. The kubelet reports Ready again — from the same boot (the power cycle reached
+    // another machine): never complete (the boot canary).
     n.ready = true;
     n.ready_heartbeat = Some(ts(90));
+    assert!(matches!(
+        step(&progress, &h, &n, 91),
+        BmcRebootStep::NotPowerCycled(why) if why.contains("still reports boot ID boot-a")
+    ));
+    // 6. From a new boot: booted.
+    n.boot_id = Some("boot-b".into());
     assert_eq!(
         step(&progress, &h, &n, 91),
         BmcRebootStep::Booted {

@@ -224,6 +224,7 @@ fn annotation_obs() -> Observation {
         queue_reboot_until: None,
         escalation: Escalation::DeleteMachine,
         held_elsewhere: None,
+        joined_running: None,
     }
 }
 

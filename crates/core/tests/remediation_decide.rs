@@ -18,7 +18,7 @@ use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
     NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, POWER_ON_TIMEOUT_ANNOTATION,
     POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION,
+    REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION, REMEDIATION_JOINED_ANNOTATION,
     REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
     REMEDIATION_STARTED_ANNOTATION, RemediationPhase, RemediationStep,
 };
@@ -183,6 +183,7 @@ fn obs(trigger: Trigger) -> Observation {
             Trigger::MachineAnnotation => Escalation::DeleteMachine,
         },
         held_elsewhere: None,
+        joined_running: None,
     }
 }
 
@@ -1789,6 +1790,7 @@ impl World {
             queue_reboot_until: self.queue_reboot_until,
             escalation: self.escalation.clone(),
             held_elsewhere: None,
+            joined_running: None,
         }
     }
 
@@ -1832,6 +1834,7 @@ impl World {
                     NODE_SPEC_BACKUP_ANNOTATION,
                     REMEDIATION_HOST_ANNOTATION,
                     REMEDIATION_HOST_BMC_ANNOTATION,
+                    REMEDIATION_JOINED_ANNOTATION,
                     REMEDIATION_STARTED_ANNOTATION,
                     REMEDIATION_POWERED_OFF_AT_ANNOTATION,
                     REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
@@ -2677,6 +2680,7 @@ fn record() -> impl Strategy<Value = Record> {
                 retry_count,
                 host: (retry_count % 2 == 0).then(bound),
                 bmc: None,
+                joined: None,
                 node_spec_backup: None,
                 started_at: times.0,
                 cycle_started_at: times.1,
@@ -2788,6 +2792,7 @@ fn observation() -> impl Strategy<Value = Observation> {
                 queue_reboot_until,
                 escalation,
                 held_elsewhere: None,
+                joined_running: None,
             },
         )
 }

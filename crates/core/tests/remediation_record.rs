@@ -13,8 +13,9 @@ use hostcycle_api::remediation::{
     NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup,
     POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
     REMEDIATION_FAILED_ANNOTATION, REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION,
-    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
-    REMEDIATION_STARTED_ANNOTATION, RemediationPhase, RemediationStep, TaintBackup,
+    REMEDIATION_JOINED_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+    REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationPhase,
+    RemediationStep, TaintBackup,
 };
 use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::{
@@ -217,8 +218,10 @@ fn patch(m: Markers) -> Patch {
     } = m;
     let mut p: Patch = [
         (REMEDIATION_HOST_ANNOTATION, host),
-        // The fixtures' records bind no BMC (as written before BMCs were bound): removed.
+        // The fixtures' records bind no BMC (as written before BMCs were bound) and join no
+        // other remediation: removed.
         (REMEDIATION_HOST_BMC_ANNOTATION, None),
+        (REMEDIATION_JOINED_ANNOTATION, None),
         (NODE_SPEC_BACKUP_ANNOTATION, spec),
         (REMEDIATION_STARTED_ANNOTATION, started),
         (REMEDIATION_POWERED_OFF_AT_ANNOTATION, powered_off_at),
@@ -684,6 +687,7 @@ fn decide_on(
         queue_reboot_until: None,
         escalation: Escalation::DeleteMachine,
         held_elsewhere: None,
+        joined_running: None,
     };
     decide(&obs, t(10_000))
 }
@@ -925,6 +929,7 @@ fn status() -> HostRemediationStatus {
         host: Some("machines/host-0".into()),
         host_uid: Some("stale-uid".into()),
         host_bmc: None,
+        joined: None,
         retry_count: 7,
         last_remediated: Some(t(-1_000)),
         powered_off_at: Some(t(-900)),

@@ -103,6 +103,7 @@ fn obs(record: Record, h: Option<RemediationHostView>) -> Observation {
         queue_reboot_until: None,
         escalation: Escalation::MarkOwnerRemediated,
         held_elsewhere: None,
+        joined_running: None,
     }
 }
 
@@ -676,4 +677,120 @@ fn request_namespaces_decide_which_requests_may_fence_which_hosts() {
     for bad in ["", ",", "Team-A", "a b", "-x", "same-as-host,*,x_y"] {
         assert!(bad.parse::<RequestNamespaces>().is_err(), "{bad:?}");
     }
+}
+
+/// Issue 24, case 7 — one remediation per host: a second trigger for a host joins the
+/// remediation running there (or the oldest one that could start, when both are seen at once)
+/// and never starts its own; different hosts are independent.
+#[test]
+fn a_second_trigger_for_a_host_joins_the_running_remediation() {
+    use hostcycle_core::remediation::joins::{FlowOnHost, joins};
+    let flow = |key: &'static str, created: i64, host: &'static str, running: bool, could: bool| {
+        FlowOnHost {
+            key,
+            created: t(created),
+            host_uid: Some(host),
+            running,
+            not_started: !running,
+            could_start: !running && could,
+        }
+    };
+    #[rustfmt::skip]
+    type JoinCase<'a> = (&'a str, Vec<FlowOnHost<'a>>, Vec<(&'a str, &'a str)>);
+    let cases: Vec<JoinCase> = vec![
+        (
+            "a request while the Machine's annotation flow runs → joins it",
+            vec![
+                flow("machine", 0, "h1", true, false),
+                flow("request", 5, "h1", false, true),
+            ],
+            vec![("request", "machine")],
+        ),
+        (
+            "both seen at once → the older starts, the later joins it",
+            vec![
+                flow("request", 5, "h1", false, true),
+                flow("machine", 0, "h1", false, true),
+            ],
+            vec![("request", "machine")],
+        ),
+        (
+            "the older one is blocked → the later one leads",
+            vec![
+                flow("machine", 0, "h1", false, false),
+                flow("request", 5, "h1", false, true),
+            ],
+            vec![("machine", "request")],
+        ),
+        (
+            "other hosts → independent",
+            vec![
+                flow("a", 0, "h1", true, false),
+                flow("b", 5, "h2", false, true),
+            ],
+            vec![],
+        ),
+        (
+            "alone → nothing to join",
+            vec![flow("a", 0, "h1", false, true)],
+            vec![],
+        ),
+    ];
+    for (name, flows, want) in cases {
+        let got: Vec<(&str, &str)> = joins(&flows).into_iter().collect();
+        let mut want = want;
+        want.sort();
+        assert_eq!(got, want, "{name}");
+    }
+
+    // The joined remediation: recorded, no action, no slot.
+    let mut o = obs(Record::default(), None);
+    o.target = Ok(RemediationHostView {
+        power_off_requested: false,
+        ..host(true, t(-5))
+    });
+    o.joined_running = Some("Machine default/m-w1".into());
+    assert!(!wants_slot(&o, t(0)));
+    let d = decide(&o, t(0));
+    assert!(d.actions.is_empty(), "{d:#?}");
+    assert_eq!(
+        d.record.as_ref().and_then(|r| r.joined.as_deref()),
+        Some("Machine default/m-w1")
+    );
+    assert!(d.events.iter().any(|e| e.reason == ev::JOINED));
+    // It ends with the flow it joined: Node back and Ready → succeeded, no power cycle.
+    let joined = Record {
+        joined: Some("Machine default/m-w1".into()),
+        ..Record::default()
+    };
+    let mut after = obs(joined.clone(), None);
+    after.target = o.target.clone();
+    after.node = Some(RemediationNodeView {
+        ready: true,
+        ..node()
+    });
+    let d = decide(&after, t(60));
+    assert_eq!(d.record.as_ref().unwrap().step, RemediationStep::Done);
+    assert_eq!(
+        d.actions,
+        vec![Action::ClearExternallyRemediated],
+        "no power cycle of its own: {d:#?}"
+    );
+    // … the Node not back → failed, without an escalation of its own.
+    after.node = Some(node());
+    let d = decide(&after, t(60));
+    assert_eq!(d.record.as_ref().unwrap().step, RemediationStep::GaveUp);
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::Escalate(_) | Action::MarkHostUnhealthy)),
+        "{d:#?}"
+    );
+    // … withdrawn meanwhile → cancelled; an annotation flow's markers go.
+    let mut withdrawn = obs(joined, None);
+    withdrawn.trigger = Trigger::MachineAnnotation;
+    withdrawn.requested = false;
+    let d = decide(&withdrawn, t(60));
+    assert_eq!(d.record.as_ref().unwrap().step, RemediationStep::Cancelled);
+    assert_eq!(d.actions, vec![Action::FinishAnnotationFlow]);
 }

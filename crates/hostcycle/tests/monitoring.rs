@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const RUNBOOK_BASE: &str = "https://example.invalid/hostcycle/blob/main/docs/troubleshooting.md#";
 
 /// The runbook sections the alerts link to, one per alert.
-const RUNBOOK_ANCHORS: [&str; 15] = [
+const RUNBOOK_ANCHORS: [&str; 16] = [
     "operator-down",
     "no-leader",
     "multiple-leaders",
@@ -32,6 +32,7 @@ const RUNBOOK_ANCHORS: [&str; 15] = [
     "boot-timeout",
     "reboot-queue-stalled",
     "reboot-queue-disabled",
+    "cannot-fence",
     "remediation-failed",
 ];
 

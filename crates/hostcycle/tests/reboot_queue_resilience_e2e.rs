@@ -263,16 +263,26 @@ async fn a_node_address_starting_with_a_hyphen_never_reaches_the_commands() {
     let lab = QueueLab::start(&hosts, fast_queue()).await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("argv.log");
-    // Both commands record their argv; the boot check says "booted" at once.
-    let record = script(
+    // Both commands record their argv, then do their work: a real power cycle through the
+    // BMC and a real boot check (an entry completes only once its Node booted anew).
+    let (reboot, boot_check) = command_scripts(
         dir.path(),
-        "record.sh",
-        &format!("echo \"$@\" >> {}\necho true\n", log.display()),
+        &hosts,
+        &lab.lab.redfish,
+        lab.lab.cluster.kubeconfig_path(),
+        |_| PROMPT,
     );
+    let recorded = |name: &str, command: &str| {
+        script(
+            dir.path(),
+            name,
+            &format!("echo \"$@\" >> {}\nexec {command} \"$@\"\n", log.display()),
+        )
+    };
     lab.patch_queue(json!({ "reboot": {
         "method": "Command",
-        "rebootCommand": [record],
-        "bootCheckCommand": [record],
+        "rebootCommand": [recorded("record-reboot.sh", &reboot)],
+        "bootCheckCommand": [recorded("record-boot-check.sh", &boot_check)],
         "bootCheckIntervalSeconds": 1,
     }}))
     .await;

@@ -82,6 +82,7 @@ async fn stale_off_with_machine_running(lab: &RemediationLab, host: &str) -> Str
 async fn assert_held_cannot_fence(
     lab: &RemediationLab,
     request: &str,
+    node: &str,
     node_uid: &str,
     nodes: &Recorder<k8s_openapi::api::core::v1::Node>,
     why: &str,
@@ -100,7 +101,7 @@ async fn assert_held_cannot_fence(
     assert_eq!(status.phase(), RemediationPhase::Running);
     assert!(status.message.contains(why), "{}", status.message);
     assert_eq!(condition_status(&held, "Succeeded"), "Unknown");
-    let node = lab.node(request).await;
+    let node = lab.node(node).await;
     assert_eq!(node.uid().as_deref(), Some(node_uid));
     assert!(
         nodes.deletions().is_empty(),
@@ -162,7 +163,7 @@ async fn detaching_a_host_during_a_fence_never_releases_its_node() {
     assert_eq!(status.powered_on, Some(false), "poweredOn carried over");
     assert_eq!(status.power_observation, None, "no reading evidence left");
 
-    assert_held_cannot_fence(&lab, "d-0", &node_uid, &nodes, "detached").await;
+    assert_held_cannot_fence(&lab, "d-0", "d-0", &node_uid, &nodes, "detached").await;
 
     // A person decides: the request is withdrawn, and the remediation's power-off goes.
     lab.delete_request(NS, "d-0").await;
@@ -233,7 +234,7 @@ async fn pointing_a_fenced_host_at_another_bmc_powers_nothing_and_releases_nothi
     lab.wait_event_reasons("HostRemediation", "m-b-0", &[rev::BMC_CHANGED])
         .await;
 
-    assert_held_cannot_fence(&lab, "m-b-0", &node_uid, &nodes, "spec.bmc").await;
+    assert_held_cannot_fence(&lab, "m-b-0", "b-0", &node_uid, &nodes, "spec.bmc").await;
     // b-1's machine was never powered off through b-0's host.
     let history = lab.lab.settled_history("b-1").await;
     assert_eq!(
@@ -274,4 +275,79 @@ async fn pointing_a_fenced_host_at_another_bmc_powers_nothing_and_releases_nothi
             },
         )
         .await;
+}
+
+/// Case 7: two triggers for one host — an OpenShift Machine's annotation and a NodeHealthCheck
+/// request for its Node — make one remediation, not two in a row: the request joins the
+/// running flow (`RemediationJoined`) and ends with it. The host is powered off once, the Node
+/// deleted once, and both end succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_triggers_for_one_host_fence_it_once() {
+    let lab = RemediationLab::start(&[worker("j-0")], &[]).await;
+    template(&lab).await;
+    let nodes = lab.watch_node("j-0").await;
+    let old_uid = lab.node("j-0").await.uid().unwrap();
+    let machine = lab
+        .create_machine(MachineKind::OpenShift, NS, "m-j-0", "j-0", "j-0", &[])
+        .await;
+    lab.mark(&machine).await;
+    lab.lab
+        .wait_host(
+            "j-0",
+            "the Machine flow's power-off",
+            CYCLE_TIMEOUT,
+            requested_off_by_machine,
+        )
+        .await;
+    lab.create_nhc_request(NS, TEMPLATE, "j-0").await;
+    let joined = lab
+        .wait_request(NS, "j-0", "joined the running flow", CYCLE_TIMEOUT, |r| {
+            r.status.as_ref().is_some_and(|s| s.joined.is_some())
+        })
+        .await;
+    assert_eq!(
+        joined.status.as_ref().unwrap().step,
+        RemediationStep::NotStarted
+    );
+    lab.wait_event_reasons("HostRemediation", "j-0", &[rev::JOINED])
+        .await;
+
+    lab.wait_node_back("j-0", &old_uid, Duration::from_secs(300))
+        .await;
+    lab.wait_machine_clean(&machine, CYCLE_TIMEOUT).await;
+    let done = lab
+        .wait_request(
+            NS,
+            "j-0",
+            "succeeded with the flow it joined",
+            CYCLE_TIMEOUT,
+            |r| {
+                r.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase() == RemediationPhase::Succeeded)
+            },
+        )
+        .await;
+    assert_eq!(done.status.as_ref().unwrap().step, RemediationStep::Done);
+    // One power cycle, one Node deletion, and the request never put a power-off of its own.
+    let history = lab.lab.settled_history("j-0").await;
+    assert_eq!(
+        history.power_offs(),
+        1,
+        "one power-off: {history:?}\noperator log: {}",
+        lab.operator_log()
+    );
+    assert_eq!(
+        nodes.deletions().len(),
+        1,
+        "the Node was deleted once\noperator log: {}",
+        lab.operator_log()
+    );
+    let host = lab.lab.get("j-0").await;
+    assert!(!requested_power_off(&host), "{:?}", host.annotations());
+}
+
+fn requested_off_by_machine(h: &BareMetalHost) -> bool {
+    h.annotations()
+        .contains_key(hostcycle_api::remediation::MACHINE_POWER_OFF_ANNOTATION)
 }

@@ -24,7 +24,7 @@ use super::address::unsafe_address_refusal;
 use super::config::{BackoffConfig, QueueConfig};
 use super::drain::next_backoff;
 use super::plan::{DequeueReason, WaitReason, resolve_method};
-use super::reboot::{AfterDrain, BmcRebootStep, after_drain, boot_overdue};
+use super::reboot::{AfterDrain, BmcRebootStep, after_drain, boot_canary, boot_overdue};
 use super::snapshot::{EntryView, QueueNodeView, RebootTarget};
 use crate::conditions::set_condition;
 use crate::text::bounded;
@@ -582,6 +582,7 @@ pub fn follow_bmc_reboot(
             "node {} is Ready after a boot that started at {boot_started}",
             entry.spec.node
         )),
+        BmcRebootStep::NotPowerCycled(why) => not_power_cycled(entry, why),
         BmcRebootStep::Wait(text) => {
             let text = match cancel_note {
                 Some(note) => format!("{note}; {text}"),
@@ -590,6 +591,19 @@ pub fn follow_bmc_reboot(
             message_only(entry, &text)
         }
     }
+}
+
+/// The boot canary failed: a Warning on the entry and the Node, the message says so, and the
+/// entry does not complete (the node stays cordoned; the boot timeout follows).
+fn not_power_cycled(entry: &RebootQueueEntry, why: &str) -> EntryDecision {
+    let text = format!(
+        "rebooting: {why}; the entry does not complete and the node stays cordoned: check \
+         which machine was power-cycled (the host's spec.bmc, the node's address), then cancel \
+         the entry"
+    );
+    let mut d = message_only(entry, &text);
+    d.events = on_both(EventType::Warning, reason::NOT_POWER_CYCLED, &text).into();
+    d
 }
 
 fn complete(detail: String) -> EntryDecision {
@@ -650,9 +664,11 @@ pub enum WorkerNews {
 
 /// What a worker's news does to its entry. News that no longer fits the entry's phase (or
 /// a cancelled entry's) changes nothing.
+/// `node_boot_id` is the entry's Node's boot ID now (the boot canary).
 pub fn after_worker_news(
     entry: &RebootQueueEntry,
     news: &WorkerNews,
+    node_boot_id: Option<&str>,
     config: &QueueConfig,
     now: Timestamp,
     jitter: f64,
@@ -709,11 +725,18 @@ pub fn after_worker_news(
                 ..EntryDecision::default()
             }
         }
-        // Also a cancelled entry waiting for its cycle: done, now it may go.
+        // Also a cancelled entry waiting for its cycle: done, now it may go — once the Node
+        // booted anew (the command may have reached another machine).
         WorkerNews::BootCheck {
             booted: true,
             detail,
-        } if rebooting => complete(detail.clone()),
+        } if rebooting => {
+            let recorded = status.reboot.as_ref().and_then(|r| r.boot_id.as_deref());
+            match boot_canary(&entry.spec.node, recorded, node_boot_id) {
+                Ok(()) => complete(detail.clone()),
+                Err(why) => not_power_cycled(entry, &format!("the boot check passed, but {why}")),
+            }
+        }
         WorkerNews::BootCheck {
             booted: false,
             detail,

@@ -94,6 +94,10 @@ pub enum BmcRebootStep {
     RecordPowerOff { at: Timestamp },
     /// The node booted after the reboot.
     Booted { boot_started: Timestamp },
+    /// The host says it was power-cycled and the Node is Ready, but the Node's boot ID is the
+    /// one recorded when the reboot began ([`boot_canary`]): it never rebooted. A Warning, and
+    /// the entry does not complete.
+    NotPowerCycled(String),
     /// Nothing to do; the text says what the entry waits for.
     Wait(String),
 }
@@ -147,8 +151,18 @@ pub fn bmc_reboot_step(
     };
     if let Some(started) = boot_started {
         return if node.ready && node.ready_heartbeat.is_some_and(|hb| hb > started) {
-            BmcRebootStep::Booted {
-                boot_started: started,
+            match boot_canary(
+                &node.name,
+                progress.boot_id.as_deref(),
+                node.boot_id.as_deref(),
+            ) {
+                Ok(()) => BmcRebootStep::Booted {
+                    boot_started: started,
+                },
+                Err(why) => BmcRebootStep::NotPowerCycled(format!(
+                    "host {} reported a power cycle, but {why}",
+                    host.reference
+                )),
             }
         } else {
             BmcRebootStep::Wait(format!(
@@ -185,6 +199,26 @@ pub fn bmc_reboot_step(
             "reboot requested at {requested_at}; waiting for host {} to power off and on",
             host.reference
         ))
+    }
+}
+
+/// The boot canary: a reboot is complete only when the Node booted anew — its boot ID
+/// (`status.nodeInfo.bootID`, which the kubelet reports per boot) differs from the one
+/// recorded when the reboot began. Whatever else says "rebooted" (the host's `lastPoweredOn`,
+/// a boot check printing `true`) may come from another machine (a BareMetalHost pointed at
+/// another BMC, a command run against another node's address). `Err` says why not. An entry
+/// that recorded no boot ID (its Node reported none) cannot be checked and passes.
+pub fn boot_canary(node: &str, recorded: Option<&str>, now: Option<&str>) -> Result<(), String> {
+    match (recorded, now) {
+        (None, _) => Ok(()),
+        (Some(before), Some(after)) if before != after => Ok(()),
+        (Some(before), Some(_)) => Err(format!(
+            "node {node} still reports boot ID {before}, recorded when the reboot began: it \
+             never rebooted"
+        )),
+        (Some(_), None) => Err(format!(
+            "node {node} reports no boot ID, so a new boot cannot be told from the old one"
+        )),
     }
 }
 

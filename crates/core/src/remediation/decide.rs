@@ -427,6 +427,9 @@ pub struct Observation {
     /// Another remediator holds this Machine (or will: CAPBM's provider), in words: hostcycle
     /// does nothing ([`super::contracts::machine_claim`]).
     pub held_elsewhere: Option<String>,
+    /// Another trigger's remediation is running on the same host
+    /// ([`super::joins::joins`]): this one joins it instead of starting.
+    pub joined_running: Option<String>,
 }
 
 /// One thing to do, in order, after the record is written.
@@ -619,6 +622,8 @@ pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
 pub fn wants_slot(obs: &Observation, now: Timestamp) -> bool {
     obs.requested
         && obs.held_elsewhere.is_none()
+        && obs.joined_running.is_none()
+        && obs.record.joined.is_none()
         && obs.record.step == RemediationStep::NotStarted
         && start_blocker(obs).is_none()
         && obs.queue_reboot_until.is_none_or(|t| t <= now)
@@ -778,6 +783,9 @@ fn finished_message(step: RemediationStep) -> String {
 }
 
 fn start(obs: &Observation, now: Timestamp) -> Decision {
+    if let Some(d) = joined(obs) {
+        return d;
+    }
     if !obs.requested {
         return Decision::wait(RemediationPhase::Pending, "not requested".into());
     }
@@ -849,6 +857,82 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
         requeue: Some(POLL),
         cannot_fence: false,
     }
+}
+
+/// One remediation per host: while another trigger's remediation runs on this host, this one
+/// joins it (recorded, no action, no slot); once that one is over, this one ends with it —
+/// succeeded when the Node is back and Ready, failed otherwise (without an escalation of its
+/// own: the flow it joined had its own). `None` when it joined nothing.
+fn joined(obs: &Observation) -> Option<Decision> {
+    let record = &obs.record;
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let host = acting_name(obs);
+    if let Some(other) = &obs.joined_running {
+        let message = format!(
+            "joined {other}, the remediation running on host {host}: one remediation per host; \
+             this one ends with it"
+        );
+        let mut d = Decision::wait(RemediationPhase::Running, message.clone());
+        if record.joined.as_ref() != Some(other) {
+            d.record = Some(Record {
+                joined: Some(other.clone()),
+                ..record.clone()
+            });
+            d.events.push(Event::normal(event_reason::JOINED, message));
+        }
+        d.requeue = Some(POLL);
+        return Some(d);
+    }
+    let other = record.joined.as_ref()?;
+    let back = obs.node.as_ref().is_some_and(|n| n.ready);
+    let mut actions = Vec::new();
+    let (step, event, failure) = if !obs.requested {
+        let event = Event::normal(
+            event_reason::CANCELLED,
+            format!("withdrawn while it joined {other}"),
+        );
+        (RemediationStep::Cancelled, event, None)
+    } else if back {
+        if obs.trigger == Trigger::Request && obs.escalation == Escalation::MarkOwnerRemediated {
+            actions.push(Action::ClearExternallyRemediated);
+        }
+        let event = Event::normal(
+            event_reason::SUCCEEDED,
+            format!(
+                "node {node_name} is back and Ready: {other}, which this one joined, recovered it"
+            ),
+        );
+        (RemediationStep::Done, event, None)
+    } else {
+        let failure = format!(
+            "{other}, which this one joined, ended without node {node_name} back and Ready"
+        );
+        let event = Event::warning(event_reason::FAILED, failure.clone());
+        (RemediationStep::GaveUp, event, Some(failure))
+    };
+    // Done and Cancelled remove the annotation flow's trigger and markers; GaveUp keeps its
+    // failure marker, as any annotation flow that gave up.
+    if obs.trigger == Trigger::MachineAnnotation && step != RemediationStep::GaveUp {
+        actions.push(Action::FinishAnnotationFlow);
+    }
+    let message = match &failure {
+        Some(f) => format!("gave up: {f}"),
+        None => finished_message(step),
+    };
+    Some(Decision {
+        record: Some(Record {
+            step,
+            failure,
+            ..record.clone()
+        }),
+        actions,
+        events: vec![event],
+        phase: phase_of(step, &Escalation::None(String::new())),
+        message,
+        blocked: None,
+        requeue: None,
+        cannot_fence: false,
+    })
 }
 
 /// The binding recorded at the start.

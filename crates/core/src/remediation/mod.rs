@@ -6,6 +6,7 @@
 pub mod contracts;
 pub mod decide;
 pub mod escalation;
+pub mod joins;
 pub mod orphans;
 pub mod record;
 

@@ -10,7 +10,7 @@ use hostcycle_api::remediation::{
     HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION,
     NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup, POWER_ON_TIMEOUT_ANNOTATION,
     POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION,
+    REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION, REMEDIATION_JOINED_ANNOTATION,
     REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
     REMEDIATION_STARTED_ANNOTATION, RemediationStep,
 };
@@ -31,6 +31,8 @@ pub struct Record {
     /// The BMC bound with it (`spec.bmc`'s address and Secret, and the identity the BMC
     /// reported): readings from any other BMC are no evidence for this flow.
     pub bmc: Option<ObservedBmc>,
+    /// The remediation of another trigger this one joined (one remediation per host).
+    pub joined: Option<String>,
     /// When the current power cycle began: its power-off was requested (written ahead of the
     /// request), so a host status counts as "off" only if written after it.
     pub cycle_started_at: Option<Timestamp>,
@@ -80,6 +82,7 @@ impl Record {
                 .zip(status.host_uid.as_deref())
                 .and_then(|(host, uid)| BoundHost::parse(&format!("{host}/{uid}"))),
             bmc: status.host_bmc.clone(),
+            joined: status.joined.clone(),
             // The request's creation is its trigger time: the caller sets it.
             started_at: None,
             cycle_started_at: status.last_remediated,
@@ -108,6 +111,7 @@ impl Record {
         if self.bmc.is_some() {
             status.host_bmc = self.bmc.clone();
         }
+        status.joined = self.joined.clone();
         status.last_remediated = self.cycle_started_at;
         status.powered_off_at = self.powered_off_at;
         status.node_released_at = self.node_released_at;
@@ -158,6 +162,9 @@ impl Record {
             bmc: annotations
                 .get(REMEDIATION_HOST_BMC_ANNOTATION)
                 .and_then(|v| serde_json::from_str(v).ok()),
+            joined: annotations
+                .get(REMEDIATION_JOINED_ANNOTATION)
+                .map(|v| crate::text::bounded(v, 512)),
             started_at: time(REMEDIATION_STARTED_ANNOTATION),
             cycle_started_at: time(REMEDIATION_STARTED_ANNOTATION),
             powered_off_at: time(REMEDIATION_POWERED_OFF_AT_ANNOTATION),
@@ -200,6 +207,12 @@ impl Record {
                     .as_ref()
                     .filter(|_| active)
                     .map(BoundHost::to_string),
+            ),
+            (
+                REMEDIATION_JOINED_ANNOTATION,
+                self.joined
+                    .clone()
+                    .filter(|_| self.step == RemediationStep::NotStarted),
             ),
             (
                 REMEDIATION_HOST_BMC_ANNOTATION,

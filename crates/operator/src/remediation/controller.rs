@@ -18,9 +18,10 @@ use hostcycle_api::remediation::{
 use hostcycle_core::binding::BindingIndex;
 use hostcycle_core::remediation::contracts::{MachineClaim, MhcView, node_startup_timeout};
 use hostcycle_core::remediation::escalation::allocate_slots;
+use hostcycle_core::remediation::joins::{FlowOnHost, joins};
 use hostcycle_core::remediation::{
     Acting, Blocker, Escalation, Observation, Record, RemediationHostView, acting_host, decide,
-    wants_slot,
+    start_blocker, wants_slot,
 };
 use hostcycle_core::time::add;
 use jiff::Timestamp;
@@ -204,6 +205,49 @@ pub(super) struct Item {
     pub(super) ignored_hint: Option<String>,
 }
 
+/// Marks each remediation that has not started and whose host another trigger's remediation
+/// is running on ([`hostcycle_core::remediation::joins::joins`]).
+fn join_running_flows(items: &mut [Item], now: Timestamp) {
+    let keys: Vec<String> = items.iter().map(|i| i.subject.key()).collect();
+    let uids: Vec<Option<String>> = items
+        .iter()
+        .map(|i| {
+            let record = &i.observation.record;
+            match &record.host {
+                Some(bound) if record.in_flight() => Some(bound.uid.clone()),
+                _ => i.observation.target.as_ref().ok().map(|h| h.uid.clone()),
+            }
+        })
+        .collect();
+    let flows: Vec<FlowOnHost> = items
+        .iter()
+        .zip(keys.iter().zip(&uids))
+        .map(|(i, (key, uid))| {
+            let o = &i.observation;
+            let not_started = o.record.step == RemediationStep::NotStarted;
+            FlowOnHost {
+                key,
+                created: i.subject.created().unwrap_or(now),
+                host_uid: uid.as_deref(),
+                running: o.record.in_flight(),
+                not_started,
+                could_start: not_started
+                    && o.requested
+                    && o.held_elsewhere.is_none()
+                    && o.record.joined.is_none()
+                    && start_blocker(o).is_none(),
+            }
+        })
+        .collect();
+    let joined: std::collections::BTreeMap<String, String> = joins(&flows)
+        .into_iter()
+        .map(|(k, leader)| (k.to_string(), leader.to_string()))
+        .collect();
+    for item in items.iter_mut() {
+        item.observation.joined_running = joined.get(&item.subject.key()).cloned();
+    }
+}
+
 impl Controller {
     async fn pass(&mut self) -> Duration {
         self.retry_soon = false;
@@ -260,9 +304,12 @@ impl Controller {
             .into_iter()
             .filter_map(|subject| self.observe_one(subject, &machines, &snapshot))
             .collect();
-        // 4. Storm protection: free slots go to the longest-waiting requests first.
+        // 4. One remediation per host: a trigger that arrives while another trigger's
+        //    remediation runs on its host joins it.
+        join_running_flows(&mut items, now);
+        // 5. Storm protection: free slots go to the longest-waiting requests first.
         self.grant_slots(&mut items, now);
-        // 5. The loop wakes for changes of the Nodes and hosts these remediations target.
+        // 6. The loop wakes for changes of the Nodes and hosts these remediations target.
         self.follow_targets(&items);
         items
     }
@@ -436,6 +483,7 @@ impl Controller {
                 .and_then(|n| snapshot.rebooting.get(n).copied()),
             escalation: Escalation::None(String::new()),
             held_elsewhere,
+            joined_running: None,
         }
     }
 

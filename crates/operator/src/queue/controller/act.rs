@@ -174,7 +174,9 @@ impl Controller {
             }
             return;
         };
-        let decision = entry::after_worker_news(&entry, &news, config, now, jitter());
+        let boot_id = self.boot_id_for(&entry, &news).await;
+        let decision =
+            entry::after_worker_news(&entry, &news, boot_id.as_deref(), config, now, jitter());
         let records = !decision.status.is_empty();
         let context = Context {
             config,
@@ -375,6 +377,28 @@ impl Controller {
             self.tell(&current, std::slice::from_ref(&leaving.event))
                 .await;
             self.count_dequeued(leaving.metric_reason);
+        }
+    }
+
+    /// The entry's Node's boot ID, for the boot canary of a passed boot check: read from the
+    /// API server (completing uncordons the node; the cache may lag the new boot). `None`
+    /// for other news, or when it cannot be read (the canary then holds the entry back).
+    async fn boot_id_for(&mut self, entry: &RebootQueueEntry, news: &WorkerNews) -> Option<String> {
+        if !matches!(news, WorkerNews::BootCheck { booted: true, .. }) {
+            return None;
+        }
+        let nodes: Api<Node> = Api::all(self.shared.client.clone());
+        match nodes.get_opt(&entry.spec.node).await {
+            Ok(node) => node
+                .and_then(|n| n.status)
+                .and_then(|s| s.node_info)
+                .map(|i| i.boot_id)
+                .filter(|id| !id.is_empty()),
+            Err(e) => {
+                tracing::warn!(node = %entry.spec.node, error = %e, "cannot read the node's boot ID");
+                self.retry_soon = true;
+                None
+            }
         }
     }
 
