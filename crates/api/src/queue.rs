@@ -478,10 +478,12 @@ impl RebootQueueEntry {
     }
 
     /// `Some(T)` while the queue has a reboot in flight on `spec.node`: the entry is
-    /// `Rebooting` since `T` and not cancelled. What other controllers read of the queue.
+    /// `Rebooting` since `T`, cancelled or not — a cancelled entry whose power cycle began stays
+    /// `Rebooting` until the node booted (one whose cycle had not begun is withdrawn at once),
+    /// and that cycle goes on. What other controllers read of the queue.
     pub fn rebooting_since(&self) -> Option<Timestamp> {
         let status = self.status.as_ref()?;
-        (status.phase() == EntryPhase::Rebooting && !self.spec.cancel)
+        (status.phase() == EntryPhase::Rebooting)
             .then_some(status.last_transition_time)
             .flatten()
     }
@@ -618,11 +620,13 @@ mod tests {
 
     /// (phase, cancelled, transition recorded, in flight)
     #[test]
-    fn a_reboot_is_in_flight_only_while_rebooting_and_not_cancelled() {
+    fn a_reboot_is_in_flight_while_rebooting_cancelled_or_not() {
         let at = Timestamp::from_second(1_750_000_000).unwrap();
         let cases = [
             (Some(EntryPhase::Rebooting), false, true, Some(at)),
-            (Some(EntryPhase::Rebooting), true, true, None),
+            // Issue 24, case 8: a cancel does not stop a power cycle that began; the entry
+            // stays Rebooting until the node booted, and a remediation keeps waiting for it.
+            (Some(EntryPhase::Rebooting), true, true, Some(at)),
             (Some(EntryPhase::Rebooting), false, false, None),
             (Some(EntryPhase::Draining), false, true, None),
             (Some(EntryPhase::Queued), false, true, None),

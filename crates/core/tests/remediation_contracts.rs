@@ -225,6 +225,7 @@ fn annotation_obs() -> Observation {
         escalation: Escalation::DeleteMachine,
         held_elsewhere: None,
         joined_running: None,
+        clock_untrusted: None,
     }
 }
 

@@ -184,6 +184,7 @@ fn obs(trigger: Trigger) -> Observation {
         },
         held_elsewhere: None,
         joined_running: None,
+        clock_untrusted: None,
     }
 }
 
@@ -1791,6 +1792,7 @@ impl World {
             escalation: self.escalation.clone(),
             held_elsewhere: None,
             joined_running: None,
+            clock_untrusted: None,
         }
     }
 
@@ -2793,6 +2795,7 @@ fn observation() -> impl Strategy<Value = Observation> {
                 escalation,
                 held_elsewhere: None,
                 joined_running: None,
+                clock_untrusted: None,
             },
         )
 }

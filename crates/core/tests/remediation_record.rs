@@ -688,6 +688,7 @@ fn decide_on(
         escalation: Escalation::DeleteMachine,
         held_elsewhere: None,
         joined_running: None,
+        clock_untrusted: None,
     };
     decide(&obs, t(10_000))
 }

@@ -104,6 +104,7 @@ fn obs(record: Record, h: Option<RemediationHostView>) -> Observation {
         escalation: Escalation::MarkOwnerRemediated,
         held_elsewhere: None,
         joined_running: None,
+        clock_untrusted: None,
     }
 }
 
@@ -793,4 +794,90 @@ fn a_second_trigger_for_a_host_joins_the_running_remediation() {
     let d = decide(&withdrawn, t(60));
     assert_eq!(d.record.as_ref().unwrap().step, RemediationStep::Cancelled);
     assert_eq!(d.actions, vec![Action::FinishAnnotationFlow]);
+}
+
+/// Issue 24, case 8: a host a person holds off after the Node was released (`online: false`,
+/// paused, detached) does not power on — no failure of the remediation: past the power-on
+/// deadline nothing is retried or escalated; once released, the wait starts afresh.
+#[test]
+fn a_host_held_off_by_a_person_after_the_release_is_waited_for_not_escalated() {
+    let powering_on = Record {
+        step: RemediationStep::PowerOnRequested,
+        powered_off_at: Some(t(10)),
+        node_released_at: Some(t(11)),
+        power_on_timeout_at: Some(t(100)),
+        ..powering_off()
+    };
+    for (name, held) in [
+        (
+            "online: false",
+            RemediationHostView {
+                online: false,
+                power_off_requested: false,
+                ..host(false, t(20))
+            },
+        ),
+        (
+            "paused",
+            RemediationHostView {
+                cannot_power_off: Some("is paused (baremetalhost.metal3.io/paused)".into()),
+                power_off_requested: false,
+                ..host(false, t(20))
+            },
+        ),
+    ] {
+        let mut o = obs(powering_on.clone(), Some(held.clone()));
+        o.node = None;
+        let d = decide(&o, t(500));
+        assert!(
+            d.actions.is_empty(),
+            "{name}: nothing retried or escalated: {d:#?}"
+        );
+        assert_eq!(
+            d.record.as_ref().map(|r| r.power_on_timeout_at),
+            Some(None),
+            "{name}: the deadline is dropped"
+        );
+        assert!(
+            d.message.contains("nothing is escalated"),
+            "{name}: {}",
+            d.message
+        );
+        // Released: the wait starts afresh from now.
+        let waiting = Record {
+            power_on_timeout_at: None,
+            ..powering_on.clone()
+        };
+        let mut o = obs(
+            waiting,
+            Some(RemediationHostView {
+                online: true,
+                cannot_power_off: None,
+                ..held
+            }),
+        );
+        o.node = None;
+        let d = decide(&o, t(600));
+        assert!(d.actions.is_empty(), "{name}: {d:#?}");
+        assert_eq!(
+            d.record.and_then(|r| r.power_on_timeout_at),
+            Some(t(1200)),
+            "{name}: a fresh power-on deadline (600 s)"
+        );
+    }
+}
+
+/// Issue 24, case 8: clocks are measured, not assumed — while this replica's clock is off the
+/// API server's by more than the bound, readings and requests written by different clocks
+/// cannot be compared: the Node is kept (past the deadline: `CannotFence`).
+#[test]
+fn no_release_while_the_clocks_disagree() {
+    let mut o = obs(powering_off(), Some(host(false, t(5))));
+    assert!(decide(&o, t(10)).actions.contains(&Action::DeleteNode));
+    o.clock_untrusted = Some("this replica's clock is 5.0s off the API server's".into());
+    let d = decide(&o, t(10));
+    assert!(d.actions.is_empty(), "{d:#?}");
+    assert!(d.message.contains("5.0s off"), "{}", d.message);
+    let d = decide(&o, t(200));
+    assert!(d.cannot_fence && d.actions.is_empty(), "{d:#?}");
 }

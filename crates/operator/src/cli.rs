@@ -78,11 +78,16 @@ pub struct OperatorArgs {
     /// the Node after the power-on (HostRemediations set theirs in `spec.strategy`).
     #[arg(long, default_value = "20m", value_parser = flag_duration)]
     pub remediation_power_on_timeout: jiff::SignedDuration,
-    /// How long a remediation waits for its host to be confirmed off (a status written after
-    /// the power-off request, without error) before it gives up, releases the host and
-    /// escalates.
+    /// How long a remediation waits for its host to be confirmed off (two BMC readings `Off`
+    /// from the bound BMC, made after the power-off request) before it holds with
+    /// `CannotFence`: the Node is kept, nothing is escalated, and a person decides.
     #[arg(long, default_value = "5m", value_parser = flag_duration)]
     pub remediation_power_off_timeout: jiff::SignedDuration,
+    /// Beyond this skew between the operator's clock and the API server's (measured from its
+    /// `Date` header every 30 s), a remediation refuses time-based power evidence and holds:
+    /// times written by different clocks (readings, requests) cannot be compared.
+    #[arg(long, default_value = "2s", value_parser = flag_duration)]
+    pub max_clock_skew: jiff::SignedDuration,
     /// Which requests (HostRemediations, annotated Machines) may fence which hosts: a
     /// comma-separated list of `same-as-host` (requests fence only hosts of their own
     /// namespace), `operator-namespace` (requests in the operator's own namespace, the
@@ -220,6 +225,7 @@ impl OperatorArgs {
                     "remediation-power-off-timeout",
                 )?,
                 triggers: self.remediation_triggers,
+                max_clock_skew: duration(self.max_clock_skew, "max-clock-skew")?,
                 request_namespaces: self
                     .remediation_request_namespaces
                     .clone()

@@ -7,6 +7,7 @@
 pub mod backoff;
 pub mod bmh;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod deploy;
 pub mod events;

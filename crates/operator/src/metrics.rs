@@ -300,6 +300,8 @@ pub struct Metrics {
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     pub leader: Gauge,
+    /// The API server's clock minus this replica's, as last measured (seconds).
+    pub clock_skew: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub queue: QueueMetrics,
     pub remediation: RemediationMetrics,
 }
@@ -320,6 +322,7 @@ impl Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
             leader: Gauge::default(),
+            clock_skew: Gauge::default(),
             queue: QueueMetrics::new(),
             remediation: RemediationMetrics::new(),
         };
@@ -374,6 +377,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader Lease",
             m.leader.clone(),
+        );
+        registry.register(
+            "clock_skew_seconds",
+            "The API server's clock minus this replica's, as last measured from its Date header",
+            m.clock_skew.clone(),
         );
         Arc::new(m)
     }

@@ -430,6 +430,9 @@ pub struct Observation {
     /// Another trigger's remediation is running on the same host
     /// ([`super::joins::joins`]): this one joins it instead of starting.
     pub joined_running: Option<String>,
+    /// Why times written by different clocks cannot be compared now (the measured skew with
+    /// the API server exceeds the bound), if so: no time-based evidence counts.
+    pub clock_untrusted: Option<String>,
 }
 
 /// One thing to do, in order, after the record is written.
@@ -1211,8 +1214,14 @@ fn await_confirmed_off(
 ) -> Option<Decision> {
     let evidence = power_since(&host.power_report(), requested_at);
     let from_bound = readings_from_bound_bmc(&obs.record, host);
-    if host.power_off_requested && evidence == PowerEvidence::Off && from_bound {
+    let clock_ok = obs.clock_untrusted.is_none();
+    if host.power_off_requested && evidence == PowerEvidence::Off && from_bound && clock_ok {
         return None;
+    }
+    if let Some(why) = &obs.clock_untrusted
+        && host.power_off_requested
+    {
+        return Some(hold_unfenced(obs, &host.name, why, now, deadline));
     }
     if now >= deadline {
         let why = if !host.power_off_requested {
@@ -1332,15 +1341,50 @@ fn power_on(obs: &Observation, now: Timestamp) -> Decision {
     {
         return d;
     }
-    // 3. Wait for the Node until the power-on deadline.
+    // 3. The host is held off by a person (`online: false`, paused, detached): it will not
+    //    power on, so the wait for the Node is no failure — hold, escalate nothing, and start
+    //    the wait afresh once the host is released.
+    if let Some(d) = power_on_held(obs, &next) {
+        return d;
+    }
+    // 4. Wait for the Node until the power-on deadline.
     let Some(deadline) = obs.record.power_on_timeout_at else {
         return start_power_on_wait(obs, now, next);
     };
     if now < deadline {
         return await_node(obs, now, deadline, next);
     }
-    // 4. Not back in time: another power cycle, or give up.
+    // 5. Not back in time: another power cycle, or give up.
     retry_or_give_up(obs, now, deadline, next)
+}
+
+/// The bound host cannot power on now because a person holds it (`spec.online: false`,
+/// paused, detached): the flow waits without a deadline (it drops the recorded one, so the
+/// wait for the Node starts afresh once the host is released) and escalates nothing.
+fn power_on_held(obs: &Observation, next: &Record) -> Option<Decision> {
+    let host = acting_host(obs).host()?;
+    let why = if !host.online {
+        "has spec.online: false".to_string()
+    } else {
+        host.cannot_power_off.clone()?
+    };
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let mut d = Decision::wait(
+        RemediationPhase::Waiting,
+        format!(
+            "waiting: host {} {why}, so it does not power on; node {node_name} is awaited once \
+             it is released (nothing is escalated meanwhile)",
+            host.name
+        ),
+    );
+    if next.power_on_timeout_at.is_some() {
+        d.record = Some(Record {
+            power_on_timeout_at: None,
+            ..next.clone()
+        });
+    }
+    d.requeue = Some(POLL);
+    Some(d)
 }
 
 /// Recorded, not yet done: release the power-off (idempotent).

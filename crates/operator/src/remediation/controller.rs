@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::clock::ClockSkew;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{
     HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry, RebootQueueSpec,
@@ -85,9 +86,18 @@ pub fn run(
             max_concurrent = config.max_concurrent,
             "remediation controller starting"
         );
+        // Clocks are measured, not assumed: time-based evidence is refused beyond the bound.
+        let clock = ClockSkew::new(config.max_clock_skew);
+        let clock_task = tokio::spawn(crate::clock::follow(
+            client.clone(),
+            clock.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
         let mut controller = Controller {
             client,
             config,
+            clock,
             metrics,
             events,
             stores,
@@ -119,6 +129,7 @@ pub fn run(
             }
         }
         drop(controller);
+        clock_task.abort();
         let _ = tokio::time::timeout(Duration::from_secs(2), event_task).await;
     }
 }
@@ -179,6 +190,8 @@ fn subscribe(
 pub(super) struct Controller {
     pub(super) client: Client,
     pub(super) config: RemediationControllerConfig,
+    /// This replica's clock against the API server's.
+    pub(super) clock: ClockSkew,
     pub(super) metrics: Arc<Metrics>,
     pub(super) events: EventSink,
     pub(super) stores: Stores,
@@ -373,8 +386,8 @@ impl Controller {
         }
     }
 
-    /// The Nodes the reboot queue is rebooting (not cancelled), each with the end of its boot
-    /// timeout.
+    /// The Nodes the reboot queue is rebooting (cancelled or not: a cancel stops no power cycle
+    /// under way), each with the end of its boot timeout.
     fn rebooting_nodes(&self) -> HashMap<String, Timestamp> {
         let boot_timeout = Duration::from_secs(
             self.stores
@@ -484,6 +497,7 @@ impl Controller {
             escalation: Escalation::None(String::new()),
             held_elsewhere,
             joined_running: None,
+            clock_untrusted: self.clock.untrusted(),
         }
     }
 

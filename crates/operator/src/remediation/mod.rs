@@ -28,7 +28,8 @@ pub struct RemediationControllerConfig {
     pub max_concurrent: usize,
     /// How long the annotation flow waits for the Node after the power-on.
     pub power_on_timeout: Duration,
-    /// How long a power-off may take to be confirmed (fresh evidence) before giving up.
+    /// How long a power-off may take to be confirmed (fresh evidence) before the flow holds
+    /// with `CannotFence`.
     pub power_off_timeout: Duration,
     /// Look at every remediation at least this often.
     pub resync: Duration,
@@ -36,6 +37,9 @@ pub struct RemediationControllerConfig {
     pub request_namespaces: hostcycle_core::remediation::RequestNamespaces,
     /// Which triggers are taken (`--remediation-triggers`).
     pub triggers: hostcycle_core::remediation::contracts::Triggers,
+    /// Beyond this skew between this replica's clock and the API server's, time-based power
+    /// evidence is refused (`--max-clock-skew`).
+    pub max_clock_skew: Duration,
 }
 
 impl Default for RemediationControllerConfig {
@@ -47,6 +51,7 @@ impl Default for RemediationControllerConfig {
             resync: Duration::from_secs(30),
             request_namespaces: Default::default(),
             triggers: Default::default(),
+            max_clock_skew: Duration::from_secs(2),
         }
     }
 }
