@@ -683,6 +683,18 @@ pub enum ObservedPowerState {
     Unknown,
 }
 
+impl ObservedBmc {
+    /// The BMC `spec.bmc` names now (address and Secret; no identity: only a reading tells).
+    pub fn of_spec(spec: &BareMetalHostSpec) -> ObservedBmc {
+        let bmc = spec.bmc.as_ref();
+        ObservedBmc {
+            address: bmc.map(|b| b.address.clone()).unwrap_or_default(),
+            credentials_name: bmc.map(|b| b.credentials_name.clone()).unwrap_or_default(),
+            identity: None,
+        }
+    }
+}
+
 /// Which BMC a reading came from: the address and Secret it was read with, and what the BMC
 /// says it is (Redfish: `uuid:<System UUID>`, else `serial:<SerialNumber>`; IPMI: none yet).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]

@@ -68,6 +68,9 @@ struct Seen {
     deleted: HashMap<String, Timestamp>,
     /// node → first time Ready again after its deletion.
     ready_again: HashMap<String, Timestamp>,
+    /// host → (first Off reading, the second one that confirmed it) as the host controller
+    /// recorded them (`status.powerObservation`), after the run began.
+    off_readings: HashMap<String, (Timestamp, Timestamp)>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -212,6 +215,7 @@ async fn main() {
     let watch_tasks = vec![
         tokio::spawn(watch_machines(machines.clone(), seen.clone())),
         tokio::spawn(watch_nodes(nodes.clone(), seen.clone())),
+        tokio::spawn(watch_hosts(hosts.clone(), seen.clone(), Timestamp::now())),
     ];
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -260,6 +264,8 @@ async fn main() {
     let mut first_wave = Vec::new();
     let mut slot_to_off = Vec::new();
     let mut off_to_release = Vec::new();
+    let mut first_read_to_release = Vec::new();
+    let mut confirmed_to_release = Vec::new();
     let mut release_to_on = Vec::new();
     let mut ready_to_clean = Vec::new();
     let mut power_offs = 0;
@@ -291,6 +297,10 @@ async fn main() {
         slot_to_off.push(ms(started, off));
         let bmc_off = off + jiff::SignedDuration::try_from(transition).unwrap();
         off_to_release.push(ms(bmc_off, deleted));
+        if let Some((first, confirmed)) = s.off_readings.get(name).copied() {
+            first_read_to_release.push(ms(first, deleted));
+            confirmed_to_release.push(ms(confirmed, deleted));
+        }
         release_to_on.push(ms(deleted, on));
         ready_to_clean.push(ms(ready, cleaned));
     }
@@ -298,6 +308,8 @@ async fn main() {
         &mut first_wave,
         &mut slot_to_off,
         &mut off_to_release,
+        &mut first_read_to_release,
+        &mut confirmed_to_release,
         &mut release_to_on,
         &mut ready_to_clean,
     ] {
@@ -324,6 +336,14 @@ async fn main() {
     );
     row("slot granted → ForceOff at the BMC", &slot_to_off);
     row("BMC off → Node released (deleted)", &off_to_release);
+    row(
+        "first Off reading → Node released (two readings ≥ 1 s apart)",
+        &first_read_to_release,
+    );
+    row(
+        "second Off reading (confirmed) → Node released",
+        &confirmed_to_release,
+    );
     row(
         "Node released → power-on requested at the BMC",
         &release_to_on,
@@ -364,6 +384,30 @@ async fn watch_machines(api: Api<DynamicObject>, seen: Arc<Mutex<Seen>>) {
         });
         if !flow && s.started.contains_key(&name) {
             s.cleaned.entry(name).or_insert(now);
+        }
+    }
+}
+
+/// Records, per host, the first confirmed Off run the host controller wrote after `since`.
+async fn watch_hosts(api: Api<BareMetalHost>, seen: Arc<Mutex<Seen>>, since: Timestamp) {
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let Ok(watcher::Event::Apply(h) | watcher::Event::InitApply(h)) = event else {
+            continue;
+        };
+        let Some(o) = h.status.as_ref().and_then(|s| s.power_observation.as_ref()) else {
+            continue;
+        };
+        if o.state == hostcycle_api::ObservedPowerState::Off
+            && o.confirmed()
+            && let (Some(first), Some(confirmed)) = (o.since, o.confirmed_at)
+            && first > since
+        {
+            let mut s = seen.lock().unwrap();
+            s.off_readings
+                .entry(h.name_any())
+                .or_insert((first, confirmed));
         }
     }
 }

@@ -35,19 +35,7 @@ use serde_json::json;
 const TEMPLATE: &str = "hostcycle-reboot";
 
 async fn template(lab: &RemediationLab) {
-    lab.create_template(
-        NS,
-        TEMPLATE,
-        json!({ "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 120 } }),
-    )
-    .await;
-}
-
-/// Whether a host carries a request's power-off annotation.
-fn requested_power_off(h: &BareMetalHost) -> bool {
-    h.annotations()
-        .keys()
-        .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
+    one_cycle_template(lab, NS, TEMPLATE).await;
 }
 
 /// Whether a version of a host carries any of remediation's power-off annotations.
@@ -450,7 +438,7 @@ async fn a_stale_powered_off_status_never_releases_the_node() {
     let message = &held.status.as_ref().unwrap().message;
     assert!(message.contains("not confirmed off"), "{message}");
     assert!(
-        requested_power_off(&lab.lab.get("s-0").await),
+        request_power_off_requested(&lab.lab.get("s-0").await),
         "the power-off stays requested while the flow holds"
     );
     // A person decides: the request is withdrawn.

@@ -20,7 +20,7 @@ use common::queue::*;
 use common::remediation::*;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::reasons::remediation::event_reason as rev;
-use hostcycle_api::remediation::{REQUEST_POWER_OFF_PREFIX, RemediationPhase, RemediationStep};
+use hostcycle_api::remediation::{RemediationPhase, RemediationStep};
 use hostcycle_testkit::MachineKind;
 use hostcycle_testkit::bmc_emulators::FakePower;
 use kube::ResourceExt;
@@ -33,18 +33,7 @@ const OFF_TIMEOUT: &str = "20s";
 const PAST_DEADLINE: Duration = Duration::from_secs(60);
 
 async fn template(lab: &RemediationLab) {
-    lab.create_template(
-        NS,
-        TEMPLATE,
-        json!({ "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 120 } }),
-    )
-    .await;
-}
-
-fn requested_power_off(h: &BareMetalHost) -> bool {
-    h.annotations()
-        .keys()
-        .any(|k| k.starts_with(REQUEST_POWER_OFF_PREFIX))
+    one_cycle_template(lab, NS, TEMPLATE).await;
 }
 
 /// The host is held off by the test, its BMC then rejects the operator's credentials, and its
@@ -150,13 +139,7 @@ async fn detaching_a_host_during_a_fence_never_releases_its_node() {
             "d-0",
             "detached, with a fresh status write",
             CYCLE_TIMEOUT,
-            |h| {
-                h.status
-                    .as_ref()
-                    .and_then(|s| s.operational_status)
-                    .map(|s| s.as_str())
-                    == Some("detached")
-            },
+            |h| operational_status(h) == Some("detached"),
         )
         .await;
     let status = detached.status.as_ref().unwrap();
@@ -173,7 +156,7 @@ async fn detaching_a_host_during_a_fence_never_releases_its_node() {
             "d-0",
             "the remediation's power-off released",
             CYCLE_TIMEOUT,
-            |h| !requested_power_off(h),
+            |h| !request_power_off_requested(h),
         )
         .await;
     assert!(nodes.deletions().is_empty());
@@ -266,7 +249,7 @@ async fn pointing_a_fenced_host_at_another_bmc_powers_nothing_and_releases_nothi
             "managed again through its new BMC",
             CYCLE_TIMEOUT,
             |h| {
-                !requested_power_off(h)
+                !request_power_off_requested(h)
                     && h.status.as_ref().is_some_and(|s| {
                         s.power_observation
                             .as_ref()
@@ -296,7 +279,7 @@ async fn two_triggers_for_one_host_fence_it_once() {
             "j-0",
             "the Machine flow's power-off",
             CYCLE_TIMEOUT,
-            requested_off_by_machine,
+            machine_power_off_requested,
         )
         .await;
     lab.create_nhc_request(NS, TEMPLATE, "j-0").await;
@@ -344,10 +327,9 @@ async fn two_triggers_for_one_host_fence_it_once() {
         lab.operator_log()
     );
     let host = lab.lab.get("j-0").await;
-    assert!(!requested_power_off(&host), "{:?}", host.annotations());
-}
-
-fn requested_off_by_machine(h: &BareMetalHost) -> bool {
-    h.annotations()
-        .contains_key(hostcycle_api::remediation::MACHINE_POWER_OFF_ANNOTATION)
+    assert!(
+        !request_power_off_requested(&host),
+        "{:?}",
+        host.annotations()
+    );
 }

@@ -133,21 +133,7 @@ impl HostSnapshot {
             status: host.status.clone().unwrap_or_default(),
             bmc,
             credentials,
-            read_with: ObservedBmc {
-                address: host
-                    .spec
-                    .bmc
-                    .as_ref()
-                    .map(|b| b.address.clone())
-                    .unwrap_or_default(),
-                credentials_name: host
-                    .spec
-                    .bmc
-                    .as_ref()
-                    .map(|b| b.credentials_name.clone())
-                    .unwrap_or_default(),
-                identity: None,
-            },
+            read_with: ObservedBmc::of_spec(&host.spec),
         }
     }
 

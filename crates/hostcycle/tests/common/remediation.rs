@@ -709,6 +709,32 @@ pub fn machine_power_off_requested(h: &BareMetalHost) -> bool {
     h.annotations().contains_key(MACHINE_POWER_OFF_ANNOTATION)
 }
 
+/// Whether the host carries a request's power-off annotation.
+pub fn request_power_off_requested(h: &BareMetalHost) -> bool {
+    h.annotations()
+        .keys()
+        .any(|k| k.starts_with(hostcycle_api::remediation::REQUEST_POWER_OFF_PREFIX))
+}
+
+/// The host's `status.operationalStatus`, as metal3 spells it.
+pub fn operational_status(h: &BareMetalHost) -> Option<&'static str> {
+    h.status
+        .as_ref()
+        .and_then(|s| s.operational_status)
+        .map(|s| s.as_str())
+}
+
+/// The template the seams and trust tests make their requests from: one power cycle, 120 s
+/// for the Node to come back.
+pub async fn one_cycle_template(lab: &RemediationLab, ns: &str, name: &str) {
+    lab.create_template(
+        ns,
+        name,
+        json!({ "strategy": { "type": "Reboot", "retryLimit": 0, "timeoutSeconds": 120 } }),
+    )
+    .await;
+}
+
 /// A condition of a request: (status, reason).
 pub fn condition(r: &HostRemediation, type_: &str) -> Option<(String, String)> {
     r.status

@@ -225,21 +225,7 @@ pub fn host_view(host: &BareMetalHost, power_off_annotation: &str) -> Remediatio
         observed_bmc: status
             .and_then(|s| s.power_observation.as_ref())
             .map(|o| o.bmc.clone()),
-        spec_bmc: ObservedBmc {
-            address: host
-                .spec
-                .bmc
-                .as_ref()
-                .map(|b| b.address.clone())
-                .unwrap_or_default(),
-            credentials_name: host
-                .spec
-                .bmc
-                .as_ref()
-                .map(|b| b.credentials_name.clone())
-                .unwrap_or_default(),
-            identity: None,
-        },
+        spec_bmc: ObservedBmc::of_spec(&host.spec),
         power_off_requested: host.annotations().contains_key(power_off_annotation),
         online: host.spec.online,
         externally_provisioned: host.spec.externally_provisioned,
