@@ -696,7 +696,7 @@ impl ObservedBmc {
 }
 
 /// Which BMC a reading came from: the address and Secret it was read with, and what the BMC
-/// says it is (Redfish: `uuid:<System UUID>`, else `serial:<SerialNumber>`; IPMI: none yet).
+/// says it is (Redfish: `uuid:<System UUID>`, else `serial:<SerialNumber>`; IPMI: `guid:<System GUID>`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ObservedBmc {

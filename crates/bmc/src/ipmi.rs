@@ -18,7 +18,7 @@ use crate::command::inherited_environment;
 use crate::credentials::BmcCredentials;
 use crate::driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
-    PowerRequest, PowerState,
+    PowerReading, PowerRequest, PowerState,
 };
 use crate::error::BmcError;
 use crate::retry::{RetryPolicy, with_retries};
@@ -64,6 +64,9 @@ pub struct IpmiDriver {
     credentials: BmcCredentials,
     options: IpmiOptions,
     permits: Arc<Semaphore>,
+    /// The BMC's System GUID (`mc guid`), read once per driver: a driver is made for one
+    /// address and Secret. `None` until read; `Some(None)` when the BMC reports none.
+    guid: tokio::sync::OnceCell<Option<String>>,
 }
 
 impl fmt::Debug for IpmiDriver {
@@ -106,12 +109,19 @@ impl IpmiDriver {
             credentials,
             options,
             permits,
+            guid: tokio::sync::OnceCell::new(),
         })
     }
 
-    /// Runs `ipmitool … chassis <args>` once and returns stdout.
-    async fn run_once(&self, args: &[&str], repeatable: bool) -> Result<String, BmcError> {
-        let operation = format!("chassis {}", args.join(" "));
+    /// Runs `ipmitool … <subcommand> <args>` once (`chassis power status`, `mc guid`) and
+    /// returns stdout.
+    async fn run_once(
+        &self,
+        subcommand: &str,
+        args: &[&str],
+        repeatable: bool,
+    ) -> Result<String, BmcError> {
+        let operation = format!("{subcommand} {}", args.join(" "));
         let mut command = tokio::process::Command::new(&self.options.ipmitool);
         command
             .args([
@@ -131,7 +141,7 @@ impl IpmiDriver {
             .args(["-R", &self.options.packet_retries.to_string()])
             // -v makes ipmitool say why a session failed (e.g. "RAKP 2 HMAC is invalid").
             .arg("-v")
-            .arg("chassis")
+            .arg(subcommand)
             .args(args)
             // Nothing of the operator's environment but PATH (it may hold other secrets).
             .env_clear()
@@ -253,20 +263,57 @@ impl IpmiDriver {
     }
 
     async fn run(&self, args: &[&str], repeatable: bool) -> Result<String, BmcError> {
+        self.run_subcommand("chassis", args, repeatable).await
+    }
+
+    async fn run_subcommand(
+        &self,
+        subcommand: &str,
+        args: &[&str],
+        repeatable: bool,
+    ) -> Result<String, BmcError> {
         let operation = format!(
-            "ipmitool chassis {} against {}",
+            "ipmitool {subcommand} {} against {}",
             args.join(" "),
             self.endpoint
         );
         with_retries(&self.options.retry, &operation, || {
-            self.run_once(args, repeatable)
+            self.run_once(subcommand, args, repeatable)
         })
         .await
+    }
+
+    /// The BMC's System GUID as an identity (`guid:<GUID>`), read once: `None` when the BMC
+    /// reports none or refuses the command (remembered). A read lost to a timeout or a broken
+    /// connection is not remembered: the next reading tries again.
+    async fn identity(&self) -> Option<String> {
+        self.guid
+            .get_or_try_init(|| async {
+                match self.run_subcommand("mc", &["guid"], true).await {
+                    Ok(stdout) => Ok(parse_system_guid(&stdout)),
+                    Err(e) if matches!(e.reason(), "Timeout" | "ConnectionFailed") => Err(e),
+                    Err(_) => Ok(None),
+                }
+            })
+            .await
+            .ok()
+            .cloned()
+            .flatten()
     }
 
     async fn chassis_power(&self, verb: &str, repeatable: bool) -> Result<(), BmcError> {
         self.run(&["power", verb], repeatable).await.map(drop)
     }
+}
+
+/// The GUID in `ipmitool mc guid`'s output (`System GUID  : 4c4c4544-…`), as an identity.
+pub fn parse_system_guid(stdout: &str) -> Option<String> {
+    stdout.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key.trim() == "System GUID")
+            .then(|| crate::driver::identity_of("guid", Some(value.trim())))
+            .flatten()
+    })
 }
 
 fn meaningful_stderr(stderr: &str) -> String {
@@ -312,6 +359,14 @@ impl BmcOperations for IpmiDriver {
 
     fn credentials(&self) -> Option<&BmcCredentials> {
         Some(&self.credentials)
+    }
+
+    async fn read_power_reading(&self) -> Result<PowerReading, BmcError> {
+        let state = self.read_power_state().await?;
+        Ok(PowerReading {
+            state,
+            identity: self.identity().await,
+        })
     }
 
     async fn read_power_state(&self) -> Result<PowerState, BmcError> {
@@ -390,6 +445,18 @@ impl BmcOperations for IpmiDriver {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn parses_the_system_guid() {
+        let out =
+            "System GUID  : 4c4c4544-0042-3510-8057-b7c04f423432\nTimestamp    : 01/01/1970\n";
+        assert_eq!(
+            parse_system_guid(out).as_deref(),
+            Some("guid:4c4c4544-0042-3510-8057-b7c04f423432")
+        );
+        assert_eq!(parse_system_guid("System GUID  : <script>\n"), None);
+        assert_eq!(parse_system_guid(""), None);
+    }
 
     #[test]
     fn parses_chassis_power_output() {

@@ -40,6 +40,30 @@ async fn reads_power_state() {
     );
 }
 
+/// A reading carries the BMC's System GUID (`ipmitool mc guid`): one per machine, the same
+/// on every reading, another for another BMC.
+#[tokio::test]
+async fn readings_carry_the_bmcs_system_guid() {
+    let a = bmc(FakePower::On).await;
+    let b = bmc(FakePower::Off).await;
+    let reading = driver(&a).power_reading().await.unwrap();
+    assert_eq!(reading.state, PowerState::On);
+    let identity = reading.identity.expect("a GUID");
+    assert!(identity.starts_with("guid:"), "{identity}");
+    assert_eq!(
+        driver(&a)
+            .power_reading()
+            .await
+            .unwrap()
+            .identity
+            .as_deref(),
+        Some(identity.as_str())
+    );
+    let other = driver(&b).power_reading().await.unwrap();
+    assert_eq!(other.state, PowerState::Off);
+    assert_ne!(other.identity.as_deref(), Some(identity.as_str()));
+}
+
 #[tokio::test]
 async fn powers_on_and_off_soft_and_hard() {
     let bmc = bmc(FakePower::Off).await;

@@ -33,6 +33,30 @@ async fn one_host(power: FakePower) -> (RedfishEmulator, HostConnectOptions) {
     (emulator, host)
 }
 
+/// A reading carries the System's UUID: the identity fencing binds its readings to.
+#[tokio::test]
+async fn readings_carry_the_systems_uuid() {
+    let emulator = emulator(vec![
+        FakeSystem::new("a", FakePower::On),
+        FakeSystem::new("b", FakePower::Off),
+    ])
+    .await;
+    let host = with_ca(emulator.ca_pem().unwrap());
+    for (i, state) in [(0, PowerState::On), (1, PowerState::Off)] {
+        let reading = connect(&emulator.system_address(i).unwrap(), &host)
+            .power_reading()
+            .await
+            .unwrap();
+        assert_eq!(reading.state, state);
+        let uuid = emulator.systems()[i].uuid.to_lowercase();
+        assert_eq!(
+            reading.identity.map(|id| id.to_lowercase()),
+            Some(format!("uuid:{uuid}")),
+            "system {i}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn reads_power_state_over_tls_with_basic_auth() {
     let emulator = emulator(vec![

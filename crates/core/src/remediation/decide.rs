@@ -969,7 +969,7 @@ fn bound_bmc<'a>(record: &'a Record, host: &'a RemediationHostView) -> &'a Obser
 /// Why the host's BMC is no longer the one the flow bound, if it is not (a person decides):
 /// - `spec.bmc.address` changed;
 /// - the BMC at the address reports another identity than the bound one;
-/// - `spec.bmc.credentialsName` changed and the flow bound no identity (IPMI, or a BMC that
+/// - `spec.bmc.credentialsName` changed and the flow bound no identity (a BMC that
 ///   reports none) that could show it is still the same machine. With an identity, a new
 ///   Secret (fixing a broken BMC's credentials) is fine once the BMC answers with that
 ///   identity.

@@ -8,6 +8,7 @@ test can check it without going through IPMI. Prints "listening" once bound.
 import argparse
 import os
 import sys
+import uuid
 
 import pyghmi.ipmi.bmc as bmc
 
@@ -16,6 +17,8 @@ class FakeBmc(bmc.Bmc):
     def __init__(self, authdata, port, address, power, state_file):
         super().__init__(authdata, port=port, address=address)
         self.state_file = state_file
+        # One machine, one GUID (`ipmitool mc guid`): what hostcycle binds its readings to.
+        self.guid = uuid.uuid4()
         self.set_power(power)
 
     def set_power(self, power):
@@ -29,6 +32,9 @@ class FakeBmc(bmc.Bmc):
 
     def get_power_state(self):
         return self.powerstate
+
+    def get_system_guid(self):
+        return self.guid
 
     def power_off(self):
         self.set_power('off')
