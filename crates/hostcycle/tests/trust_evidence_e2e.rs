@@ -18,7 +18,6 @@ use std::time::Duration;
 use common::NS;
 use common::queue::*;
 use common::remediation::*;
-use hostcycle_api::BareMetalHost;
 use hostcycle_api::reasons::remediation::event_reason as rev;
 use hostcycle_api::remediation::{RemediationPhase, RemediationStep};
 use hostcycle_testkit::MachineKind;
