@@ -175,8 +175,9 @@ pub mod remediation {
         pub const NODE_NOT_FOUND: &str = "NodeNotFound";
         /// Warning: the host bound at the start is gone or was replaced under the same name.
         pub const HOST_LOST: &str = "BoundHostLost";
-        /// Warning: the Node's `hostcycle.io/baremetalhost` annotation names another host than
-        /// its authoritative links; it was ignored.
+        /// Warning: the Node's `hostcycle.io/baremetalhost` annotation or its provider ID
+        /// without the host's uid names another host than its authoritative links; it was
+        /// ignored.
         pub const HINT_IGNORED: &str = "NodeHostHintIgnored";
         pub const POWERED_OFF: &str = "PoweredOff";
         pub const NODE_DELETED: &str = "NodeDeleted";
