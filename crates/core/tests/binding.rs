@@ -701,7 +701,6 @@ fn uid_less_provider_ids_are_hints() {
             hosts: vec![host("metal", "h")],
             lookup: "w0",
             want: Want::Host(r("metal", "h"), "MachineAnnotation"),
-            ..Default::default()
         },
         Case {
             name: "the victim bound by its provider ID with the uid keeps its host too",
