@@ -749,9 +749,14 @@ fn uid_less_provider_ids_are_hints() {
             ..Default::default()
         },
     ]);
+}
 
-    // The ignored provider ID is reported (a Warning), through the node and the Machine; one
-    // that agrees is an authoritative link and claims the host for its node.
+/// A uid-less provider ID contrary to the node's Machine is reported (a Warning), through the
+/// node and the Machine; one that agrees is an authoritative link and claims the host for its
+/// node.
+#[test]
+fn a_contrary_provider_id_is_reported_and_an_agreeing_one_is_a_link() {
+    let m3m = key("Metal3Machine", "capi", "w1-m3m");
     let index = BindingIndex::new(
         vec![host("metal", "a"), host("metal", "b")],
         vec![machine("m1", "w1").host_annotation("metal/a")],

@@ -1602,27 +1602,33 @@ fn a_node_rebooted_by_command_with_an_unsafe_address_waits_unsafe_node_address()
     assert_eq!(WaitReason::Disabled.blocked(), None);
 }
 
+/// A node whose kubelet reports `addresses` (InternalIP first; none: its name is its address).
+fn reporting(name: &str, addresses: &[&str]) -> QueueNodeView {
+    QueueNodeView {
+        address: addresses
+            .first()
+            .map_or_else(|| name.to_string(), |a| a.to_string()),
+        reported_addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        ..node(name)
+    }
+}
+
+/// No BareMetalHost for any of `nodes`.
+fn no_host(nodes: &[&'static str]) -> Vec<(&'static str, RebootTarget)> {
+    nodes.iter().map(|n| (*n, RebootTarget::NoHost)).collect()
+}
+
 /// A node rebooted by command whose address another Node reports too — a kubelet may write
 /// another node's address as its own — waits, `Blocked` with `AmbiguousNodeAddress`: the
 /// commands could reboot (and boot-check) the other node, undrained. Both nodes wait, since
 /// which one owns the address is unknown. IPs are compared in canonical form.
 #[test]
 fn a_node_rebooted_by_command_with_another_nodes_address_waits_ambiguous_node_address() {
-    let reporting = |name: &str, addresses: &[&str]| QueueNodeView {
-        address: addresses
-            .first()
-            .map_or_else(|| name.to_string(), |a| a.to_string()),
-        reported_addresses: addresses.iter().map(|a| a.to_string()).collect(),
-        ..node(name)
-    };
     let shared = |address: &str, other: &str| WaitReason::AmbiguousNodeAddress {
         address: format!("{address:?}"),
         other: other.to_string(),
     };
     let commands = with_commands(None);
-    let no_host = |nodes: &[&'static str]| -> Vec<(&'static str, RebootTarget)> {
-        nodes.iter().map(|n| (*n, RebootTarget::NoHost)).collect()
-    };
     run(vec![
         Case {
             name: "w1 reports w2's IP: both wait, each naming the other",
@@ -1684,6 +1690,23 @@ fn a_node_rebooted_by_command_with_another_nodes_address_waits_ambiguous_node_ad
                 ..Default::default()
             },
         },
+    ]);
+    let blocked = shared("10.0.0.2", "w2").blocked().unwrap();
+    assert_eq!(blocked.event_reason, "AmbiguousNodeAddress");
+    assert_eq!(blocked.condition_reason, "AmbiguousNodeAddress");
+    assert_eq!(
+        shared("10.0.0.2", "w2").to_string(),
+        "cannot be rebooted by command: its address \"10.0.0.2\" (from the Node's status) is \
+         also an address of node w2; the commands are not run with it"
+    );
+}
+
+/// Addresses of their own, a shared address the commands do not use, and an unsafe one (which
+/// is refused as such) are not `AmbiguousNodeAddress`.
+#[test]
+fn only_a_command_address_another_node_reports_is_ambiguous() {
+    let commands = with_commands(None);
+    run(vec![
         Case {
             name: "distinct addresses start; a node's own addresses are not another's",
             config: QueueConfig {
@@ -1739,14 +1762,6 @@ fn a_node_rebooted_by_command_with_another_nodes_address_waits_ambiguous_node_ad
             },
         },
     ]);
-    let blocked = shared("10.0.0.2", "w2").blocked().unwrap();
-    assert_eq!(blocked.event_reason, "AmbiguousNodeAddress");
-    assert_eq!(blocked.condition_reason, "AmbiguousNodeAddress");
-    assert_eq!(
-        shared("10.0.0.2", "w2").to_string(),
-        "cannot be rebooted by command: its address \"10.0.0.2\" (from the Node's status) is \
-         also an address of node w2; the commands are not run with it"
-    );
 }
 
 /// (name, config, target, the method or words the reason must contain)
