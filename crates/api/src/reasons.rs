@@ -106,6 +106,9 @@ pub mod queue_condition {
     /// Reason of `Blocked=True` when the node is rebooted by command and its address (from
     /// its Node status) is not an IP address or a DNS name: the commands are not run with it.
     pub const UNSAFE_NODE_ADDRESS: &str = "UnsafeNodeAddress";
+    /// Reason of `Blocked=True` when the node is rebooted by command and another Node reports
+    /// its address too: the commands could reach that node, so they are not run with it.
+    pub const AMBIGUOUS_NODE_ADDRESS: &str = "AmbiguousNodeAddress";
 }
 
 /// Reasons of the Events the reboot queue emits (on the entry and, where it concerns the
@@ -132,6 +135,10 @@ pub mod queue_event_reason {
     /// neither an IP address nor a DNS name — one starting with `-` would be read as an
     /// option: the reboot and boot-check commands are not run with it.
     pub const UNSAFE_NODE_ADDRESS: &str = "UnsafeNodeAddress";
+    /// Warning: the node is rebooted by command and another Node reports its address too (a
+    /// kubelet writes its Node's addresses): the reboot and boot-check commands could reach
+    /// that other node, so they are not run with it.
+    pub const AMBIGUOUS_NODE_ADDRESS: &str = "AmbiguousNodeAddress";
     /// Normal: the node booted after the reboot.
     pub const BOOT_CONFIRMED: &str = "BootConfirmed";
     /// Warning: the host reported a power cycle (or the boot check passed) but the Node still
@@ -168,8 +175,9 @@ pub mod remediation {
         pub const NODE_NOT_FOUND: &str = "NodeNotFound";
         /// Warning: the host bound at the start is gone or was replaced under the same name.
         pub const HOST_LOST: &str = "BoundHostLost";
-        /// Warning: the Node's `hostcycle.io/baremetalhost` annotation names another host than
-        /// its authoritative links; it was ignored.
+        /// Warning: the Node's `hostcycle.io/baremetalhost` annotation or its provider ID
+        /// without the host's uid names another host than its authoritative links; it was
+        /// ignored.
         pub const HINT_IGNORED: &str = "NodeHostHintIgnored";
         pub const POWERED_OFF: &str = "PoweredOff";
         pub const NODE_DELETED: &str = "NodeDeleted";

@@ -5,18 +5,26 @@
 //! - a Machine's `metal3.io/BareMetalHost` annotation (`<namespace>/<name>`, or a bare name in
 //!   the Machine's namespace);
 //! - a host whose `spec.consumerRef` is the Machine or its `spec.infrastructureRef` (CAPM3's
-//!   Metal3Machine);
-//! - the Node's `spec.providerID`: `metal3://<namespace>/<host>/<metal3machine>` (CAPM3),
-//!   `metal3://<host-uid>` (older CAPM3), `baremetalhost:///<namespace>/<host>/<uid>`
-//!   (OpenShift; the uid must be the host's).
+//!   Metal3Machine) — only in the host's own namespace (the consumer and the Machine both):
+//!   a consumerRef into another namespace links nothing, so it can neither capture nor block
+//!   that namespace's Machine (it still keeps hints off its own host). A consumerRef that
+//!   disagrees with the Machine's own annotation is a conflict, like any two disagreeing links;
+//! - the Node's `spec.providerID` when it carries the host's uid: `metal3://<host-uid>` (older
+//!   CAPM3), `baremetalhost:///<namespace>/<host>/<uid>` (OpenShift) — the uid must be the
+//!   host's. A uid-less one (`metal3://<namespace>/<host>/<metal3machine>`, CAPM3's) names the
+//!   host by name only, and whoever registers or edits the Node writes it: it is authoritative
+//!   only where it names the host the node's Machine links name too, and a hint otherwise.
 //!
 //! A Machine belongs to the Node its `status.nodeRef` names.
 //!
 //! **Hints** may be written by less trusted hands (a kubelet may edit its own Node's
-//! annotations; a host may be named like anything): the Node's `hostcycle.io/baremetalhost`
-//! annotation and the only host with the Node's name. A hint is used only when the node has
+//! annotations and registers its provider ID; a host may be named like anything): the Node's
+//! uid-less provider ID, its `hostcycle.io/baremetalhost` annotation and the only host with the
+//! Node's name, in that order; a node's hints must agree. A hint is used only when the node has
 //! no authoritative link at all, and only for a host that is linked to no other node or
-//! Machine and that no other node's hint names.
+//! Machine (a uid-less provider ID may name the host's own Metal3Machine consumer) and that no
+//! other node's hint names. A uid-less provider ID or annotation naming another host than the
+//! node's authoritative links is ignored and reported ([`Binding::ignored_hint`]).
 //!
 //! Anything else is refused, with a reason that names both candidates: sources that disagree,
 //! a link to a host that does not exist (or exists under another uid), or two nodes on one
@@ -99,8 +107,10 @@ pub enum Link {
         machine: ObjectKey,
         consumer: ObjectKey,
     },
-    /// The Node's `spec.providerID`.
+    /// The Node's `spec.providerID`: with the host's uid, or agreeing with the node's Machine.
     ProviderId { node: String, provider_id: String },
+    /// Hint: the Node's uid-less `spec.providerID` (`metal3://<namespace>/<host>/<x>`), alone.
+    ProviderIdHint { node: String, provider_id: String },
     /// Hint: the Node's `hostcycle.io/baremetalhost` annotation.
     NodeAnnotation { node: String },
     /// Hint: the only host named like the Node.
@@ -110,7 +120,10 @@ pub enum Link {
 impl Link {
     /// Written by the provisioning machinery, not by the node itself.
     pub fn authoritative(&self) -> bool {
-        !matches!(self, Link::NodeAnnotation { .. } | Link::SameName { .. })
+        !matches!(
+            self,
+            Link::ProviderIdHint { .. } | Link::NodeAnnotation { .. } | Link::SameName { .. }
+        )
     }
 
     /// Short machine-friendly form, for logs and status.
@@ -119,6 +132,7 @@ impl Link {
             Link::MachineAnnotation { .. } => "MachineAnnotation",
             Link::ConsumerRef { .. } => "ConsumerRef",
             Link::ProviderId { .. } => "ProviderID",
+            Link::ProviderIdHint { .. } => "ProviderIDHint",
             Link::NodeAnnotation { .. } => "NodeAnnotation",
             Link::SameName { .. } => "SameName",
         }
@@ -140,6 +154,12 @@ impl fmt::Display for Link {
             ),
             Link::ProviderId { node, provider_id } => {
                 write!(f, "the providerID of node {node} ({provider_id})")
+            }
+            Link::ProviderIdHint { node, provider_id } => {
+                write!(
+                    f,
+                    "the providerID of node {node} ({provider_id}, without the host's uid: a hint)"
+                )
             }
             Link::NodeAnnotation { node } => {
                 write!(
@@ -179,8 +199,9 @@ pub struct Binding {
     pub uid: String,
     /// The link it was found by (the strongest, when several agree).
     pub link: Link,
-    /// A Node annotation naming another host, ignored because an authoritative link exists:
-    /// worth a Warning (a kubelet may write its own Node's annotations).
+    /// A Node annotation or uid-less provider ID naming another host, ignored because an
+    /// authoritative link exists: worth a Warning (a kubelet may write its own Node's
+    /// annotations, and registers its provider ID).
     pub ignored_hint: Option<(HostReference, Link)>,
 }
 
@@ -404,42 +425,55 @@ fn is_dns_name(text: &str, max: usize, dots: bool) -> bool {
 /// What a provider ID names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum ProviderTarget {
+    /// A host by namespace and name. `uid`: the uid it must have (`baremetalhost:///…/<uid>`);
+    /// `metal3_machine`: the Metal3Machine CAPM3 wrote as the third part
+    /// (`metal3://<namespace>/<host>/<metal3machine>`).
     Path {
         host: HostReference,
         uid: Option<String>,
+        metal3_machine: Option<String>,
     },
+    /// `metal3://<host-uid>`.
     Uid(String),
+}
+
+impl ProviderTarget {
+    /// Carries the host's uid: written only by whoever could read the host.
+    fn carries_uid(&self) -> bool {
+        matches!(
+            self,
+            ProviderTarget::Uid(_) | ProviderTarget::Path { uid: Some(_), .. }
+        )
+    }
 }
 
 fn parse_provider_id(id: &str) -> Option<ProviderTarget> {
     let id = id.trim();
-    let path = |rest: &str, with_uid: bool| {
+    let path = |rest: &str, metal3: bool| {
         let mut parts = rest.split('/').filter(|p| !p.is_empty());
         let namespace = parts.next()?;
         let name = parts.next()?;
-        let third = parts.next();
+        let third = parts.next().map(str::to_string);
+        let (uid, metal3_machine) = if metal3 { (None, third) } else { (third, None) };
         Some(ProviderTarget::Path {
             host: HostReference {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
             },
-            uid: if with_uid {
-                third.map(str::to_string)
-            } else {
-                None
-            },
+            uid,
+            metal3_machine,
         })
     };
     if let Some(rest) = id.strip_prefix("metal3://") {
         if rest.contains('/') {
-            path(rest, false)
+            path(rest, true)
         } else if rest.is_empty() {
             None
         } else {
             Some(ProviderTarget::Uid(rest.to_string()))
         }
     } else if let Some(rest) = id.strip_prefix("baremetalhost://") {
-        path(rest, true)
+        path(rest, false)
     } else {
         None
     }
@@ -492,7 +526,12 @@ impl BindingIndex {
                 .entry(host.reference.name.clone())
                 .or_default()
                 .push(host.reference.clone());
-            if let Some(consumer) = &host.consumer {
+            // A consumerRef into another namespace links nothing (it still claims its host).
+            if let Some(consumer) = host
+                .consumer
+                .as_ref()
+                .filter(|c| c.namespace == host.reference.namespace)
+            {
                 index
                     .by_consumer
                     .entry(consumer.clone())
@@ -549,11 +588,13 @@ impl BindingIndex {
         Ok(binding)
     }
 
-    /// The node's annotation, when it names another host than the one bound.
+    /// The node's uid-less provider ID or annotation, when it names another host than the one
+    /// bound (both are written by the node's side; a same-name host proves nothing either way).
     fn contrary_hint(&self, node: &str, bound: &HostReference) -> Option<(HostReference, Link)> {
-        self.node_hint(node).and_then(|(host, link)| {
-            (host != *bound && matches!(link, Link::NodeAnnotation { .. })).then_some((host, link))
-        })
+        self.provider_id_hint(node)
+            .into_iter()
+            .chain(self.annotation_hint(node).and_then(Result::ok))
+            .find(|(host, _)| host != bound)
     }
 
     /// The host of a Machine: its own links, its Node's provider ID, and, when neither names
@@ -563,7 +604,8 @@ impl BindingIndex {
         let node = self.machine_node(key).map(str::to_string);
         let mut candidates = self.machine_links(key);
         if let Some(node) = &node {
-            candidates.extend(self.provider_id_link(node));
+            let provider_id = self.provider_id_link(node, &candidates);
+            candidates.extend(provider_id);
         }
         if candidates.is_empty() {
             return match &node {
@@ -674,62 +716,23 @@ impl BindingIndex {
 
     /// A node without authoritative links: its hint, if the host is nobody else's.
     fn by_hint(&self, node: &str, subject: &str) -> Resolution {
-        let annotation = self.annotation_hint(node);
-        let same_name = self.same_name_hint(node);
-        let (reference, link) = match (annotation, same_name) {
-            (Some(Err(())), _) => {
-                // An annotation that does not parse is no hint at all.
-                match self.same_name_hint(node) {
-                    Some(Ok(h)) => h,
-                    Some(Err(hosts)) => {
-                        return Err(Box::new(Refusal::Ambiguous {
-                            subject: subject.to_string(),
-                            hosts,
-                        }));
-                    }
-                    None => {
-                        return Err(Box::new(Refusal::NoHost {
-                            subject: subject.to_string(),
-                        }));
-                    }
-                }
-            }
-            (Some(Ok(a)), Some(Ok(s))) if a.0 != s.0 => {
-                return Err(Box::new(Refusal::Conflict {
-                    subject: subject.to_string(),
-                    first: a,
-                    second: s,
-                }));
-            }
-            (Some(Ok(a)), _) => a,
-            (None, Some(Ok(s))) => s,
-            (None, Some(Err(hosts))) => {
-                return Err(Box::new(Refusal::Ambiguous {
-                    subject: subject.to_string(),
-                    hosts,
-                }));
-            }
-            (None, None) => {
-                return Err(Box::new(Refusal::NoHost {
-                    subject: subject.to_string(),
-                }));
-            }
-        };
-        let Some(host) = self.hosts.get(&reference) else {
-            return Err(Box::new(Refusal::Missing {
+        let (host, link) = self.chosen_hint(node, subject)?;
+        let reference = host.reference.clone();
+        let shared = |other: &Claimant, other_link: &Link| {
+            Box::new(Refusal::Shared {
                 subject: subject.to_string(),
-                host: reference,
-                link,
-            }));
-        };
-        if let Some((other, other_link)) = self.claims(&reference).first() {
-            return Err(Box::new(Refusal::Shared {
-                subject: subject.to_string(),
-                host: reference,
-                link,
+                host: reference.clone(),
+                link: link.clone(),
                 other: other.clone(),
                 other_link: other_link.clone(),
-            }));
+            })
+        };
+        if let Some((other, other_link)) = self
+            .claims(&reference)
+            .iter()
+            .find(|(claimant, _)| !hint_names_its_consumer(&link, host, claimant))
+        {
+            return Err(shared(other, other_link));
         }
         if let Some((other, other_link)) = self
             .hint_claims
@@ -738,13 +741,7 @@ impl BindingIndex {
             .flatten()
             .find(|(n, _)| n != node)
         {
-            return Err(Box::new(Refusal::Shared {
-                subject: subject.to_string(),
-                host: reference,
-                link,
-                other: Claimant::Node(other.clone()),
-                other_link: other_link.clone(),
-            }));
+            return Err(shared(&Claimant::Node(other.clone()), other_link));
         }
         Ok(Binding {
             host: reference,
@@ -752,6 +749,63 @@ impl BindingIndex {
             link,
             ignored_hint: None,
         })
+    }
+
+    /// The hint a node without authoritative links goes by: the strongest of its uid-less
+    /// provider ID, its annotation and the only host named like it, which must exist and which
+    /// the others must not contradict. An annotation that does not parse is no hint; several
+    /// hosts named like the node are ambiguous only when nothing else names one.
+    fn chosen_hint(&self, node: &str, subject: &str) -> Result<(&HostFacts, Link), Box<Refusal>> {
+        let mut named: Vec<(HostReference, Link)> = Vec::new();
+        named.extend(self.provider_id_hint(node));
+        named.extend(self.annotation_hint(node).and_then(Result::ok));
+        match self.same_name_hint(node) {
+            Some(Ok(hint)) => named.push(hint),
+            Some(Err(hosts)) if named.is_empty() => {
+                return Err(Box::new(Refusal::Ambiguous {
+                    subject: subject.to_string(),
+                    hosts,
+                }));
+            }
+            _ => {}
+        }
+        let Some((reference, link)) = named.first() else {
+            return Err(Box::new(Refusal::NoHost {
+                subject: subject.to_string(),
+            }));
+        };
+        let Some(host) = self.hosts.get(reference) else {
+            return Err(Box::new(Refusal::Missing {
+                subject: subject.to_string(),
+                host: reference.clone(),
+                link: link.clone(),
+            }));
+        };
+        if let Some(other) = named.iter().find(|(h, _)| h != reference) {
+            return Err(Box::new(Refusal::Conflict {
+                subject: subject.to_string(),
+                first: (reference.clone(), link.clone()),
+                second: other.clone(),
+            }));
+        }
+        Ok((host, link.clone()))
+    }
+
+    /// The node's uid-less provider ID as a hint (one with a uid is a link, never a hint).
+    fn provider_id_hint(&self, node: &str) -> Option<(HostReference, Link)> {
+        let provider_id = self.nodes.get(node)?.provider_id.as_deref()?;
+        match parse_provider_id(provider_id)? {
+            ProviderTarget::Path {
+                host, uid: None, ..
+            } => Some((
+                host,
+                Link::ProviderIdHint {
+                    node: node.to_string(),
+                    provider_id: provider_id.trim().to_string(),
+                },
+            )),
+            _ => None,
+        }
     }
 
     /// The node's annotation as a hint: `None` when absent, `Err` when it does not parse.
@@ -788,25 +842,30 @@ impl BindingIndex {
         }
     }
 
-    /// The hint a node would use (annotation first), ignoring whether it is valid.
+    /// The hint a node would use (uid-less provider ID, then annotation, then same name),
+    /// ignoring whether it is valid.
     fn node_hint(&self, node: &str) -> Option<(HostReference, Link)> {
-        match self.annotation_hint(node) {
-            Some(Ok(hint)) => Some(hint),
-            _ => self.same_name_hint(node).and_then(Result::ok),
-        }
+        self.provider_id_hint(node)
+            .or_else(|| self.annotation_hint(node).and_then(Result::ok))
+            .or_else(|| self.same_name_hint(node).and_then(Result::ok))
     }
 
     /// The authoritative links of a node: its Machines' and its provider ID.
     fn node_links(&self, node: &str) -> Vec<Candidate> {
-        let mut out: Vec<Candidate> = self
-            .machines_of_node
+        let mut out = self.machine_links_of_node(node);
+        let provider_id = self.provider_id_link(node, &out);
+        out.extend(provider_id);
+        out
+    }
+
+    /// The links of the Machines whose nodeRef is `node`.
+    fn machine_links_of_node(&self, node: &str) -> Vec<Candidate> {
+        self.machines_of_node
             .get(node)
             .into_iter()
             .flatten()
             .flat_map(|m| self.machine_links(m))
-            .collect();
-        out.extend(self.provider_id_link(node));
-        out
+            .collect()
     }
 
     /// A Machine's own links: its annotation, and hosts consuming it or its infrastructure.
@@ -829,7 +888,10 @@ impl BindingIndex {
             });
         }
         for consumer in std::iter::once(&machine.key).chain(machine.infrastructure.iter()) {
-            for host in self.by_consumer.get(consumer).into_iter().flatten() {
+            // `by_consumer` holds consumers of their host's namespace; the Machine must be
+            // there too (an infrastructureRef may name another namespace).
+            let hosts = self.by_consumer.get(consumer).into_iter().flatten();
+            for host in hosts.filter(|h| h.namespace == key.namespace) {
                 out.push(Candidate {
                     host: Some(host.clone()),
                     uid: None,
@@ -843,24 +905,43 @@ impl BindingIndex {
         out
     }
 
-    fn provider_id_link(&self, node: &str) -> Option<Candidate> {
+    /// The node's provider ID as an authoritative link: when it carries a uid (checked against
+    /// the host's later), or, uid-less, when it names a host `machine_links` (the node's
+    /// Machines') name too. A uid-less one alone is a hint ([`Self::provider_id_hint`]).
+    fn provider_id_link(&self, node: &str, machine_links: &[Candidate]) -> Option<Candidate> {
         let provider_id = self.nodes.get(node)?.provider_id.as_deref()?;
+        let target = parse_provider_id(provider_id)?;
+        let carries_uid = target.carries_uid();
         let link = Link::ProviderId {
             node: node.to_string(),
             provider_id: provider_id.trim().to_string(),
         };
-        match parse_provider_id(provider_id)? {
-            ProviderTarget::Path { host, uid } => Some(Candidate {
+        let candidate = match target {
+            ProviderTarget::Path { host, uid, .. } => Candidate {
                 host: Some(host),
                 uid,
                 link,
-            }),
-            ProviderTarget::Uid(uid) => Some(Candidate {
+            },
+            ProviderTarget::Uid(uid) => Candidate {
                 host: self.by_uid.get(&uid).cloned(),
                 uid: Some(uid),
                 link,
-            }),
-        }
+            },
+        };
+        let agrees = || machine_links.iter().any(|m| m.host == candidate.host);
+        (carries_uid || agrees()).then_some(candidate)
+    }
+
+    /// The Machine a host's consumerRef links it to: a Machine of the host's namespace, named
+    /// by the consumerRef itself or through its infrastructure object there.
+    fn consumer_machine(&self, host: &HostFacts) -> Option<&ObjectKey> {
+        let consumer = host
+            .consumer
+            .as_ref()
+            .filter(|c| c.namespace == host.reference.namespace)?;
+        self.machine_of_consumer
+            .get(consumer)
+            .filter(|m| m.namespace == host.reference.namespace)
     }
 
     fn collect_claims(&self) -> BTreeMap<HostReference, Vec<(Claimant, Link)>> {
@@ -881,7 +962,8 @@ impl BindingIndex {
         }
         for host in self.hosts.values() {
             if let Some(consumer) = &host.consumer {
-                let (claimant, link) = match self.machine_of_consumer.get(consumer) {
+                // Another namespace's Machine is never claimed: the host is taken by an object.
+                let (claimant, link) = match self.consumer_machine(host) {
                     Some(machine) => (
                         Claimant::Machine(machine.clone()),
                         Link::ConsumerRef {
@@ -904,11 +986,12 @@ impl BindingIndex {
             }
         }
         for node in self.nodes.values() {
+            let machine_links = self.machine_links_of_node(&node.name);
             if let Some(Candidate {
                 host: Some(reference),
                 link,
                 ..
-            }) = self.provider_id_link(&node.name)
+            }) = self.provider_id_link(&node.name, &machine_links)
             {
                 claims
                     .entry(reference)
@@ -968,13 +1051,35 @@ impl BindingIndex {
     }
 }
 
+/// Whether `claimant` is the host's own Metal3Machine consumer, named by the uid-less provider
+/// ID `link` (`metal3://<namespace>/<host>/<metal3machine>`, CAPM3's form): the hint agrees with
+/// it, so it is no other claimant (a cluster whose Machines this operator cannot read).
+fn hint_names_its_consumer(link: &Link, host: &HostFacts, claimant: &Claimant) -> bool {
+    let (Link::ProviderIdHint { provider_id, .. }, Claimant::Object(consumer)) = (link, claimant)
+    else {
+        return false;
+    };
+    let Some(ProviderTarget::Path {
+        metal3_machine: Some(metal3_machine),
+        ..
+    }) = parse_provider_id(provider_id)
+    else {
+        return false;
+    };
+    host.consumer.as_ref() == Some(consumer)
+        && consumer.kind == "Metal3Machine"
+        && consumer.namespace == host.reference.namespace
+        && consumer.name == metal3_machine
+}
+
 /// Which link wins when several agree (lower is stronger).
 fn strength(link: &Link) -> u8 {
     match link {
         Link::MachineAnnotation { .. } => 0,
         Link::ConsumerRef { .. } => 1,
         Link::ProviderId { .. } => 2,
-        Link::NodeAnnotation { .. } => 3,
-        Link::SameName { .. } => 4,
+        Link::ProviderIdHint { .. } => 3,
+        Link::NodeAnnotation { .. } => 4,
+        Link::SameName { .. } => 5,
     }
 }

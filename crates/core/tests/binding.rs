@@ -200,10 +200,13 @@ fn each_authoritative_rule_binds_the_node() {
             ..Default::default()
         },
         Case {
-            name: "CAPM3 provider ID metal3://<namespace>/<host>/<metal3machine>",
-            nodes: vec![node("w1").provider_id("metal3://metal/bmh-2/w1-m3m-x2")],
-            hosts: vec![host("metal", "bmh-2")],
-            want: Want::Host(r("metal", "bmh-2"), "ProviderID"),
+            // Alone it is a hint (see `uid_less_provider_ids_are_hints`); with the Machine's
+            // links naming the same host it is one of the agreeing links.
+            name: "CAPM3 provider ID metal3://<namespace>/<host>/<metal3machine> with its Machine",
+            nodes: vec![node("w1").provider_id("metal3://capi/bmh-2/w1-m3m")],
+            machines: vec![machine("m1", "w1").infrastructure(m3m.clone())],
+            hosts: vec![host("capi", "bmh-2").consumed_by(m3m.clone())],
+            want: Want::Host(r("capi", "bmh-2"), "ConsumerRef"),
             ..Default::default()
         },
         Case {
@@ -224,7 +227,7 @@ fn each_authoritative_rule_binds_the_node() {
         },
         Case {
             name: "whitespace around the provider ID is ignored",
-            nodes: vec![node("w1").provider_id(" metal3://metal/bmh-2/m \n")],
+            nodes: vec![node("w1").provider_id(" baremetalhost:///metal/bmh-2/uid-metal-bmh-2 \n")],
             hosts: vec![host("metal", "bmh-2")],
             want: Want::Host(r("metal", "bmh-2"), "ProviderID"),
             ..Default::default()
@@ -443,8 +446,18 @@ fn sources_that_disagree_refuse_naming_both_candidates() {
             ..Default::default()
         },
         Case {
-            name: "provider ID vs. the Machine's annotation",
-            nodes: vec![node("w1").provider_id("metal3://metal/p/m")],
+            // A uid-less provider ID against the annotation is a hint ignored: see
+            // `uid_less_provider_ids_are_hints`.
+            name: "provider ID with the host's uid vs. the Machine's annotation",
+            nodes: vec![node("w1").provider_id("baremetalhost:///metal/p/uid-metal-p")],
+            machines: vec![machine("m1", "w1").host_annotation("metal/a")],
+            hosts: vec![host("metal", "p"), host("metal", "a")],
+            want: Want::Refused("HostBindingConflict", &["metal/p", "metal/a"]),
+            ..Default::default()
+        },
+        Case {
+            name: "old CAPM3 provider ID metal3://<host-uid> vs. the Machine's annotation",
+            nodes: vec![node("w1").provider_id("metal3://uid-metal-p")],
             machines: vec![machine("m1", "w1").host_annotation("metal/a")],
             hosts: vec![host("metal", "p"), host("metal", "a")],
             want: Want::Refused("HostBindingConflict", &["metal/p", "metal/a"]),
@@ -560,10 +573,11 @@ fn two_nodes_or_machines_on_one_host_are_refused() {
             ..Default::default()
         },
         Case {
+            // Uid-less, so a hint; but the Metal3Machine it names is the host's own consumer.
             name: "a consumer this operator cannot map does not outvote the node's provider ID",
             nodes: vec![node("w1").provider_id("metal3://metal/h/w1-m3m")],
             hosts: vec![host("metal", "h").consumed_by(key("Metal3Machine", "metal", "w1-m3m"))],
-            want: Want::Host(r("metal", "h"), "ProviderID"),
+            want: Want::Host(r("metal", "h"), "ProviderIDHint"),
             ..Default::default()
         },
     ]);
@@ -608,6 +622,295 @@ fn namespaces_are_part_of_every_link() {
     ]);
 }
 
+/// A uid-less provider ID (`metal3://<namespace>/<host>/<x>`, `baremetalhost:///<ns>/<host>`)
+/// is written by whoever registers or edits the Node: alone it is a hint, used only for a host
+/// nobody else claims; it never outvotes, captures or blocks an authoritative link.
+#[test]
+fn uid_less_provider_ids_are_hints() {
+    let m3m = key("Metal3Machine", "capi", "w1-m3m");
+    run(vec![
+        Case {
+            name: "alone, for an unclaimed host: bound as a hint",
+            nodes: vec![node("w1").provider_id("metal3://metal/bmh-2/w1-m3m-x2")],
+            hosts: vec![host("metal", "bmh-2")],
+            want: Want::Host(r("metal", "bmh-2"), "ProviderIDHint"),
+            ..Default::default()
+        },
+        Case {
+            name: "alone, whitespace around it ignored",
+            nodes: vec![node("w1").provider_id(" metal3://metal/bmh-2/m \n")],
+            hosts: vec![host("metal", "bmh-2")],
+            want: Want::Host(r("metal", "bmh-2"), "ProviderIDHint"),
+            ..Default::default()
+        },
+        Case {
+            name: "OpenShift's form without a uid is a hint too",
+            nodes: vec![node("w1").provider_id("baremetalhost:///openshift-machine-api/worker-0")],
+            hosts: vec![host("openshift-machine-api", "worker-0")],
+            want: Want::Host(r("openshift-machine-api", "worker-0"), "ProviderIDHint"),
+            ..Default::default()
+        },
+        Case {
+            name: "naming host B while the node's Machine names host A → A",
+            nodes: vec![node("w1").provider_id("metal3://metal/b/m")],
+            machines: vec![machine("m1", "w1").host_annotation("metal/a")],
+            hosts: vec![host("metal", "a"), host("metal", "b")],
+            want: Want::Host(r("metal", "a"), "MachineAnnotation"),
+            ..Default::default()
+        },
+        Case {
+            name: "naming host B while the host consuming the Machine's Metal3Machine is A → A",
+            nodes: vec![node("w1").provider_id("metal3://capi/b/w1-m3m")],
+            machines: vec![machine("m1", "w1").infrastructure(m3m.clone())],
+            hosts: vec![
+                host("capi", "a").consumed_by(m3m.clone()),
+                host("capi", "b"),
+            ],
+            want: Want::Host(r("capi", "a"), "ConsumerRef"),
+            ..Default::default()
+        },
+        Case {
+            name: "for a host another node's Machine names → not bound",
+            nodes: vec![node("w1").provider_id("metal3://metal/h/x"), node("w0")],
+            machines: vec![machine("m0", "w0").host_annotation("metal/h")],
+            hosts: vec![host("metal", "h")],
+            want: Want::Refused("HostBindingConflict", &["metal/h", "Machine capi/m0"]),
+            ..Default::default()
+        },
+        Case {
+            name: "for a host another node's provider ID with its uid names → not bound",
+            nodes: vec![
+                node("w1").provider_id("metal3://metal/h/x"),
+                node("w0").provider_id("metal3://uid-metal-h"),
+            ],
+            hosts: vec![host("metal", "h")],
+            want: Want::Refused("HostBindingConflict", &["metal/h", "node w0"]),
+            ..Default::default()
+        },
+        Case {
+            name: "for a host another node's hint names (its same-name host) → not bound",
+            nodes: vec![node("w1").provider_id("metal3://metal/w0/x"), node("w0")],
+            hosts: vec![host("metal", "w0")],
+            want: Want::Refused("HostBindingConflict", &["metal/w0", "node w0"]),
+            ..Default::default()
+        },
+        Case {
+            name: "the victim keeps its host: another node's forged provider ID blocks nothing",
+            nodes: vec![node("w1").provider_id("metal3://metal/h/x"), node("w0")],
+            machines: vec![machine("m0", "w0").host_annotation("metal/h")],
+            hosts: vec![host("metal", "h")],
+            lookup: "w0",
+            want: Want::Host(r("metal", "h"), "MachineAnnotation"),
+        },
+        Case {
+            name: "the victim bound by its provider ID with the uid keeps its host too",
+            nodes: vec![
+                node("w1").provider_id("metal3://metal/h/x"),
+                node("w0").provider_id("metal3://uid-metal-h"),
+            ],
+            hosts: vec![host("metal", "h")],
+            lookup: "w0",
+            want: Want::Host(r("metal", "h"), "ProviderID"),
+            ..Default::default()
+        },
+        Case {
+            name: "a provider ID naming another consumer than the host's Metal3Machine → not bound",
+            nodes: vec![node("w1").provider_id("metal3://metal/h/w1-m3m")],
+            hosts: vec![host("metal", "h").consumed_by(key("Metal3Machine", "metal", "w9-m3m"))],
+            want: Want::Refused(
+                "HostBindingConflict",
+                &["metal/h", "Metal3Machine metal/w9-m3m"],
+            ),
+            ..Default::default()
+        },
+        Case {
+            name: "the provider ID and the Node's annotation disagree → refused, naming both",
+            nodes: vec![
+                node("w1")
+                    .provider_id("metal3://metal/a/m")
+                    .annotated("metal/b"),
+            ],
+            hosts: vec![host("metal", "a"), host("metal", "b")],
+            want: Want::Refused("HostBindingConflict", &["metal/a", "metal/b"]),
+            ..Default::default()
+        },
+        Case {
+            name: "the provider ID and the same-name host disagree → refused, naming both",
+            nodes: vec![node("w1").provider_id("metal3://metal/a/m")],
+            hosts: vec![host("metal", "a"), host("rack", "w1")],
+            want: Want::Refused("HostBindingConflict", &["metal/a", "rack/w1"]),
+            ..Default::default()
+        },
+        Case {
+            name: "the provider ID and the same-name host agree → the provider ID is reported",
+            nodes: vec![node("w1").provider_id("metal3://metal/w1/m")],
+            hosts: vec![host("metal", "w1")],
+            want: Want::Host(r("metal", "w1"), "ProviderIDHint"),
+            ..Default::default()
+        },
+    ]);
+}
+
+/// A uid-less provider ID contrary to the node's Machine is reported (a Warning), through the
+/// node and the Machine; one that agrees is an authoritative link and claims the host for its
+/// node.
+#[test]
+fn a_contrary_provider_id_is_reported_and_an_agreeing_one_is_a_link() {
+    let m3m = key("Metal3Machine", "capi", "w1-m3m");
+    let index = BindingIndex::new(
+        vec![host("metal", "a"), host("metal", "b")],
+        vec![machine("m1", "w1").host_annotation("metal/a")],
+        vec![node("w1").provider_id("metal3://metal/b/m")],
+    );
+    for binding in [
+        index.node("w1").unwrap(),
+        index.machine(&key("Machine", "capi", "m1")).unwrap(),
+    ] {
+        let (ignored, link) = binding
+            .ignored_hint
+            .expect("the contrary provider ID is reported");
+        assert_eq!(ignored, r("metal", "b"));
+        assert_eq!(link.code(), "ProviderIDHint");
+        assert!(!link.authoritative());
+        assert!(link.to_string().contains("metal3://metal/b/m"), "{link}");
+    }
+    assert!(
+        index.claims(&r("metal", "b")).is_empty(),
+        "a hint claims nothing"
+    );
+
+    let index = BindingIndex::new(
+        vec![host("capi", "bmh-2").consumed_by(m3m.clone())],
+        vec![machine("m1", "w1").infrastructure(m3m.clone())],
+        vec![node("w1").provider_id("metal3://capi/bmh-2/w1-m3m")],
+    );
+    let b = index.node("w1").unwrap();
+    assert_eq!(b.ignored_hint, None);
+    let claimants: Vec<(Claimant, &str)> = index
+        .claims(&r("capi", "bmh-2"))
+        .iter()
+        .map(|(c, l)| (c.clone(), l.code()))
+        .collect();
+    assert_eq!(
+        claimants,
+        vec![
+            (
+                Claimant::Machine(key("Machine", "capi", "m1")),
+                "ConsumerRef"
+            ),
+            (Claimant::Node("w1".into()), "ProviderID"),
+        ]
+    );
+}
+
+/// `spec.consumerRef` is written by whoever may edit the host: it links a Machine only in the
+/// host's own namespace, and a disagreement with the Machine's own annotation is a conflict.
+#[test]
+fn consumer_refs_link_only_machines_of_the_hosts_namespace() {
+    let theirs = key("Machine", "capi", "m1");
+    let their_m3m = key("Metal3Machine", "capi", "w1-m3m");
+    run(vec![
+        Case {
+            name: "a consumerRef naming another namespace's Machine → ignored (no capture)",
+            machines: vec![machine("m1", "w1")],
+            hosts: vec![host("evil", "h").consumed_by(theirs.clone())],
+            want: Want::Refused("HostNotReferenced", &["node w1"]),
+            ..Default::default()
+        },
+        Case {
+            name: "a consumerRef naming another namespace's Metal3Machine → ignored (no capture)",
+            machines: vec![machine("m1", "w1").infrastructure(their_m3m.clone())],
+            hosts: vec![host("evil", "h").consumed_by(their_m3m.clone())],
+            want: Want::Refused("HostNotReferenced", &["node w1"]),
+            ..Default::default()
+        },
+        Case {
+            name: "a consumerRef from another namespace never blocks the Machine's own host",
+            machines: vec![machine("m1", "w1").host_annotation("capi/real")],
+            hosts: vec![
+                host("capi", "real"),
+                host("evil", "h").consumed_by(theirs.clone()),
+            ],
+            want: Want::Host(r("capi", "real"), "MachineAnnotation"),
+            ..Default::default()
+        },
+        Case {
+            name: "nor the host consuming the Machine's Metal3Machine in its namespace",
+            machines: vec![machine("m1", "w1").infrastructure(their_m3m.clone())],
+            hosts: vec![
+                host("capi", "real").consumed_by(their_m3m.clone()),
+                host("evil", "h").consumed_by(their_m3m.clone()),
+            ],
+            want: Want::Host(r("capi", "real"), "ConsumerRef"),
+            ..Default::default()
+        },
+        Case {
+            name: "an infrastructureRef into another namespace: its hosts there are not the Machine's",
+            machines: vec![machine("m1", "w1").infrastructure(key("Metal3Machine", "rack", "x"))],
+            hosts: vec![host("rack", "h").consumed_by(key("Metal3Machine", "rack", "x"))],
+            want: Want::Refused("HostNotReferenced", &["node w1"]),
+            ..Default::default()
+        },
+        Case {
+            name: "a cross-namespace consumerRef still keeps hints off its own host",
+            machines: vec![machine("m1", "w9")],
+            hosts: vec![host("evil", "w1").consumed_by(theirs.clone())],
+            want: Want::Refused("HostBindingConflict", &["evil/w1", "Machine capi/m1"]),
+            ..Default::default()
+        },
+        Case {
+            name: "a same-namespace consumerRef contradicting the Machine's annotation → conflict",
+            machines: vec![machine("m1", "w1").host_annotation("capi/a")],
+            hosts: vec![
+                host("capi", "a"),
+                host("capi", "b").consumed_by(theirs.clone()),
+            ],
+            want: Want::Refused("HostBindingConflict", &["capi/a", "capi/b", "consumerRef"]),
+            ..Default::default()
+        },
+        Case {
+            name: "a same-namespace consumerRef agreeing with the Machine's annotation",
+            machines: vec![machine("m1", "w1").host_annotation("capi/a")],
+            hosts: vec![host("capi", "a").consumed_by(theirs.clone())],
+            want: Want::Host(r("capi", "a"), "MachineAnnotation"),
+            ..Default::default()
+        },
+    ]);
+
+    // Looked up by Machine: the same answers.
+    let index = BindingIndex::new(
+        vec![host("evil", "h").consumed_by(theirs.clone())],
+        vec![machine("m1", "w1")],
+        vec![node("w1")],
+    );
+    assert_eq!(
+        index.machine(&theirs).unwrap_err().reason(),
+        "HostNotReferenced"
+    );
+    assert_eq!(
+        index.claims(&r("evil", "h")),
+        &[(
+            Claimant::Object(theirs.clone()),
+            Link::ConsumerRef {
+                machine: theirs.clone(),
+                consumer: theirs.clone(),
+            }
+        )],
+        "the host is taken, by an object that is no Machine of its namespace"
+    );
+    let index = BindingIndex::new(
+        vec![
+            host("capi", "a"),
+            host("capi", "b").consumed_by(theirs.clone()),
+        ],
+        vec![machine("m1", "w1").host_annotation("capi/a")],
+        vec![node("w1")],
+    );
+    let refusal = index.machine(&theirs).unwrap_err();
+    assert_eq!(refusal.reason(), "HostBindingConflict");
+    assert!(refusal.is_conflict());
+}
+
 #[test]
 fn a_machine_resolves_through_its_own_links_then_its_node() {
     let m3m = key("Metal3Machine", "capi", "w1-m3m");
@@ -631,8 +934,8 @@ fn a_machine_resolves_through_its_own_links_then_its_node() {
     assert_eq!(got("m1").unwrap().host, r("capi", "bmh-9"));
     // No link of its own: its Node's hint.
     assert_eq!(got("m2").unwrap().link.code(), "SameName");
-    // Its Node's provider ID.
-    assert_eq!(got("m3").unwrap().link.code(), "ProviderID");
+    // Its Node's provider ID (uid-less, with no link of the Machine's to agree: a hint).
+    assert_eq!(got("m3").unwrap().link.code(), "ProviderIDHint");
     // No link and no node.
     assert_eq!(got("m4").unwrap_err().reason(), "HostNotReferenced");
     // A Machine the index does not know.
@@ -737,8 +1040,10 @@ fn nodes_of_host_are_the_nodes_that_resolve_to_it() {
     let cases: Vec<NodesOfHostCase> = vec![
         ("a Machine's annotation, its Node gone: the nodeRef", vec![host("metal", "h0")],
             vec![machine("m0", "cp-0").host_annotation("metal/h0")], vec![], vec!["cp-0"]),
-        ("a consumerRef naming the Machine", vec![host("metal", "h0").consumed_by(key("Machine", "capi", "m0"))],
-            vec![machine("m0", "w0")], vec![node("w0")], vec!["w0"]),
+        ("a consumerRef naming the Machine", vec![host("metal", "h0").consumed_by(key("Machine", "metal", "m0"))],
+            vec![machine("m0", "w0").namespace("metal")], vec![node("w0")], vec!["w0"]),
+        ("a consumerRef naming another namespace's Machine: none", vec![host("metal", "h0").consumed_by(key("Machine", "capi", "m0"))],
+            vec![machine("m0", "w0")], vec![node("w0")], vec![]),
         ("a provider ID", vec![host("metal", "h0")], vec![],
             vec![node("w0").provider_id("metal3://metal/h0/m")], vec!["w0"]),
         ("the same-name hint", vec![host("metal", "h0")], vec![], vec![node("h0")], vec!["h0"]),

@@ -4,6 +4,7 @@
 //! waiting and leaving. The controller carries these decisions out and adds no rule.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hostcycle_api::queue::{
@@ -93,6 +94,7 @@ fn node(address: &str) -> QueueNodeView {
         cordoned_by_queue: true,
         volumes_in_use: 0,
         address: address.into(),
+        reported_addresses: vec![address.into()],
     }
 }
 
@@ -309,13 +311,22 @@ struct Start {
     bound: bool,
 }
 
+/// The address of the other node, w2, every start sees.
+const OTHER_NODE_ADDRESS: &str = "10.0.0.2";
+
 fn start(e: &RebootQueueEntry, case: &Start) -> EntryDecision {
     let n = node(case.address);
+    let other = QueueNodeView {
+        name: "w2".into(),
+        ..node(OTHER_NODE_ADDRESS)
+    };
+    let nodes = BTreeMap::from([("w1".to_string(), n.clone()), ("w2".to_string(), other)]);
     let input = RebootStart {
         config: &case.config,
         being_remediated: case.remediated,
         target: &case.target,
         node: Some(&n),
+        nodes: &nodes,
         bound_host: case.bound.then(|| (host(), "host-uid".to_string())),
         now: ts(100),
         jitter: 0.0,
@@ -376,6 +387,29 @@ fn a_reboot_starts_only_when_the_plans_checks_still_hold() {
             Some("unsafe_node_address"),
         ),
         (
+            "commands, but another node (w2) reports the address too",
+            Start {
+                config: command_config(),
+                remediated: false,
+                target: RebootTarget::NoHost,
+                address: "::ffff:10.0.0.2",
+                bound: false,
+            },
+            EntryPhase::Queued,
+            reason::AMBIGUOUS_NODE_ADDRESS,
+            Some("ambiguous_node_address"),
+        ),
+        (
+            "through the bound host, another node's address is not used",
+            Start {
+                address: OTHER_NODE_ADDRESS,
+                ..through_the_host(config())
+            },
+            EntryPhase::Rebooting,
+            reason::DRAIN_COMPLETED,
+            None,
+        ),
+        (
             "through the bound host",
             through_the_host(config()),
             EntryPhase::Rebooting,
@@ -430,6 +464,36 @@ fn through_the_host(config: QueueConfig) -> Start {
         address: "10.0.0.1",
         bound: true,
     }
+}
+
+/// At the end of the drain, a command address another node reports too backs off with a
+/// Warning naming both nodes and the address.
+#[test]
+fn a_reboot_by_command_never_starts_with_another_nodes_address() {
+    let draining = entry(Some(EntryPhase::Draining), 40);
+    let d = start(
+        &draining,
+        &Start {
+            config: command_config(),
+            remediated: false,
+            target: RebootTarget::NoHost,
+            address: OTHER_NODE_ADDRESS,
+            bound: false,
+        },
+    );
+    let warning = &d.events[0];
+    assert_eq!(warning.event_type, EventType::Warning);
+    assert_eq!(warning.reason, reason::AMBIGUOUS_NODE_ADDRESS);
+    for words in ["node w1", "node w2", "\"10.0.0.2\"", "commands are not run"] {
+        assert!(warning.message.contains(words), "{}", warning.message);
+    }
+    let s = applied(&draining, &d);
+    assert_eq!(
+        s.phase,
+        Some(EntryPhase::Queued),
+        "backed off, not rebooting"
+    );
+    assert!(s.message.contains(&warning.message), "{}", s.message);
 }
 
 #[test]
@@ -986,6 +1050,35 @@ fn a_waiting_entry_says_why_and_a_blocked_one_warns() {
     // No longer blocked: the condition goes.
     let d = waiting(&still, &slots, ts(50)).expect("unblocked");
     assert!(applied(&still, &d).conditions.is_empty());
+
+    // Another node's address: its own reason, and a Warning naming both nodes and the address.
+    let ambiguous = WaitReason::AmbiguousNodeAddress {
+        address: "\"10.0.0.2\"".into(),
+        other: "w2".into(),
+    };
+    let d = waiting(&shown, &ambiguous, ts(60)).expect("blocked");
+    let c = applied(&shown, &d)
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == queue_condition::BLOCKED)
+        .expect("Blocked");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", queue_condition::AMBIGUOUS_NODE_ADDRESS)
+    );
+    assert_eq!(
+        events(&d),
+        vec![(
+            EventSubject::Entry,
+            EventType::Warning,
+            reason::AMBIGUOUS_NODE_ADDRESS
+        )]
+    );
+    assert_eq!(
+        d.events[0].message,
+        "node w1 cannot be rebooted now: cannot be rebooted by command: its address \"10.0.0.2\" \
+         (from the Node's status) is also an address of node w2; the commands are not run with it"
+    );
 }
 
 #[test]

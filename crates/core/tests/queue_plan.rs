@@ -40,6 +40,7 @@ fn node(name: &str) -> QueueNodeView {
         cordoned_by_queue: false,
         volumes_in_use: 0,
         address: format!("{name}.example"),
+        reported_addresses: vec![format!("{name}.example")],
     }
 }
 
@@ -1599,6 +1600,168 @@ fn a_node_rebooted_by_command_with_an_unsafe_address_waits_unsafe_node_address()
         .unwrap();
     assert_eq!(other.event_reason, "RebootBlocked");
     assert_eq!(WaitReason::Disabled.blocked(), None);
+}
+
+/// A node whose kubelet reports `addresses` (InternalIP first; none: its name is its address).
+fn reporting(name: &str, addresses: &[&str]) -> QueueNodeView {
+    QueueNodeView {
+        address: addresses
+            .first()
+            .map_or_else(|| name.to_string(), |a| a.to_string()),
+        reported_addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        ..node(name)
+    }
+}
+
+/// No BareMetalHost for any of `nodes`.
+fn no_host(nodes: &[&'static str]) -> Vec<(&'static str, RebootTarget)> {
+    nodes.iter().map(|n| (*n, RebootTarget::NoHost)).collect()
+}
+
+/// A node rebooted by command whose address another Node reports too — a kubelet may write
+/// another node's address as its own — waits, `Blocked` with `AmbiguousNodeAddress`: the
+/// commands could reboot (and boot-check) the other node, undrained. Both nodes wait, since
+/// which one owns the address is unknown. IPs are compared in canonical form.
+#[test]
+fn a_node_rebooted_by_command_with_another_nodes_address_waits_ambiguous_node_address() {
+    let shared = |address: &str, other: &str| WaitReason::AmbiguousNodeAddress {
+        address: format!("{address:?}"),
+        other: other.to_string(),
+    };
+    let commands = with_commands(None);
+    run(vec![
+        Case {
+            name: "w1 reports w2's IP: both wait, each naming the other",
+            config: commands.clone(),
+            nodes: vec![
+                reporting("w1", &["10.0.0.2"]),
+                reporting("w2", &["10.0.0.2"]),
+            ],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            targets: no_host(&["w1", "w2"]),
+            remediating: vec![],
+            facts: Facts::default(),
+            want: Want {
+                waiting: vec![(1, shared("10.0.0.2", "w2")), (2, shared("10.0.0.2", "w1"))],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "IPs in canonical form: an IPv4-mapped IPv6 and a zero-padded IPv6",
+            config: commands.clone(),
+            nodes: vec![
+                reporting("w1", &["::ffff:10.0.0.2"]),
+                reporting("w2", &["10.0.0.2", "fd00::2"]),
+                reporting("w3", &["fd00:0:0::2"]),
+            ],
+            entries: vec![entry(1, "w1"), entry(3, "w3")],
+            targets: no_host(&["w1", "w3"]),
+            remediating: vec![],
+            facts: Facts::default(),
+            want: Want {
+                waiting: vec![
+                    (1, shared("::ffff:10.0.0.2", "w2")),
+                    (3, shared("fd00:0:0::2", "w2")),
+                ],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "another node's ExternalIP or Hostname counts, and a node unqueued blocks too",
+            config: commands.clone(),
+            nodes: vec![
+                reporting("w1", &["203.0.113.9"]),
+                reporting("w2", &["10.0.0.2", "203.0.113.9"]),
+                reporting("w3", &["w4.lab"]),
+                reporting("w4", &["10.0.0.4", "W4.Lab."]),
+                reporting("w5", &["w6"]),
+                reporting("w6", &[]),
+            ],
+            entries: vec![entry(1, "w1"), entry(3, "w3"), entry(5, "w5")],
+            targets: no_host(&["w1", "w3", "w5"]),
+            remediating: vec![],
+            facts: Facts::default(),
+            want: Want {
+                waiting: vec![
+                    (1, shared("203.0.113.9", "w2")),
+                    (3, shared("w4.lab", "w4")),
+                    (5, shared("w6", "w6")),
+                ],
+                ..Default::default()
+            },
+        },
+    ]);
+    let blocked = shared("10.0.0.2", "w2").blocked().unwrap();
+    assert_eq!(blocked.event_reason, "AmbiguousNodeAddress");
+    assert_eq!(blocked.condition_reason, "AmbiguousNodeAddress");
+    assert_eq!(
+        shared("10.0.0.2", "w2").to_string(),
+        "cannot be rebooted by command: its address \"10.0.0.2\" (from the Node's status) is \
+         also an address of node w2; the commands are not run with it"
+    );
+}
+
+/// Addresses of their own, a shared address the commands do not use, and an unsafe one (which
+/// is refused as such) are not `AmbiguousNodeAddress`.
+#[test]
+fn only_a_command_address_another_node_reports_is_ambiguous() {
+    let commands = with_commands(None);
+    run(vec![
+        Case {
+            name: "distinct addresses start; a node's own addresses are not another's",
+            config: QueueConfig {
+                max_concurrent_reboots: 2,
+                ..commands.clone()
+            },
+            nodes: vec![
+                reporting("w1", &["10.0.0.1", "10.0.0.1", "w1"]),
+                reporting("w2", &["10.0.0.2"]),
+            ],
+            entries: vec![entry(1, "w1"), entry(2, "w2")],
+            targets: no_host(&["w1", "w2"]),
+            remediating: vec![],
+            facts: Facts::default(),
+            want: Want {
+                start: vec![1, 2],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "rebooted through the host: the address is not used",
+            config: commands.clone(),
+            nodes: vec![
+                reporting("w1", &["10.0.0.2"]),
+                reporting("w2", &["10.0.0.2"]),
+            ],
+            entries: vec![entry(1, "w1")],
+            targets: vec![("w1", RebootTarget::Host(host_ref("w1")))],
+            remediating: vec![],
+            facts: Facts::default(),
+            want: Want {
+                start: vec![1],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "an unsafe address is refused as such, whoever else reports it",
+            config: commands.clone(),
+            nodes: vec![reporting("w1", &["-x"]), reporting("w2", &["-x"])],
+            entries: vec![entry(1, "w1")],
+            targets: no_host(&["w1"]),
+            remediating: vec![],
+            facts: Facts::default(),
+            want: Want {
+                waiting: vec![(
+                    1,
+                    WaitReason::UnsafeNodeAddress {
+                        address: "\"-x\"".into(),
+                        why: "it starts with '-' (a command reads it as an option)".into(),
+                    },
+                )],
+                ..Default::default()
+            },
+        },
+    ]);
 }
 
 /// (name, config, target, the method or words the reason must contain)

@@ -64,6 +64,7 @@ fn node() -> QueueNodeView {
         cordoned_by_queue: true,
         volumes_in_use: 0,
         address: "10.0.0.1".into(),
+        reported_addresses: vec!["10.0.0.1".into()],
     }
 }
 

@@ -111,6 +111,7 @@ fn a_ready_worker_reads_fully() {
             cordoned_by_queue: false,
             volumes_in_use: 2,
             address: "10.0.0.11".into(),
+            reported_addresses: vec!["10.0.0.11".into(), "203.0.113.11".into(), "w1".into()],
         }
     );
 }
@@ -209,6 +210,31 @@ fn address_prefers_internal_ip_then_external_ip_then_hostname_then_the_name() {
         v["status"].as_object_mut().unwrap().remove("addresses");
     });
     assert_eq!(n.address, "w1", "no addresses field");
+}
+
+/// Every InternalIP, ExternalIP and Hostname a Node reports is kept: no other node's commands
+/// may get one of them. Empty ones and the DNS types (a DNS server may hand a name to several
+/// machines) are not.
+#[test]
+fn reported_addresses_are_the_kubelets_address_types() {
+    let n = node_with(|v| {
+        v["status"]["addresses"] = json!([
+            { "type": "Hostname", "address": "w1.lab" },
+            { "type": "InternalDNS", "address": "w1.internal" },
+            { "type": "ExternalIP", "address": " 203.0.113.11 " },
+            { "type": "InternalIP", "address": "10.0.0.11" },
+            { "type": "InternalIP", "address": "" },
+            { "type": "InternalIP", "address": "fd00::11" }
+        ]);
+    });
+    assert_eq!(
+        n.reported_addresses,
+        ["10.0.0.11", "fd00::11", "203.0.113.11", "w1.lab"]
+    );
+    assert_eq!(n.address, "10.0.0.11");
+    let n = node_with(|v| v["status"]["addresses"] = json!([]));
+    assert!(n.reported_addresses.is_empty());
+    assert_eq!(n.address, "w1");
 }
 
 #[test]

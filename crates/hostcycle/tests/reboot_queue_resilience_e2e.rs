@@ -332,6 +332,112 @@ async fn a_node_address_starting_with_a_hyphen_never_reaches_the_commands() {
     assert!(!Path::new("/tmp/hostcycle-pwned").exists());
 }
 
+/// A node whose kubelet writes another node's IP as its InternalIP (a-0 claims a-2's
+/// 192.0.2.12) would have `rebootCommand <address>` reboot a-2, undrained, and a-2's boot
+/// check complete a-0's entry. Its entry waits `Blocked` (reason `AmbiguousNodeAddress`) with
+/// a Warning naming both nodes and the address; it is not drained, and no command ever gets
+/// the address. A node with an address of its own (a-1) goes through the queue meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_claiming_another_nodes_address_is_never_rebooted_by_command() {
+    const CLAIMED: &str = "192.0.2.12";
+    let hosts = [worker_at("a-0", CLAIMED), worker("a-1"), worker("a-2")];
+    let lab = QueueLab::start(&hosts, fast_queue()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("argv.log");
+    let (reboot, boot_check) = command_scripts(
+        dir.path(),
+        &hosts,
+        &lab.lab.redfish,
+        lab.lab.cluster.kubeconfig_path(),
+        |_| PROMPT,
+    );
+    let recorded = |name: &str, command: &str| {
+        script(
+            dir.path(),
+            name,
+            &format!("echo \"$@\" >> {}\nexec {command} \"$@\"\n", log.display()),
+        )
+    };
+    lab.patch_queue(json!({ "reboot": {
+        "method": "Command",
+        "rebootCommand": [recorded("record-reboot.sh", &reboot)],
+        "bootCheckCommand": [recorded("record-boot-check.sh", &boot_check)],
+        "bootCheckIntervalSeconds": 1,
+    }}))
+    .await;
+    for node in ["a-0", "a-2"] {
+        assert_eq!(
+            lab.node(node).await.status.unwrap().addresses.unwrap()[0].address,
+            CLAIMED,
+            "{node} reports {CLAIMED}"
+        );
+    }
+    let a2_boot = lab
+        .node("a-2")
+        .await
+        .status
+        .unwrap()
+        .node_info
+        .unwrap()
+        .boot_id;
+    let claiming_entry = lab.queue("a-0").await;
+    lab.queue("a-1").await;
+
+    let blocked = lab
+        .wait_entry(
+            "a-0",
+            "Blocked (AmbiguousNodeAddress)",
+            REBOOT_TIMEOUT,
+            |e| {
+                e.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Blocked"
+                            && c.status == "True"
+                            && c.reason == "AmbiguousNodeAddress"
+                    })
+                })
+            },
+        )
+        .await;
+    let message = blocked.status.as_ref().unwrap().message.clone();
+    assert!(
+        message.contains("is also an address of node a-2") && message.contains(CLAIMED),
+        "{message}"
+    );
+    lab.wait_event_reasons_about(&claiming_entry, &["AmbiguousNodeAddress"])
+        .await;
+    let notes = lab.events_about(&claiming_entry).await;
+    assert!(
+        notes.iter().any(|(r, note)| r == "AmbiguousNodeAddress"
+            && note.contains("node a-0")
+            && note.contains("node a-2")
+            && note.contains(CLAIMED)),
+        "{notes:?}"
+    );
+    // The other node is not held back: rebooted by command with its own IP.
+    lab.wait_entry_gone("a-1", REBOOT_TIMEOUT).await;
+    let argv = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(argv.lines().any(|l| l.starts_with("192.0.2.11")), "{argv}");
+    // Still waiting, never drained; no command got the claimed address; a-2 never rebooted.
+    let entry = lab.entry("a-0").await.unwrap();
+    assert_eq!(entry.phase(), EntryPhase::Queued);
+    assert!(!cordoned(&lab.node("a-0").await), "a-0 was never cordoned");
+    assert!(!cordoned(&lab.node("a-2").await), "a-2 was never cordoned");
+    assert!(
+        !argv.contains(CLAIMED),
+        "a command got the claimed address: {argv}"
+    );
+    let a2_now = lab
+        .node("a-2")
+        .await
+        .status
+        .unwrap()
+        .node_info
+        .unwrap()
+        .boot_id;
+    assert_eq!(a2_now, a2_boot, "a-2 was not rebooted");
+}
+
 /// Reboot commands that hang, and one that does not, side by side (`maxConcurrentReboots` 3):
 /// - h-0's command hangs before it reaches the BMC: killed after `commandTimeoutSeconds`, run
 ///   again only once the boot check said the node had not booted, killed again, then

@@ -692,6 +692,58 @@ async fn webhook_limits_power_requests_to_listed_identities() {
     .await
     .expect("a listed ServiceAccount may change the BMC");
 
+    // So is the host's consumerRef (which Machine, so which node's remediation, the host
+    // belongs to): an unlisted user may neither give the host a consumer nor change or remove
+    // it; a listed one may.
+    let consumer = "adding, changing or removing spec.consumerRef are allowed only to users \
+         [alice], groups [power-admins], ServiceAccounts [hostcycle-system:hostcycle-operator, \
+         tenant:rebooter]";
+    let metal3_machine = |name: &str| {
+        json!({"spec": {"consumerRef": {
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "Metal3Machine", "name": name, "namespace": NS,
+        }}})
+    };
+    let message = denied(merge(&mallory, "h1", metal3_machine("m3m-h1")).await, 403);
+    assert_eq!(
+        message,
+        format!(
+            "user \"mallory\" may not add spec.consumerRef on BareMetalHost {NS}/h1: {consumer}"
+        )
+    );
+    merge(&alice, "h1", metal3_machine("m3m-h1"))
+        .await
+        .expect("alice may give the host its consumer");
+    let message = denied(
+        merge(&mallory, "h1", metal3_machine("m3m-other")).await,
+        403,
+    );
+    assert_eq!(
+        message,
+        format!(
+            "user \"mallory\" may not change spec.consumerRef.name on BareMetalHost {NS}/h1: \
+             {consumer}"
+        )
+    );
+    let message = denied(
+        merge(&mallory, "h1", json!({"spec": {"consumerRef": null}})).await,
+        403,
+    );
+    assert!(
+        message.starts_with("user \"mallory\" may not remove spec.consumerRef on"),
+        "{message}"
+    );
+    merge(
+        &mallory,
+        "h1",
+        json!({"metadata": {"labels": {"rack": "r1"}}}),
+    )
+    .await
+    .expect("other edits of a consumed host stay RBAC's business");
+    merge(&bob, "h1", json!({"spec": {"consumerRef": null}}))
+        .await
+        .expect("power-admins may release the host");
+
     // The install objects `hostcycle webhook manifests` prints are accepted as they are
     // (the PodDisruptionBudget as policy/v1beta1: this control plane is Kubernetes 1.20).
     let mut install = WebhookInstall::new("hostcycle-system");

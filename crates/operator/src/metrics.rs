@@ -96,7 +96,8 @@ pub struct QueueMetrics {
     pub drain_duration: Histogram,
     /// Seconds from the `Rebooting` transition to the boot confirmed.
     pub reboot_duration: Histogram,
-    /// Failed drains by reason (`timeout`, `eviction`, `job_pods`, `error`, `reboot_blocked`).
+    /// Failed drains by reason (`timeout`, `eviction`, `job_pods`, `error`, `reboot_blocked`,
+    /// `unsafe_node_address`, `ambiguous_node_address`).
     pub drain_backoffs: Family<ReasonLabels, Counter>,
     /// Evictions by result.
     pub evictions: Family<EvictionLabels, Counter>,

@@ -36,8 +36,9 @@ pub enum WebhookCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct AllowArgs {
     /// A user who may add, remove or change `reboot.metal3.io` annotations, set
-    /// `spec.online` to false, change `spec.bmc` and add, remove or change the
-    /// `baremetalhost.metal3.io/paused` and `/detached` annotations (repeatable). Any
+    /// `spec.online` to false, change `spec.bmc`, add, remove or change the
+    /// `baremetalhost.metal3.io/paused` and `/detached` annotations, and add, change or
+    /// remove `spec.consumerRef` (repeatable). Any
     /// `--allow-*` flag restricts these changes to the listed identities plus
     /// `--operator-service-account`.
     #[arg(long = "allow-user", value_name = "USER")]
@@ -60,6 +61,11 @@ pub struct AllowArgs {
     /// `clusterctl move` included). Off: creating a host is governed by RBAC alone.
     #[arg(long)]
     pub restrict_bmc_on_create: bool,
+    /// With the allow-list on, also restrict setting `spec.consumerRef` when a host is
+    /// created: only listed identities may then create hosts already consumed (`clusterctl
+    /// move` and installers included). Off: creating a host is governed by RBAC alone.
+    #[arg(long)]
+    pub restrict_consumer_ref_on_create: bool,
 }
 
 impl AllowArgs {
@@ -76,6 +82,11 @@ impl AllowArgs {
             "--restrict-bmc-on-create restricts to the allow-list, and none is given: add \
              --allow-user, --allow-group or --allow-service-account"
         );
+        anyhow::ensure!(
+            !self.restrict_consumer_ref_on_create || self.has_allow_list(),
+            "--restrict-consumer-ref-on-create restricts to the allow-list, and none is given: \
+             add --allow-user, --allow-group or --allow-service-account"
+        );
         Ok(())
     }
 
@@ -86,6 +97,7 @@ impl AllowArgs {
         }
         Policy {
             restrict_bmc_on_create: self.restrict_bmc_on_create,
+            restrict_consumer_ref_on_create: self.restrict_consumer_ref_on_create,
             ..Policy::allow_list(
                 self.allow_users.iter().cloned(),
                 self.allow_groups.iter().cloned(),
@@ -185,6 +197,7 @@ impl ManifestsArgs {
             install.operator_service_account = sa.clone();
         }
         install.restrict_bmc_on_create = self.allow.restrict_bmc_on_create;
+        install.restrict_consumer_ref_on_create = self.allow.restrict_consumer_ref_on_create;
         install.failure_policy = self.failure_policy;
         install.cert_manager = self.cert_manager;
         install.pdb_version = self.pdb_version;
@@ -250,6 +263,7 @@ async fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         %probes,
         power_requests_allowed_to = %allowed,
         restrict_bmc_on_create = policy.restrict_bmc_on_create,
+        restrict_consumer_ref_on_create = policy.restrict_consumer_ref_on_create,
         "webhook serving"
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -371,6 +385,7 @@ mod tests {
         assert_eq!(serve.max_connections, 256);
         assert_eq!(serve.max_concurrent_reviews, 8);
         assert!(!serve.allow.restrict_bmc_on_create);
+        assert!(!serve.allow.restrict_consumer_ref_on_create);
 
         let args = parse(&[
             "webhook",
@@ -431,5 +446,38 @@ mod tests {
         let install = manifests.install().unwrap();
         assert!(install.restrict_bmc_on_create);
         assert_eq!(install.pdb_version, PdbVersion::V1beta1);
+    }
+
+    #[test]
+    fn restricting_consumer_ref_on_create_needs_an_allow_list() {
+        let flag = "--restrict-consumer-ref-on-create";
+        let args = parse(&["webhook", "--tls-cert-file=c", "--tls-key-file=k", flag]).unwrap();
+        let err = args.serve.allow.check().unwrap_err();
+        assert!(err.to_string().contains(flag), "{err}");
+        let args = parse(&[
+            "webhook",
+            "--tls-cert-file=c",
+            "--tls-key-file=k",
+            flag,
+            "--allow-user=alice",
+        ])
+        .unwrap();
+        args.serve.allow.check().unwrap();
+        let policy = args.serve.allow.policy();
+        assert!(policy.restrict_consumer_ref_on_create);
+        assert!(!policy.restrict_bmc_on_create, "one flag, one restriction");
+
+        let args = parse(&["webhook", "manifests", flag]).unwrap();
+        let Some(WebhookCommand::Manifests(manifests)) = args.command else {
+            panic!("manifests subcommand");
+        };
+        assert!(manifests.install().is_err());
+        let args = parse(&["webhook", "manifests", flag, "--allow-group=power-admins"]).unwrap();
+        let Some(WebhookCommand::Manifests(manifests)) = args.command else {
+            panic!("manifests subcommand");
+        };
+        let install = manifests.install().unwrap();
+        assert!(install.restrict_consumer_ref_on_create);
+        assert!(!install.restrict_bmc_on_create);
     }
 }

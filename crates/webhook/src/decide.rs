@@ -9,10 +9,13 @@
 //! - **Who** (with an allow-list): adding, removing or changing a reboot annotation, and
 //!   setting `spec.online` to false (an update from true, or a create with false), are
 //!   allowed only to listed identities; so are changing `spec.bmc` (`address`,
-//!   `credentialsName`, `disableCertificateVerification`) of an existing host, and adding,
+//!   `credentialsName`, `disableCertificateVerification`) of an existing host, adding,
 //!   removing or changing metal3's `paused` and `detached` annotations (a create with one
-//!   counts as adding it). Setting `spec.bmc` on a create is restricted only with
-//!   [`Policy::restrict_bmc_on_create`]. Other edits of a host are not restricted.
+//!   counts as adding it), and adding, changing (`apiVersion`, `kind`, `namespace`, `name`)
+//!   or removing `spec.consumerRef` of an existing host — which Machine the host belongs to,
+//!   so which node's remediation fences it. Setting `spec.bmc` on a create is restricted only
+//!   with [`Policy::restrict_bmc_on_create`], setting `spec.consumerRef` on a create only with
+//!   [`Policy::restrict_consumer_ref_on_create`]. Other edits of a host are not restricted.
 //!
 //! Only CREATE and UPDATE of `baremetalhosts.metal3.io` are looked at; anything else sent to
 //! the webhook is allowed.
@@ -128,8 +131,8 @@ impl Verdict {
 }
 
 /// A change the allow-list restricts: a power request (a reboot annotation, `spec.online`
-/// to false), or a change of what controls the host's power (its BMC, metal3's `paused` and
-/// `detached` annotations).
+/// to false), a change of what controls the host's power (its BMC, metal3's `paused` and
+/// `detached` annotations), or of whom the host belongs to (`spec.consumerRef`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PowerChange {
     AddAnnotation(String),
@@ -140,18 +143,54 @@ pub enum PowerChange {
     ChangeBmc(&'static str),
     /// A new host has a `spec.bmc` field set (only with [`Policy::restrict_bmc_on_create`]).
     SetBmc(&'static str),
+    /// An existing host without `spec.consumerRef` gets one.
+    AddConsumerRef,
+    /// A `spec.consumerRef` field of an existing host changed (the field's name).
+    ChangeConsumerRef(&'static str),
+    /// An existing host's `spec.consumerRef` is removed.
+    RemoveConsumerRef,
+    /// A new host has a `spec.consumerRef` (only with
+    /// [`Policy::restrict_consumer_ref_on_create`]).
+    SetConsumerRef,
+}
+
+/// What a restricted change is about, for the words of a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChangeKind {
+    /// A reboot annotation, `spec.online` to false.
+    PowerRequest,
+    /// `spec.bmc`, metal3's `paused` and `detached`.
+    PowerControl,
+    /// `spec.consumerRef`.
+    Consumer,
 }
 
 impl PowerChange {
     /// Whether it asks for power (a reboot annotation, `spec.online` to false) rather than
     /// changing what controls it.
     pub fn is_power_request(&self) -> bool {
+        self.kind() == ChangeKind::PowerRequest
+    }
+
+    fn kind(&self) -> ChangeKind {
         match self {
             Self::AddAnnotation(key)
             | Self::RemoveAnnotation(key)
-            | Self::ChangeAnnotation(key) => classify_reboot_annotation(key).is_some(),
-            Self::SetOffline => true,
-            Self::ChangeBmc(_) | Self::SetBmc(_) => false,
+            | Self::ChangeAnnotation(key)
+                if classify_reboot_annotation(key).is_some() =>
+            {
+                ChangeKind::PowerRequest
+            }
+            Self::SetOffline => ChangeKind::PowerRequest,
+            Self::AddAnnotation(_)
+            | Self::RemoveAnnotation(_)
+            | Self::ChangeAnnotation(_)
+            | Self::ChangeBmc(_)
+            | Self::SetBmc(_) => ChangeKind::PowerControl,
+            Self::AddConsumerRef
+            | Self::ChangeConsumerRef(_)
+            | Self::RemoveConsumerRef
+            | Self::SetConsumerRef => ChangeKind::Consumer,
         }
     }
 }
@@ -165,6 +204,10 @@ impl std::fmt::Display for PowerChange {
             Self::SetOffline => f.write_str("set spec.online to false"),
             Self::ChangeBmc(field) => write!(f, "change spec.bmc.{field}"),
             Self::SetBmc(field) => write!(f, "set spec.bmc.{field}"),
+            Self::AddConsumerRef => f.write_str("add spec.consumerRef"),
+            Self::ChangeConsumerRef(field) => write!(f, "change spec.consumerRef.{field}"),
+            Self::RemoveConsumerRef => f.write_str("remove spec.consumerRef"),
+            Self::SetConsumerRef => f.write_str("set spec.consumerRef"),
         }
     }
 }
@@ -176,6 +219,46 @@ pub const BMC_FIELDS: [&str; 3] = [
     "credentialsName",
     "disableCertificateVerification",
 ];
+
+/// The `spec.consumerRef` fields the allow-list guards: together they name the object the
+/// host belongs to, and through it the Machine and node whose remediation fences the host.
+pub const CONSUMER_REF_FIELDS: [&str; 4] = ["apiVersion", "kind", "namespace", "name"];
+
+/// Whether an object has a `spec.consumerRef` (absent and null are none, as for metal3's
+/// pointer).
+fn has_consumer_ref(object: &Value) -> bool {
+    object
+        .get("spec")
+        .and_then(|spec| spec.get("consumerRef"))
+        .is_some_and(|consumer| !consumer.is_null())
+}
+
+/// A `spec.consumerRef` field as metal3 reads it: absent and null are `""`.
+fn consumer_ref_field(object: &Value, field: &str) -> Value {
+    match object
+        .get("spec")
+        .and_then(|spec| spec.get("consumerRef"))
+        .and_then(|consumer| consumer.get(field))
+    {
+        None | Some(Value::Null) => Value::String(String::new()),
+        Some(value) => value.clone(),
+    }
+}
+
+/// `spec.consumerRef` changes `old` → `new` of an existing host: added, removed, or the
+/// fields that changed.
+fn consumer_ref_changes(old: &Value, new: &Value) -> Vec<PowerChange> {
+    match (has_consumer_ref(old), has_consumer_ref(new)) {
+        (false, false) => Vec::new(),
+        (false, true) => vec![PowerChange::AddConsumerRef],
+        (true, false) => vec![PowerChange::RemoveConsumerRef],
+        (true, true) => CONSUMER_REF_FIELDS
+            .into_iter()
+            .filter(|field| consumer_ref_field(old, field) != consumer_ref_field(new, field))
+            .map(PowerChange::ChangeConsumerRef)
+            .collect(),
+    }
+}
 
 /// The reboot annotations of an object, by key.
 fn reboot_annotations(object: &Value) -> BTreeMap<&str, &Value> {
@@ -249,7 +332,7 @@ fn online(object: &Value) -> bool {
 
 /// The changes `old` → `new` makes that the allow-list restricts (`old` is `None` for a
 /// create): reboot annotations, `spec.online` to false, metal3's `paused` and `detached`
-/// annotations, and — on an update — `spec.bmc`.
+/// annotations, and — on an update — `spec.bmc` and `spec.consumerRef`.
 pub fn power_changes(old: Option<&Value>, new: &Value) -> Vec<PowerChange> {
     let mut changes = Vec::new();
     let before = old.map(reboot_annotations).unwrap_or_default();
@@ -267,6 +350,7 @@ pub fn power_changes(old: Option<&Value>, new: &Value) -> Vec<PowerChange> {
                 .filter(|field| bmc_field(old, field) != bmc_field(new, field))
                 .map(PowerChange::ChangeBmc),
         );
+        changes.extend(consumer_ref_changes(old, new));
     }
     changes
 }
@@ -321,35 +405,54 @@ fn refusal(
     policy: &Policy,
     allowed: &str,
 ) -> String {
-    let power = changes.iter().any(PowerChange::is_power_request);
-    let control = changes.iter().any(|c| !c.is_power_request());
-    let bmc = if policy.restrict_bmc_on_create {
-        "setting or changing spec.bmc"
-    } else {
-        "changing spec.bmc"
-    };
-    let control_text = format!(
-        "{bmc} and adding, removing or changing the {PAUSED_ANNOTATION} and \
-         {DETACHED_ANNOTATION} annotations"
-    );
-    let changes = listed(changes);
-    if power && !control {
-        format!(
-            "user {user:?} may not {changes} on BareMetalHost {host}: adding, removing or \
-             changing reboot.metal3.io annotations and setting spec.online to false are allowed \
-             only to {allowed}"
-        )
-    } else if power {
-        format!(
-            "user {user:?} may not {changes} on BareMetalHost {host}: adding, removing or \
-             changing reboot.metal3.io annotations, setting spec.online to false, and \
-             {control_text} are allowed only to {allowed}"
-        )
-    } else {
-        format!(
-            "user {user:?} may not {changes} on BareMetalHost {host}: {control_text} are \
-             allowed only to {allowed}"
-        )
+    let refused = |kind: ChangeKind| changes.iter().any(|c| c.kind() == kind);
+    if changes.iter().all(|c| c.kind() == ChangeKind::PowerRequest) {
+        // The refusal most users meet, in the words troubleshooting.md quotes.
+        return format!(
+            "user {user:?} may not {} on BareMetalHost {host}: adding, removing or changing \
+             reboot.metal3.io annotations and setting spec.online to false are allowed only to \
+             {allowed}",
+            listed(changes)
+        );
+    }
+    let mut covered: Vec<String> = Vec::new();
+    if refused(ChangeKind::PowerRequest) {
+        covered.push("adding, removing or changing reboot.metal3.io annotations".into());
+        covered.push("setting spec.online to false".into());
+    }
+    if refused(ChangeKind::PowerControl) {
+        let bmc = if policy.restrict_bmc_on_create {
+            "setting or changing spec.bmc"
+        } else {
+            "changing spec.bmc"
+        };
+        covered.push(format!(
+            "{bmc} and adding, removing or changing the {PAUSED_ANNOTATION} and \
+             {DETACHED_ANNOTATION} annotations"
+        ));
+    }
+    if refused(ChangeKind::Consumer) {
+        let adding = if policy.restrict_consumer_ref_on_create {
+            "setting"
+        } else {
+            "adding"
+        };
+        covered.push(format!("{adding}, changing or removing spec.consumerRef"));
+    }
+    format!(
+        "user {user:?} may not {} on BareMetalHost {host}: {} are allowed only to {allowed}",
+        listed(changes),
+        joined(&covered)
+    )
+}
+
+/// `a`; `a and b`; `a, b, and c` (and `a, and b` when a part holds an "and" itself).
+fn joined(parts: &[String]) -> String {
+    match parts {
+        [] => String::new(),
+        [only] => only.clone(),
+        [a, b] if !a.contains(" and ") && !b.contains(" and ") => format!("{a} and {b}"),
+        [init @ .., last] => format!("{}, and {last}", init.join(", ")),
     }
 }
 
@@ -420,6 +523,9 @@ pub fn decide(policy: &Policy, request: &AdmissionRequest) -> Verdict {
     let mut changes = power_changes(old, new);
     if old.is_none() && policy.restrict_bmc_on_create {
         changes.extend(bmc_set_on_create(new));
+    }
+    if old.is_none() && policy.restrict_consumer_ref_on_create && has_consumer_ref(new) {
+        changes.push(PowerChange::SetConsumerRef);
     }
     let refused_by = policy
         .allow

@@ -259,6 +259,8 @@ pub struct WebhookInstall {
     pub cert_manager: bool,
     /// `--restrict-bmc-on-create` (with an allow-list).
     pub restrict_bmc_on_create: bool,
+    /// `--restrict-consumer-ref-on-create` (with an allow-list).
+    pub restrict_consumer_ref_on_create: bool,
     pub pdb_version: PdbVersion,
 }
 
@@ -279,6 +281,7 @@ impl WebhookInstall {
             ca_bundle_pem: None,
             cert_manager: false,
             restrict_bmc_on_create: false,
+            restrict_consumer_ref_on_create: false,
             pdb_version: PdbVersion::V1,
         }
     }
@@ -330,6 +333,9 @@ pub fn webhook_args(install: &WebhookInstall) -> Vec<String> {
         ));
         if install.restrict_bmc_on_create {
             args.push("--restrict-bmc-on-create".to_string());
+        }
+        if install.restrict_consumer_ref_on_create {
+            args.push("--restrict-consumer-ref-on-create".to_string());
         }
     }
     args
@@ -847,6 +853,21 @@ mod tests {
         let args = parse(&webhook_args(&install));
         assert!(args.allow.restrict_bmc_on_create);
         assert!(args.allow.policy().restrict_bmc_on_create);
+        assert!(!args.allow.restrict_consumer_ref_on_create);
+
+        let mut install = with_allow_list();
+        install.restrict_consumer_ref_on_create = true;
+        let args = parse(&webhook_args(&install));
+        assert!(args.allow.policy().restrict_consumer_ref_on_create);
+        assert!(!args.allow.restrict_bmc_on_create);
+        // Without an allow-list neither flag is passed (the server would refuse it).
+        let mut install = WebhookInstall::new("ops");
+        install.restrict_consumer_ref_on_create = true;
+        assert!(
+            !webhook_args(&install)
+                .iter()
+                .any(|a| a.starts_with("--restrict"))
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Who may request power changes (and change a host's BMC, or pause or detach it) when the
-//! allow-list is on.
+//! Who may request power changes (and change a host's BMC or consumer, or pause or detach it)
+//! when the allow-list is on.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -61,8 +61,8 @@ impl FromStr for ServiceAccountName {
 }
 
 /// The identities that may add, remove or change `reboot.metal3.io` annotations, set
-/// `spec.online` to false, change `spec.bmc` and add, remove or change metal3's `paused` and
-/// `detached` annotations.
+/// `spec.online` to false, change `spec.bmc`, add, remove or change metal3's `paused` and
+/// `detached` annotations, and add, change or remove `spec.consumerRef`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowList {
     pub users: BTreeSet<String>,
@@ -125,6 +125,11 @@ pub struct Policy {
     /// identities may then create hosts with a BMC. Off by default: creating a host is how
     /// hosts are enrolled, and RBAC on `create` already says who may.
     pub restrict_bmc_on_create: bool,
+    /// With an allow-list, also restrict setting `spec.consumerRef` on a create: only listed
+    /// identities may then create hosts already consumed. Off by default, like
+    /// [`Self::restrict_bmc_on_create`]: `clusterctl move` and installers create hosts with
+    /// their consumer, and RBAC on `create` already says who may.
+    pub restrict_consumer_ref_on_create: bool,
 }
 
 impl Policy {
@@ -133,6 +138,7 @@ impl Policy {
         Policy {
             allow: None,
             restrict_bmc_on_create: false,
+            restrict_consumer_ref_on_create: false,
         }
     }
 
@@ -155,6 +161,7 @@ impl Policy {
                     .collect(),
             }),
             restrict_bmc_on_create: false,
+            restrict_consumer_ref_on_create: false,
         }
     }
 }

@@ -154,9 +154,10 @@ pub struct ParsedReview {
     /// The request's version, answered in kind.
     pub api_version: String,
     /// `object` and `oldObject` hold only `metadata.name`, `metadata.namespace`,
-    /// `metadata.generateName`, the reboot, paused and detached annotations, `spec.online`
-    /// and `spec.bmc`'s `address`, `credentialsName` and `disableCertificateVerification`;
-    /// `userInfo.extra` is dropped.
+    /// `metadata.generateName`, the reboot, paused and detached annotations, `spec.online`,
+    /// `spec.bmc`'s `address`, `credentialsName` and `disableCertificateVerification`, and
+    /// `spec.consumerRef`'s `apiVersion`, `kind`, `namespace` and `name`; `userInfo.extra`
+    /// is dropped.
     pub request: AdmissionRequest,
     /// Fields of `object` / `oldObject` of the wrong type, e.g. `request.object: expected a
     /// JSON object, found an array`. The API server checks hosts against their CRD's
@@ -459,11 +460,14 @@ mod wire {
     object!(Metadata);
 
     #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
     struct Spec {
         #[serde(default)]
         online: Shaped<bool>,
         #[serde(default)]
         bmc: Shaped<Bmc>,
+        #[serde(default)]
+        consumer_ref: Shaped<ConsumerRef>,
     }
     object!(Spec);
 
@@ -478,6 +482,22 @@ mod wire {
         disable_certificate_verification: Shaped<bool>,
     }
     object!(Bmc);
+
+    /// `spec.consumerRef`, reduced to what names the object (its `uid`, `resourceVersion` and
+    /// `fieldPath` are skipped unread).
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ConsumerRef {
+        #[serde(default)]
+        api_version: Shaped<String>,
+        #[serde(default)]
+        kind: Shaped<String>,
+        #[serde(default)]
+        namespace: Shaped<String>,
+        #[serde(default)]
+        name: Shaped<String>,
+    }
+    object!(ConsumerRef);
 
     /// The annotations the decision reads (reboot, paused, detached); the others are skipped.
     #[derive(Default)]
@@ -613,6 +633,22 @@ mod wire {
                     problems,
                 );
                 object.insert("bmc".to_string(), Value::Object(fields));
+            }
+            let consumer_path = format!("{path}.consumerRef");
+            if let Some(consumer) = self.consumer_ref.take(&consumer_path, problems) {
+                let mut fields = Map::new();
+                let path = consumer_path.as_str();
+                put(
+                    &mut fields,
+                    "apiVersion",
+                    consumer.api_version,
+                    path,
+                    problems,
+                );
+                put(&mut fields, "kind", consumer.kind, path, problems);
+                put(&mut fields, "namespace", consumer.namespace, path, problems);
+                put(&mut fields, "name", consumer.name, path, problems);
+                object.insert("consumerRef".to_string(), Value::Object(fields));
             }
             Value::Object(object)
         }

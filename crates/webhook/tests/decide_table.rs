@@ -954,3 +954,298 @@ proptest! {
         }
     }
 }
+
+// ---- who: the host's consumer -----------------------------------------------------------
+
+const CONSUMER: &str = "adding, changing or removing spec.consumerRef";
+
+/// `host` with `spec.consumerRef` set (`Value::Null`: none).
+fn with_consumer(consumer: Value) -> Value {
+    let mut object = host(&[], true);
+    if !consumer.is_null() {
+        object["spec"]["consumerRef"] = consumer;
+    }
+    object
+}
+
+/// CAPM3's consumer: the Metal3Machine of the host's namespace.
+fn metal3_machine() -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "Metal3Machine",
+        "namespace": "metal3",
+        "name": "worker-1-m3m",
+    })
+}
+
+/// `metal3_machine()` with one field replaced (`Value::Null`: removed).
+fn metal3_machine_with(field: &str, value: Value) -> Value {
+    let mut consumer = metal3_machine();
+    match value {
+        Value::Null => {
+            consumer.as_object_mut().unwrap().remove(field);
+        }
+        value => consumer[field] = value,
+    }
+    consumer
+}
+
+/// Which Machine a host belongs to decides which node's remediation fences it: with an
+/// allow-list, only listed identities add, change or remove `spec.consumerRef`.
+#[test]
+fn unlisted_users_may_not_add_change_or_remove_a_hosts_consumer_ref() {
+    let policy = allow_list();
+    let cases = [
+        (
+            "added",
+            Value::Null,
+            metal3_machine(),
+            "add spec.consumerRef",
+        ),
+        (
+            "removed (absent)",
+            metal3_machine(),
+            Value::Null,
+            "remove spec.consumerRef",
+        ),
+        (
+            "another name",
+            metal3_machine(),
+            metal3_machine_with("name", json!("worker-9-m3m")),
+            "change spec.consumerRef.name",
+        ),
+        (
+            "another namespace",
+            metal3_machine(),
+            metal3_machine_with("namespace", json!("tenant-b")),
+            "change spec.consumerRef.namespace",
+        ),
+        (
+            "another kind and API version",
+            metal3_machine(),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                   "namespace": "metal3", "name": "worker-1-m3m"}),
+            "change spec.consumerRef.apiVersion, change spec.consumerRef.kind",
+        ),
+        (
+            "the namespace dropped",
+            metal3_machine(),
+            metal3_machine_with("namespace", Value::Null),
+            "change spec.consumerRef.namespace",
+        ),
+    ];
+    for (case, before, after, what) in cases {
+        let old = with_consumer(before);
+        let new = with_consumer(after);
+        let verdict = decide(&policy, &update(mallory(), old.clone(), new.clone()));
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Unauthorized,
+            "{case}: {verdict:?}"
+        );
+        assert_eq!(
+            verdict.message,
+            format!(
+                "user \"mallory\" may not {what} on BareMetalHost metal3/worker-1: {CONSUMER} \
+                 are allowed only to {LISTED}"
+            ),
+            "{case}"
+        );
+        assert_eq!(verdict.response("u").status.unwrap().code, 403);
+        assert!(
+            verdict.changes.iter().all(|c| !c.is_power_request()),
+            "{case}: not a power request"
+        );
+        for who in listed_identities() {
+            let verdict = decide(&policy, &update(who.clone(), old.clone(), new.clone()));
+            assert_eq!(
+                verdict.outcome,
+                Outcome::Allowed,
+                "{case}: {}",
+                who.username
+            );
+            assert!(!verdict.changes.is_empty(), "{case}: logged as a change");
+        }
+        let open = decide(&Policy::validate_only(), &update(mallory(), old, new));
+        assert_eq!(open.outcome, Outcome::Allowed, "{case}: no allow-list");
+    }
+    // Removed by writing null: the same as absent.
+    let mut nulled = with_consumer(Value::Null);
+    nulled["spec"]["consumerRef"] = Value::Null;
+    let verdict = decide(
+        &policy,
+        &update(mallory(), with_consumer(metal3_machine()), nulled),
+    );
+    assert_eq!(verdict.changes, [PowerChange::RemoveConsumerRef]);
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+}
+
+#[test]
+fn an_unchanged_consumer_ref_is_no_change() {
+    let policy = allow_list();
+    let mut relabelled = with_consumer(metal3_machine());
+    relabelled["metadata"]["labels"] = json!({"rack": "r1"});
+    // Fields the binding does not read, and a field's zero value written out, change nothing.
+    relabelled["spec"]["consumerRef"]["uid"] = json!("6a5e");
+    relabelled["spec"]["consumerRef"]["resourceVersion"] = json!("42");
+    let mut zero = metal3_machine();
+    zero["fieldPath"] = Value::Null;
+    for (old, new) in [
+        (with_consumer(metal3_machine()), relabelled),
+        (with_consumer(Value::Null), with_consumer(Value::Null)),
+        (
+            with_consumer(metal3_machine_with("namespace", Value::Null)),
+            with_consumer(metal3_machine_with("namespace", json!(""))),
+        ),
+        (with_consumer(metal3_machine()), with_consumer(zero)),
+    ] {
+        for who in [mallory(), user("alice", &[])] {
+            let verdict = decide(&policy, &update(who, old.clone(), new.clone()));
+            assert_eq!(verdict.outcome, Outcome::Allowed, "{verdict:?}");
+            assert!(verdict.changes.is_empty(), "{verdict:?}");
+        }
+    }
+}
+
+#[test]
+fn a_refusal_of_bmc_and_consumer_changes_names_both() {
+    let policy = allow_list();
+    let mut old = with_consumer(metal3_machine());
+    old["spec"]["bmc"] = full_bmc();
+    let mut new = with_consumer(metal3_machine_with("name", json!("other-m3m")));
+    new["spec"]["bmc"] = full_bmc();
+    new["spec"]["bmc"]["address"] = json!("ipmi://10.9.9.9");
+    new["metadata"]["annotations"] = json!({KEYED: ""});
+    let verdict = decide(&policy, &update(mallory(), old, new));
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+    assert_eq!(
+        verdict.message,
+        format!(
+            "user \"mallory\" may not add {KEYED}, change spec.bmc.address, change \
+             spec.consumerRef.name on BareMetalHost metal3/worker-1: adding, removing or \
+             changing reboot.metal3.io annotations, setting spec.online to false, {CONTROL}, \
+             and {CONSUMER} are allowed only to {LISTED}"
+        )
+    );
+    // Control and consumer alone.
+    let mut old = with_consumer(Value::Null);
+    old["spec"]["bmc"] = full_bmc();
+    let mut new = with_consumer(metal3_machine());
+    new["spec"]["bmc"] = full_bmc();
+    new["metadata"]["annotations"] = json!({PAUSED: ""});
+    let verdict = decide(&policy, &update(mallory(), old, new));
+    assert_eq!(
+        verdict.message,
+        format!(
+            "user \"mallory\" may not add {PAUSED}, add spec.consumerRef on BareMetalHost \
+             metal3/worker-1: {CONTROL}, and {CONSUMER} are allowed only to {LISTED}"
+        )
+    );
+}
+
+#[test]
+fn creating_a_host_with_a_consumer_ref_is_restricted_only_when_asked() {
+    // By default (`clusterctl move`, installers): RBAC decides who may create hosts.
+    let consumed = with_consumer(metal3_machine());
+    let verdict = decide(&allow_list(), &create(mallory(), consumed.clone()));
+    assert_eq!(verdict.outcome, Outcome::Allowed, "{verdict:?}");
+    assert!(verdict.changes.is_empty());
+
+    let strict = Policy {
+        restrict_consumer_ref_on_create: true,
+        ..allow_list()
+    };
+    let verdict = decide(&strict, &create(mallory(), consumed.clone()));
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+    assert_eq!(verdict.changes, [PowerChange::SetConsumerRef]);
+    assert_eq!(
+        verdict.message,
+        format!(
+            "user \"mallory\" may not set spec.consumerRef on BareMetalHost metal3/worker-1: \
+             setting, changing or removing spec.consumerRef are allowed only to {LISTED}"
+        )
+    );
+    // The BMC flag does not restrict consumers, nor this one BMCs.
+    let bmc_only = Policy {
+        restrict_bmc_on_create: true,
+        ..allow_list()
+    };
+    let mut no_bmc = consumed.clone();
+    no_bmc["spec"]["bmc"] = json!({});
+    assert_eq!(
+        decide(&bmc_only, &create(mallory(), no_bmc)).outcome,
+        Outcome::Allowed
+    );
+    let mut bmc_no_consumer = with_consumer(Value::Null);
+    bmc_no_consumer["spec"]["bmc"] = full_bmc();
+    assert_eq!(
+        decide(&strict, &create(mallory(), bmc_no_consumer)).outcome,
+        Outcome::Allowed
+    );
+    // A host created without a consumer, a listed identity, or no allow-list: allowed.
+    let verdict = decide(&strict, &create(mallory(), with_consumer(Value::Null)));
+    assert_eq!(verdict.outcome, Outcome::Allowed, "{verdict:?}");
+    for who in listed_identities() {
+        let verdict = decide(&strict, &create(who, consumed.clone()));
+        assert_eq!(verdict.outcome, Outcome::Allowed);
+    }
+    let open = Policy {
+        restrict_consumer_ref_on_create: true,
+        ..Policy::validate_only()
+    };
+    assert_eq!(
+        decide(&open, &create(mallory(), consumed)).outcome,
+        Outcome::Allowed
+    );
+    // Updates are restricted either way: the flag is about creates.
+    let verdict = decide(
+        &allow_list(),
+        &update(
+            mallory(),
+            with_consumer(Value::Null),
+            with_consumer(metal3_machine()),
+        ),
+    );
+    assert_eq!(verdict.outcome, Outcome::Unauthorized);
+}
+
+fn consumer_variant() -> impl Strategy<Value = Value> {
+    prop::sample::select(vec![
+        Value::Null,
+        json!({}),
+        metal3_machine(),
+        metal3_machine_with("name", json!("other")),
+        metal3_machine_with("namespace", Value::Null),
+        json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+               "namespace": "metal3", "name": "worker-1-m3m"}),
+    ])
+}
+
+proptest! {
+    /// With consumers in play too, an unlisted identity is refused exactly when the edit makes
+    /// a restricted change, and a listed one decides as if there were no allow-list.
+    #[test]
+    fn the_allow_list_restricts_exactly_the_restricted_changes_consumers_included(
+        old in any_annotations(), new in any_annotations(), was_online: bool, online: bool,
+        old_consumer in consumer_variant(), new_consumer in consumer_variant(),
+    ) {
+        let with = |annotations: &[(String, String)], online: bool, consumer: Value| {
+            let mut object = object(annotations, online);
+            if !consumer.is_null() {
+                object["spec"]["consumerRef"] = consumer;
+            }
+            object
+        };
+        let old = with(&old, was_online, old_consumer);
+        let new = with(&new, online, new_consumer);
+        let open = decide(&Policy::validate_only(), &update(user("alice", &[]), old.clone(), new.clone()));
+        let listed = decide(&allow_list(), &update(user("alice", &[]), old.clone(), new.clone()));
+        prop_assert_eq!(&open, &listed);
+        let unlisted = decide(&allow_list(), &update(mallory(), old.clone(), new.clone()));
+        let restricted = !power_changes(Some(&old), &new).is_empty();
+        prop_assert_eq!(unlisted.outcome == Outcome::Unauthorized, restricted);
+        if !restricted {
+            prop_assert_eq!(&unlisted, &open);
+        }
+    }
+}

@@ -143,6 +143,80 @@ proptest! {
     }
 }
 
+fn consumer() -> impl Strategy<Value = Value> {
+    prop::sample::select(vec![
+        json!(null),
+        json!({}),
+        json!({"kind": "Machine", "name": "m-1", "namespace": "metal3"}),
+        json!({"kind": "Machine", "name": "m-2", "namespace": "metal3", "uid": "u-2"}),
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine",
+               "name": "m-1", "namespace": "other", "resourceVersion": "9", "fieldPath": ""}),
+        json!({"kind": "Machine", "name": "m-1", "namespace": null}),
+    ])
+}
+
+proptest! {
+    /// `spec.consumerRef` read typed is decided as on the whole tree: added, changed, removed,
+    /// or only its unread fields changed.
+    #[test]
+    fn typed_reading_decides_consumer_refs_like_the_whole_tree(
+        old_consumer in consumer(), new_consumer in consumer(),
+        create: bool, strict: bool, user in prop::sample::select(vec!["alice", "mallory"]),
+    ) {
+        let with = |consumer: Value| {
+            let mut object = host(&[], Some(true), json!({"address": "ipmi://10.0.0.1"}));
+            object["spec"]["consumerRef"] = consumer;
+            object
+        };
+        let (operation, old_object) = if create {
+            ("CREATE", Value::Null)
+        } else {
+            ("UPDATE", with(old_consumer))
+        };
+        let body = review(operation, user, with(new_consumer), old_object);
+        for policy in [
+            Policy::validate_only(),
+            allow_list(),
+            Policy { restrict_consumer_ref_on_create: strict, ..allow_list() },
+        ] {
+            let parsed = read_review(body.to_string().as_bytes()).unwrap();
+            prop_assert!(parsed.shape_problems.is_empty(), "{:?}", parsed.shape_problems);
+            prop_assert_eq!(decide_review(&policy, &parsed), decide_on_tree(&policy, &body));
+        }
+    }
+}
+
+#[test]
+fn only_what_names_the_consumer_is_kept() {
+    let mut object = host(&[], None, json!(null));
+    object["spec"]["consumerRef"] = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine",
+        "name": "m-1", "namespace": "metal3", "uid": "u-1", "resourceVersion": "9",
+        "fieldPath": "x".repeat(10_000),
+    });
+    let body = review("CREATE", "alice", object, Value::Null);
+    let parsed = read_review(body.to_string().as_bytes()).unwrap();
+    assert!(
+        parsed.shape_problems.is_empty(),
+        "{:?}",
+        parsed.shape_problems
+    );
+    assert_eq!(
+        parsed.request.object.unwrap()["spec"]["consumerRef"],
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine",
+               "name": "m-1", "namespace": "metal3"})
+    );
+    // A null consumerRef is none at all.
+    let mut object = host(&[], None, json!(null));
+    object["spec"]["consumerRef"] = Value::Null;
+    let body = review("CREATE", "alice", object, Value::Null);
+    let parsed = read_review(body.to_string().as_bytes()).unwrap();
+    assert_eq!(
+        parsed.request.object.unwrap()["spec"].get("consumerRef"),
+        None
+    );
+}
+
 #[test]
 fn only_what_the_decision_reads_is_kept() {
     let annotations = [
@@ -175,7 +249,11 @@ fn only_what_the_decision_reads_is_kept() {
                 "name": "worker-1", "namespace": "metal3",
                 "annotations": {"reboot.metal3.io/maint": "", "baremetalhost.metal3.io/paused": ""}
             },
-            "spec": {"online": true, "bmc": {"address": "ipmi://10.0.0.1"}}
+            "spec": {
+                "online": true,
+                "bmc": {"address": "ipmi://10.0.0.1"},
+                "consumerRef": {"kind": "Machine", "name": "m-1", "namespace": "metal3"}
+            }
         })
     );
     assert_eq!(
@@ -236,6 +314,18 @@ fn objects_of_the_wrong_shape_are_refused_naming_the_field() {
         (
             json!({"metadata": {"name": 7}}),
             "request.object.metadata.name: expected a string, found a number",
+        ),
+        (
+            json!({"spec": {"consumerRef": "m-1"}}),
+            "request.object.spec.consumerRef: expected a JSON object, found a string",
+        ),
+        (
+            json!({"spec": {"consumerRef": {"name": 5}}}),
+            "request.object.spec.consumerRef.name: expected a string, found a number",
+        ),
+        (
+            json!({"spec": {"consumerRef": {"namespace": ["a"]}}}),
+            "request.object.spec.consumerRef.namespace: expected a string, found an array",
         ),
     ];
     for (object, problem) in cases {

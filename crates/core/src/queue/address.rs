@@ -6,9 +6,16 @@
 //! a shell. So an address is passed only when it is an IP literal (v4 or v6) or a DNS-1123
 //! subdomain name — the forms a kubelet writes for InternalIP, ExternalIP and Hostname, and
 //! the form of every Node name. Anything else is refused: the commands are not run.
+//!
+//! A kubelet may also report *another* node's address as its own: the commands would then
+//! reboot (and boot-check) that node, undrained. So an address is passed only when no other
+//! Node reports it ([`node_sharing_address`]); otherwise the entry waits.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+
+use super::snapshot::QueueNodeView;
 
 /// Longest DNS-1123 subdomain name.
 pub const MAX_NAME_BYTES: usize = 253;
@@ -126,6 +133,102 @@ pub fn unsafe_address_refusal(node: &str, address: &str) -> Option<String> {
     ))
 }
 
+/// An IP literal, bare or in brackets (`[fd00::1]`), in canonical form (`fd00::0:1` is
+/// `fd00::1`, `::ffff:10.0.0.1` is `10.0.0.1`).
+fn canonical_ip(text: &str) -> Option<IpAddr> {
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    bare.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+}
+
+/// Whether two node addresses are the same: IPs compared in canonical form (as `rq add`
+/// compares them), names without regard to case or a trailing dot.
+pub fn same_address(a: &str, b: &str) -> bool {
+    match (AddressKey::of(a), AddressKey::of(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// An address as compared: an IP in canonical form, or a name in lowercase without a trailing
+/// dot.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum AddressKey {
+    Ip(IpAddr),
+    Name(String),
+}
+
+impl AddressKey {
+    /// `None` for a blank address (it names nothing).
+    fn of(address: &str) -> Option<AddressKey> {
+        let address = address.trim();
+        if let Some(ip) = canonical_ip(address) {
+            return Some(AddressKey::Ip(ip));
+        }
+        let name = address.trim_end_matches('.');
+        (!name.is_empty()).then(|| AddressKey::Name(name.to_ascii_lowercase()))
+    }
+}
+
+/// Which Nodes report each address — their InternalIP, ExternalIP and Hostname addresses and
+/// their own command address (their name, when they report none) — built once for a whole
+/// plan.
+#[derive(Debug, Default)]
+pub struct AddressOwners<'a> {
+    by_address: BTreeMap<AddressKey, BTreeSet<&'a str>>,
+}
+
+impl<'a> AddressOwners<'a> {
+    pub fn new(nodes: impl IntoIterator<Item = &'a QueueNodeView>) -> Self {
+        let mut by_address: BTreeMap<AddressKey, BTreeSet<&'a str>> = BTreeMap::new();
+        for node in nodes {
+            let addresses = std::iter::once(&node.address).chain(node.reported_addresses.iter());
+            for key in addresses.filter_map(|a| AddressKey::of(a)) {
+                by_address
+                    .entry(key)
+                    .or_default()
+                    .insert(node.name.as_str());
+            }
+        }
+        AddressOwners { by_address }
+    }
+
+    /// The first node (by name) other than `node` that reports `address` too.
+    pub fn other_than(&self, node: &str, address: &str) -> Option<&'a str> {
+        let owners = self.by_address.get(&AddressKey::of(address)?)?;
+        owners.iter().copied().find(|owner| *owner != node)
+    }
+}
+
+/// The first node (by name) other than `node` among `nodes` that reports `address`, node
+/// `node`'s command address, too ([`AddressOwners`]).
+pub fn node_sharing_address<'a>(
+    node: &str,
+    address: &str,
+    nodes: impl IntoIterator<Item = &'a QueueNodeView>,
+) -> Option<&'a str> {
+    AddressOwners::new(nodes).other_than(node, address)
+}
+
+/// Why node `node`'s commands are not run with `address` because another of `nodes` reports it
+/// too, for the entry's status and a Warning Event; `None` when no other node does.
+pub fn ambiguous_address_refusal<'a>(
+    node: &str,
+    address: &str,
+    nodes: impl IntoIterator<Item = &'a QueueNodeView>,
+) -> Option<String> {
+    let other = node_sharing_address(node, address, nodes)?;
+    Some(format!(
+        "node {node} cannot be rebooted by command: its address {} (from the Node's status) \
+         is also an address of node {other}; the reboot and boot-check commands are not run \
+         with it, as they could reach node {other}. Fix the Nodes' addresses (they come from \
+         their kubelets: a node reporting another node's address may be compromised)",
+        shown_address(address)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -191,6 +294,31 @@ mod tests {
         assert_eq!(longest.len(), MAX_NAME_BYTES);
         assert_eq!(check_command_address(&longest), Ok(()));
         assert!(check_command_address(&format!("{longest}b")).is_err());
+    }
+
+    /// Addresses compare as `rq add` compares them: IPs in canonical form, names without
+    /// case or a trailing dot; an IP never equals a name.
+    #[test]
+    fn same_address_table() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("10.0.0.1", "10.0.0.1", true),
+            ("10.0.0.1", " 10.0.0.1\n", true),
+            ("::ffff:10.0.0.1", "10.0.0.1", true),
+            ("fd00::0:1", "fd00::1", true),
+            ("[fd00::1]", "fd00::1", true),
+            ("FD00::1", "fd00::1", true),
+            ("10.0.0.1", "10.0.0.10", false),
+            ("fd00::1", "fd00::2", false),
+            ("node-1.example", "Node-1.Example.", true),
+            ("node-1", "node-1.example", false),
+            ("10.0.0.1", "node-1", false),
+            ("", "", false),
+            (".", "", false),
+        ];
+        for (a, b, same) in cases {
+            assert_eq!(same_address(a, b), *same, "{a:?} vs {b:?}");
+            assert_eq!(same_address(b, a), *same, "{b:?} vs {a:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! 3. take the [`EntryDecision::actions`] in order;
 //! 4. publish the [`EntryDecision::events`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hostcycle_api::queue::{
@@ -20,7 +21,7 @@ use hostcycle_api::reasons::{EventType, queue_condition, queue_event_reason as r
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::address::unsafe_address_refusal;
+use super::address::{ambiguous_address_refusal, unsafe_address_refusal};
 use super::config::{BackoffConfig, QueueConfig};
 use super::drain::next_backoff;
 use super::plan::{DequeueReason, WaitReason, resolve_method};
@@ -371,12 +372,31 @@ pub struct RebootStart<'a> {
     pub being_remediated: bool,
     pub target: &'a RebootTarget,
     pub node: Option<&'a QueueNodeView>,
+    /// Every Node: by command, no other may report the node's address.
+    pub nodes: &'a BTreeMap<String, QueueNodeView>,
     /// The target host and its uid, when the target is a host that is at hand: bound now,
     /// recorded with the transition, so every later step acts on this host.
     pub bound_host: Option<(HostReference, String)>,
     pub now: Timestamp,
     /// In `[0, 1)`: spreads a back-off.
     pub jitter: f64,
+}
+
+/// Why the commands must not get the node's address — unsafe, or another Node's too: the
+/// Warning's reason and the back-off's metric label, and the text.
+fn command_address_refusal(
+    node: &str,
+    input: &RebootStart,
+) -> Option<((&'static str, &'static str), String)> {
+    let address = &input.node?.address;
+    if let Some(text) = unsafe_address_refusal(node, address) {
+        return Some(((reason::UNSAFE_NODE_ADDRESS, "unsafe_node_address"), text));
+    }
+    let text = ambiguous_address_refusal(node, address, input.nodes.values())?;
+    Some((
+        (reason::AMBIGUOUS_NODE_ADDRESS, "ambiguous_node_address"),
+        text,
+    ))
 }
 
 /// The drain is complete: the same checks the plan made, made again at the irreversible
@@ -401,13 +421,10 @@ pub fn start_reboot(entry: &RebootQueueEntry, input: &RebootStart) -> EntryDecis
             return blocked_back_off(entry, input.config, now, input.jitter, labels, &text);
         }
     };
-    // 2. The kubelet may have rewritten the address since the plan checked it.
+    // 2. The kubelets may have rewritten the addresses since the plan checked them.
     if method == RebootMethod::Command
-        && let Some(text) = input
-            .node
-            .and_then(|n| unsafe_address_refusal(node, &n.address))
+        && let Some((labels, text)) = command_address_refusal(node, input)
     {
-        let labels = (reason::UNSAFE_NODE_ADDRESS, "unsafe_node_address");
         return blocked_back_off(entry, input.config, now, input.jitter, labels, &text);
     }
     // 3. The record, then the request.

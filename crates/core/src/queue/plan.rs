@@ -1,6 +1,7 @@
 //! Candidate selection: which entries start draining now, which leave the queue, and why
 //! every other queued entry waits. The controller and `hostcycle rq plan` both call [`plan`].
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -9,7 +10,7 @@ use jiff::Timestamp;
 
 use hostcycle_api::reasons::{queue_condition, queue_event_reason};
 
-use super::address::{check_command_address, shown_address};
+use super::address::{AddressOwners, check_command_address, shown_address};
 use super::snapshot::{EntryRef, EntryView, QueueSnapshot, RebootTarget};
 
 /// Why an entry leaves the queue without (further) processing.
@@ -100,6 +101,14 @@ pub enum WaitReason {
         address: String,
         why: String,
     },
+    /// The node is rebooted by command, and another Node reports its address too: the
+    /// commands could reach that node ([`super::address::node_sharing_address`]).
+    AmbiguousNodeAddress {
+        /// The address as shown in messages (quoted, clipped).
+        address: String,
+        /// The other node.
+        other: String,
+    },
     /// A remediation is working on the node (fencing or recovering it).
     BeingRemediated,
 }
@@ -172,6 +181,11 @@ impl fmt::Display for WaitReason {
                 "cannot be rebooted by command: its address {address} (from the Node's status) \
                  is not an IP address or a DNS name: {why}; the commands are not run with it"
             ),
+            Self::AmbiguousNodeAddress { address, other } => write!(
+                f,
+                "cannot be rebooted by command: its address {address} (from the Node's status) \
+                 is also an address of node {other}; the commands are not run with it"
+            ),
             Self::BeingRemediated => f.write_str(
                 "the node is being remediated; the queue drains and reboots it once the \
                  remediation is over",
@@ -209,6 +223,10 @@ impl WaitReason {
             Self::UnsafeNodeAddress { .. } => Some(Blocked {
                 condition_reason: queue_condition::UNSAFE_NODE_ADDRESS,
                 event_reason: queue_event_reason::UNSAFE_NODE_ADDRESS,
+            }),
+            Self::AmbiguousNodeAddress { .. } => Some(Blocked {
+                condition_reason: queue_condition::AMBIGUOUS_NODE_ADDRESS,
+                event_reason: queue_event_reason::AMBIGUOUS_NODE_ADDRESS,
             }),
             _ => None,
         }
@@ -439,6 +457,8 @@ fn sort_queued<'a>(
         workers: Vec::new(),
         api: Vec::new(),
     };
+    // Built once, and only when a node is rebooted by command.
+    let owners = OnceCell::new();
     for &entry in queued {
         let wait = if !snapshot.config.enabled {
             Some(WaitReason::Disabled)
@@ -451,7 +471,7 @@ fn sort_queued<'a>(
                 last_failure: entry.last_drain_failure.clone(),
             })
         } else {
-            cannot_reboot(snapshot, &entry.node)
+            cannot_reboot(snapshot, &entry.node, &owners)
         };
         match wait {
             Some(reason) => out.waiting.push(Waiting {
@@ -687,8 +707,13 @@ fn stray_cordons(
 }
 
 /// Why the node cannot be rebooted with the configured method, if the controller knows: no
-/// way to reboot it, or (by command) an address the commands must not get.
-fn cannot_reboot(snapshot: &QueueSnapshot, node: &str) -> Option<WaitReason> {
+/// way to reboot it, or (by command) an address the commands must not get — unsafe, or
+/// reported by another Node too.
+fn cannot_reboot<'a>(
+    snapshot: &'a QueueSnapshot,
+    node: &str,
+    owners: &OnceCell<AddressOwners<'a>>,
+) -> Option<WaitReason> {
     let method = match snapshot.reboot_targets.get(node) {
         Some(target) => match resolve_method(&snapshot.config.reboot, target) {
             Ok(method) => Some(method),
@@ -701,10 +726,17 @@ fn cannot_reboot(snapshot: &QueueSnapshot, node: &str) -> Option<WaitReason> {
         return None;
     }
     let address = &snapshot.nodes.get(node)?.address;
-    let why = check_command_address(address).err()?;
-    Some(WaitReason::UnsafeNodeAddress {
+    if let Err(why) = check_command_address(address) {
+        return Some(WaitReason::UnsafeNodeAddress {
+            address: shown_address(address),
+            why: why.to_string(),
+        });
+    }
+    let owners = owners.get_or_init(|| AddressOwners::new(snapshot.nodes.values()));
+    let other = owners.other_than(node, address)?;
+    Some(WaitReason::AmbiguousNodeAddress {
         address: shown_address(address),
-        why: why.to_string(),
+        other: other.to_string(),
     })
 }
 

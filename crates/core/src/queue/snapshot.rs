@@ -13,6 +13,11 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::config::QueueConfig;
 
+/// The `status.addresses` types the queue reads: its commands' address is the first of them
+/// (in this order), and another Node's address of any of them makes that address ambiguous
+/// (`InternalDNS` and `ExternalDNS` are names a DNS server may hand to several machines).
+pub const NODE_ADDRESS_TYPES: [&str; 3] = ["InternalIP", "ExternalIP", "Hostname"];
+
 /// Label marking an API-server (control-plane) node.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 /// The older name of the same label.
@@ -64,6 +69,9 @@ pub struct QueueNodeView {
     /// First address to run commands against: InternalIP, else ExternalIP, else Hostname,
     /// else the name.
     pub address: String,
+    /// Every address of [`NODE_ADDRESS_TYPES`] the Node reports (trimmed, none empty): no
+    /// other node's commands may be run with one of them.
+    pub reported_addresses: Vec<String>,
 }
 
 impl QueueNodeView {
@@ -73,16 +81,21 @@ impl QueueNodeView {
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
         let status = node.status.clone().unwrap_or_default();
         let ready = crate::node::ready_condition(node);
-        let address = ["InternalIP", "ExternalIP", "Hostname"]
+        // In the order of NODE_ADDRESS_TYPES, each type's in the Node's order.
+        let reported_addresses: Vec<String> = NODE_ADDRESS_TYPES
             .iter()
-            .find_map(|kind| {
+            .flat_map(|kind| {
                 status
                     .addresses
                     .iter()
                     .flatten()
-                    .find(|a| a.type_ == *kind && !a.address.trim().is_empty())
+                    .filter(|a| a.type_ == *kind && !a.address.trim().is_empty())
                     .map(|a| a.address.trim().to_string())
             })
+            .collect();
+        let address = reported_addresses
+            .first()
+            .cloned()
             .unwrap_or_else(|| name.clone());
         QueueNodeView {
             api_server: api_server_labels(&labels),
@@ -101,6 +114,7 @@ impl QueueNodeView {
             cordoned_by_queue: annotations.contains_key(CORDONED_BY_ANNOTATION),
             volumes_in_use: status.volumes_in_use.map(|v| v.len()).unwrap_or(0),
             address,
+            reported_addresses,
             name,
         }
     }

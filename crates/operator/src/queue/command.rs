@@ -14,15 +14,16 @@
 //! No shell; children are killed on timeout, and when the worker is cancelled. The address
 //! comes from the Node's status (its kubelet writes it): a job is only made for an IP
 //! address or a DNS name ([`CommandJob::checked`]), never for a value a command would read
-//! as an option (`-oProxyCommand=…`).
+//! as an option (`-oProxyCommand=…`), nor for an address another Node reports too (the
+//! commands could reach that node).
 
 use hostcycle_api::reasons::queue_event_reason;
 use hostcycle_bmc::{BmcError, CommandDriver, CommandDriverConfig};
-use hostcycle_core::queue::RebootConfig;
-use hostcycle_core::queue::address::unsafe_address_refusal;
+use hostcycle_core::queue::address::{ambiguous_address_refusal, unsafe_address_refusal};
 use hostcycle_core::queue::reboot::{
     AfterFailedCommand, after_failed_command, next_command_attempt,
 };
+use hostcycle_core::queue::{QueueNodeView, RebootConfig};
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -63,13 +64,23 @@ impl CheckedJob {
 }
 
 impl CommandJob {
-    /// The job, if its address is an IP address or a DNS name; else why its commands must
-    /// not run (an address starting with `-` would be read as an option by ssh-like tools).
-    pub fn checked(self) -> Result<CheckedJob, Refusal> {
-        match unsafe_address_refusal(&self.node, &self.address) {
+    /// The job, if its address is an IP address or a DNS name that none of the other `nodes`
+    /// reports; else why its commands must not run (an address starting with `-` would be
+    /// read as an option by ssh-like tools; another node's address would reach that node).
+    pub fn checked<'a>(
+        self,
+        nodes: impl IntoIterator<Item = &'a QueueNodeView>,
+    ) -> Result<CheckedJob, Refusal> {
+        if let Some(message) = unsafe_address_refusal(&self.node, &self.address) {
+            return Err(Refusal {
+                reason: queue_event_reason::UNSAFE_NODE_ADDRESS,
+                message,
+            });
+        }
+        match ambiguous_address_refusal(&self.node, &self.address, nodes) {
             None => Ok(CheckedJob(self)),
             Some(message) => Err(Refusal {
-                reason: queue_event_reason::UNSAFE_NODE_ADDRESS,
+                reason: queue_event_reason::AMBIGUOUS_NODE_ADDRESS,
                 message,
             }),
         }
@@ -263,7 +274,7 @@ mod tests {
     fn an_option_like_address_gets_no_job() {
         for address in ["-oProxyCommand=x", "-", "a b", "$(x)", "a;b", "`x`", ""] {
             let refusal = job(address, vec!["/bin/true".into()])
-                .checked()
+                .checked([])
                 .unwrap_err();
             assert_eq!(refusal.reason, "UnsafeNodeAddress", "{address:?}");
             assert!(
@@ -274,16 +285,51 @@ mod tests {
                 refusal.message
             );
         }
-        let refusal = job("-oProxyCommand=x", vec![]).checked().unwrap_err();
+        let refusal = job("-oProxyCommand=x", vec![]).checked([]).unwrap_err();
         assert!(
             refusal.message.contains("starts with '-'"),
             "{}",
             refusal.message
         );
         for address in ["10.0.0.3", "fd00::3", "worker-3.example"] {
-            let checked = job(address, vec![]).checked().unwrap();
+            let checked = job(address, vec![]).checked([]).unwrap();
             assert_eq!(checked.job().address, address);
         }
+    }
+
+    /// A node reporting another node's address gets no job: the commands would reach the
+    /// other node. The refusal names both nodes and the address, as an
+    /// `AmbiguousNodeAddress` Warning; its own entry in the list is not "another node".
+    #[test]
+    fn another_nodes_address_gets_no_job() {
+        let view = |name: &str, addresses: &[&str]| QueueNodeView {
+            name: name.into(),
+            api_server: false,
+            ready: true,
+            ready_heartbeat: None,
+            boot_id: None,
+            unschedulable: false,
+            cordoned_by_queue: false,
+            volumes_in_use: 0,
+            address: addresses.first().map_or(name, |a| a).to_string(),
+            reported_addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        };
+        let nodes = [
+            view("worker-3", &["10.0.0.3"]),
+            view("worker-4", &["10.0.0.4", "fd00::3"]),
+        ];
+        let refusal = job("::ffff:10.0.0.4", vec![]).checked(&nodes).unwrap_err();
+        assert_eq!(refusal.reason, "AmbiguousNodeAddress");
+        for words in ["node worker-3", "node worker-4", "\"::ffff:10.0.0.4\""] {
+            assert!(refusal.message.contains(words), "{}", refusal.message);
+        }
+        let refusal = job("fd00:0::3", vec![]).checked(&nodes).unwrap_err();
+        assert_eq!(refusal.reason, "AmbiguousNodeAddress");
+        let checked = job("10.0.0.3", vec![]).checked(&nodes).unwrap();
+        assert_eq!(checked.job().address, "10.0.0.3");
+        // An unsafe address is refused as such, whatever else reports it.
+        let refusal = job("-x", vec![]).checked(&nodes).unwrap_err();
+        assert_eq!(refusal.reason, "UnsafeNodeAddress");
     }
 
     /// A checked job runs the reboot command with the address as its last argument.
@@ -304,7 +350,7 @@ mod tests {
         .unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let checked = job("10.0.0.3", vec![script.display().to_string()])
-            .checked()
+            .checked([])
             .unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
         let cancel = CancellationToken::new();

@@ -201,7 +201,8 @@ fn targeted_hosts(
     (targeted, unresolved)
 }
 
-/// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes.
+/// What about a Node the queue reads: readiness, cordon, role, boot ID, volumes, addresses
+/// (a command's address must be no other Node's).
 fn node_fingerprint(node: &Node) -> u64 {
     let view = QueueNodeView::from_node(node);
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -211,6 +212,7 @@ fn node_fingerprint(node: &Node) -> u64 {
     view.cordoned_by_queue.hash(&mut h);
     view.boot_id.hash(&mut h);
     view.volumes_in_use.hash(&mut h);
+    view.reported_addresses.hash(&mut h);
     // A heartbeat matters only to a node whose boot is awaited; a change of its Ready
     // transition (or the first heartbeat after a boot) shows up in these.
     view.ready_heartbeat

@@ -47,6 +47,7 @@ impl Controller {
             being_remediated: snapshot.being_remediated.contains(node),
             target: &target,
             node: snapshot.nodes.get(node),
+            nodes: &snapshot.nodes,
             bound_host: bound_host.clone(),
             now,
             jitter: jitter(),

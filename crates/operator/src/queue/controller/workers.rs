@@ -56,7 +56,7 @@ impl Controller {
     }
 
     /// Starts the command worker of a rebooting entry, unless its node's address is one the
-    /// commands must not get: then nothing runs, the entry's message and a Warning (once per
+    /// commands must not get (unsafe, or another Node's too): then nothing runs, the entry's message and a Warning (once per
     /// distinct message) say why, the boot timeout still applies, and `true` is returned.
     pub(super) async fn spawn_command(
         &mut self,
@@ -88,7 +88,7 @@ impl Controller {
             config: snapshot.config.reboot.clone(),
             run_attempt,
         };
-        let job = match job.checked() {
+        let job = match job.checked(snapshot.nodes.values()) {
             Ok(job) => job,
             Err(refusal) => {
                 if entry.status.as_ref().map(|s| s.message.as_str()) != Some(&refusal.message) {
