@@ -19,7 +19,7 @@ use hostcycle_api::{
 use hostcycle_bmc::{BmcConnector, BmcError, ConnectorOptions, PowerDriver, PowerOutcome};
 use hostcycle_core::bmh::{
     Action, BmcObservation, DecideConfig, Decision, EventType, HostSnapshot, StatusUpdate,
-    after_power_call, apply_status_updates, decide_with_config,
+    after_power_call, apply_status_updates, decide_with_config, observation,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
@@ -151,7 +151,14 @@ pub fn wants_action(host: &BareMetalHost) -> bool {
         (None, _) => false,
     };
     let online_differs = status.powered_on.is_some_and(|on| on != host.spec.online);
-    requested || in_flight || reboot_pending || online_differs
+    // One reading awaiting its confirming second (a power change just seen): fencing waits
+    // on it, so it is not queued behind steady polls of hung BMCs. (A run restarted by a
+    // failed read has no reading: a failing BMC stays in the steady lane.)
+    let confirming = status
+        .power_observation
+        .as_ref()
+        .is_some_and(|o| o.readings == 1 && observation::unconfirmed(Some(o)));
+    requested || in_flight || reboot_pending || online_differs || confirming
 }
 
 /// What went wrong in one reconcile; the controller retries after a short delay.
@@ -979,6 +986,37 @@ fn publish(ctx: &Context, host: &BareMetalHost, type_: EventType, reason: &str, 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A reading awaiting its confirming second goes to the action lane (fencing waits on
+    /// it); a confirmed run, or one a failed read restarted, does not.
+    #[test]
+    fn a_reading_awaiting_confirmation_takes_the_action_lane() {
+        use hostcycle_api::{ObservedBmc, ObservedPowerState, PowerObservation};
+        let host = |readings: u32, state: ObservedPowerState| {
+            let mut h = BareMetalHost::new("h", Default::default());
+            h.spec.online = true;
+            h.status = Some(hostcycle_api::BareMetalHostStatus {
+                powered_on: Some(true),
+                power_observation: Some(PowerObservation {
+                    state,
+                    bmc: ObservedBmc::default(),
+                    readings,
+                    since: (readings > 0).then(Timestamp::now),
+                    confirmed_at: None,
+                }),
+                ..Default::default()
+            });
+            h
+        };
+        assert!(wants_action(&host(1, ObservedPowerState::On)));
+        assert!(wants_action(&host(1, ObservedPowerState::Off)));
+        assert!(!wants_action(&host(2, ObservedPowerState::On)));
+        assert!(
+            !wants_action(&host(0, ObservedPowerState::On)),
+            "a failing BMC"
+        );
+        assert!(!wants_action(&host(1, ObservedPowerState::Unknown)));
+    }
 
     #[test]
     fn steady_polls_end_on_a_tick_boundary() {
