@@ -684,6 +684,16 @@ pub enum ObservedPowerState {
 }
 
 impl ObservedBmc {
+    /// Whether `other` reaches the same machine: the same address, and the same identity where
+    /// both report one — else the same Secret, as nothing else tells.
+    pub fn same_machine(&self, other: &ObservedBmc) -> bool {
+        self.address == other.address
+            && match (&self.identity, &other.identity) {
+                (Some(a), Some(b)) => a == b,
+                _ => self.credentials_name == other.credentials_name,
+            }
+    }
+
     /// The BMC `spec.bmc` names now (address and Secret; no identity: only a reading tells).
     pub fn of_spec(spec: &BareMetalHostSpec) -> ObservedBmc {
         let bmc = spec.bmc.as_ref();
@@ -860,5 +870,30 @@ mod lenient_tests {
         .unwrap();
         assert_eq!(known.operational_status, Some(OperationalStatus::Ok));
         assert_eq!(known.error_type, Some(ErrorType::PowerManagementError));
+    }
+}
+
+#[cfg(test)]
+mod same_machine_tests {
+    use super::ObservedBmc;
+
+    fn bmc(address: &str, secret: &str, identity: Option<&str>) -> ObservedBmc {
+        ObservedBmc {
+            address: address.into(),
+            credentials_name: secret.into(),
+            identity: identity.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_same_machine_is_the_same_address_and_identity_or_else_secret() {
+        let a = bmc("redfish://10.0.0.1", "s1", Some("uuid:a"));
+        assert!(a.same_machine(&a));
+        assert!(a.same_machine(&bmc("redfish://10.0.0.1", "s2", Some("uuid:a"))));
+        assert!(!a.same_machine(&bmc("redfish://10.0.0.1", "s1", Some("uuid:b"))));
+        assert!(!a.same_machine(&bmc("redfish://10.0.0.2", "s1", Some("uuid:a"))));
+        // Without an identity on either side, only the Secret can tell.
+        assert!(a.same_machine(&bmc("redfish://10.0.0.1", "s1", None)));
+        assert!(!a.same_machine(&bmc("redfish://10.0.0.1", "s2", None)));
     }
 }

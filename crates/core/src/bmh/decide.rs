@@ -325,14 +325,7 @@ impl<'a> PowerPass<'a> {
         let Some(last) = self.st.power_observation.as_ref() else {
             return false;
         };
-        let now = &self.s.read_with;
-        // Another address, another identity, or another Secret that no identity shows to
-        // reach the same machine.
-        let changed = last.bmc.address != now.address
-            || match (&last.bmc.identity, &now.identity) {
-                (Some(was), Some(is)) => was != is,
-                _ => last.bmc.credentials_name != now.credentials_name,
-            };
+        let changed = !last.bmc.same_machine(&self.s.read_with);
         // The reboot annotations are the requests made of the old BMC's machine; once they
         // are withdrawn, what the host should do is decided afresh from its spec.
         if !changed || self.requests.is_empty() {

@@ -1012,11 +1012,9 @@ fn readings_from_bound_bmc(record: &Record, host: &RemediationHostView) -> bool 
     };
     let read_with_spec = observed.address == host.spec_bmc.address
         && observed.credentials_name == host.spec_bmc.credentials_name;
-    let same_machine = match &bound.identity {
-        Some(identity) => observed.identity.as_ref() == Some(identity),
-        None => observed.credentials_name == bound.credentials_name,
-    };
-    read_with_spec && observed.address == bound.address && same_machine
+    // Bound with an identity, a reading must report it (one without proves nothing).
+    let identity_shown = bound.identity.is_none() || observed.identity.is_some();
+    read_with_spec && bound.same_machine(observed) && identity_shown
 }
 
 /// The power-off step as a ladder: each rung either decides (and the step ends there) or

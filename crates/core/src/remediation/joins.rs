@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use hostcycle_api::remediation::RemediationStep;
 use jiff::Timestamp;
+
+use super::decide::{Observation, start_blocker};
 
 /// One remediation as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +25,31 @@ pub struct FlowOnHost<'a> {
     pub not_started: bool,
     /// Not started, and nothing stops it from starting (requested, not blocked).
     pub could_start: bool,
+}
+
+impl<'a> FlowOnHost<'a> {
+    /// A remediation as the rule sees it, from what `decide` reads of it: the host its record
+    /// bound while it runs, else the one the resolver finds.
+    pub fn of(key: &'a str, created: Timestamp, obs: &'a Observation) -> Self {
+        let record = &obs.record;
+        let host_uid = match &record.host {
+            Some(bound) if record.in_flight() => Some(bound.uid.as_str()),
+            _ => obs.target.as_ref().ok().map(|h| h.uid.as_str()),
+        };
+        let not_started = record.step == RemediationStep::NotStarted;
+        FlowOnHost {
+            key,
+            created,
+            host_uid,
+            running: record.in_flight(),
+            not_started,
+            could_start: not_started
+                && obs.requested
+                && obs.held_elsewhere.is_none()
+                && record.joined.is_none()
+                && start_blocker(obs).is_none(),
+        }
+    }
 }
 
 /// For each remediation that has not started, the remediation of another trigger on the same

@@ -22,7 +22,7 @@ use hostcycle_core::remediation::escalation::allocate_slots;
 use hostcycle_core::remediation::joins::{FlowOnHost, joins};
 use hostcycle_core::remediation::{
     Acting, Blocker, Escalation, Observation, Record, RemediationHostView, acting_host, decide,
-    start_blocker, wants_slot,
+    wants_slot,
 };
 use hostcycle_core::time::add;
 use jiff::Timestamp;
@@ -222,35 +222,10 @@ pub(super) struct Item {
 /// is running on ([`hostcycle_core::remediation::joins::joins`]).
 fn join_running_flows(items: &mut [Item], now: Timestamp) {
     let keys: Vec<String> = items.iter().map(|i| i.subject.key()).collect();
-    let uids: Vec<Option<String>> = items
-        .iter()
-        .map(|i| {
-            let record = &i.observation.record;
-            match &record.host {
-                Some(bound) if record.in_flight() => Some(bound.uid.clone()),
-                _ => i.observation.target.as_ref().ok().map(|h| h.uid.clone()),
-            }
-        })
-        .collect();
     let flows: Vec<FlowOnHost> = items
         .iter()
-        .zip(keys.iter().zip(&uids))
-        .map(|(i, (key, uid))| {
-            let o = &i.observation;
-            let not_started = o.record.step == RemediationStep::NotStarted;
-            FlowOnHost {
-                key,
-                created: i.subject.created().unwrap_or(now),
-                host_uid: uid.as_deref(),
-                running: o.record.in_flight(),
-                not_started,
-                could_start: not_started
-                    && o.requested
-                    && o.held_elsewhere.is_none()
-                    && o.record.joined.is_none()
-                    && start_blocker(o).is_none(),
-            }
-        })
+        .zip(&keys)
+        .map(|(i, key)| FlowOnHost::of(key, i.subject.created().unwrap_or(now), &i.observation))
         .collect();
     let joined: std::collections::BTreeMap<String, String> = joins(&flows)
         .into_iter()
