@@ -64,7 +64,8 @@ impl ClockSkew {
         (skew.abs() > bound).then(|| {
             format!(
                 "this replica's clock is {:.1}s off the API server's, more than \
-                 --max-clock-skew {}s: times written by different clocks cannot be compared",
+                 --max-clock-skew {}s: times written by different clocks cannot be compared; fix \
+                 the nodes' time synchronisation (NTP)",
                 skew.as_secs_f64(),
                 self.bound.as_secs()
             )
