@@ -200,6 +200,10 @@ pub mod remediation {
         /// Warning: the host's `spec.bmc` (address or Secret) or its BMC's identity changed
         /// since the flow bound it: its readings are not evidence for this flow.
         pub const BMC_CHANGED: &str = "BoundBMCChanged";
+        /// Warning: the flow's record lacks a field it needs (the host it bound, when it
+        /// began) or could not be read: the flow gave up cleanly, releasing its power-off,
+        /// instead of waiting for ever.
+        pub const RECORD_INCOMPLETE: &str = "RemediationRecordIncomplete";
     }
 }
 

@@ -387,6 +387,37 @@ impl HostRemediationStatus {
     }
 }
 
+/// Label of the ConfigMaps (in the operator's namespace) that hold the annotation flow's
+/// records, one per Machine; its value is the Machine's uid. Only the operator's account (and
+/// the administrators of its namespace) writes them: a Machine's annotations, which any
+/// editor of the Machine may write, are markers for other tools and never read back.
+pub const MACHINE_FLOW_RECORD_LABEL: &str = "remediation.hostcycle.io/machine-uid";
+/// The key of a flow record ConfigMap's data holding the [`MachineFlowRecord`] (JSON).
+pub const MACHINE_FLOW_RECORD_KEY: &str = "record";
+
+/// The name of the ConfigMap holding the record of the annotation flow on the Machine with
+/// uid `machine_uid`.
+pub fn machine_flow_record_name(machine_uid: &str) -> String {
+    format!("hostcycle-machine-flow-{machine_uid}")
+}
+
+/// The record of one annotation flow (a Machine's `host.metal3.io/external-remediation`),
+/// kept where only hostcycle writes it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineFlowRecord {
+    /// The Machine, `<group>/<namespace>/<name>`.
+    pub machine: String,
+    /// The Machine's uid: a Machine deleted and recreated under the same name is another one.
+    pub machine_uid: String,
+    /// When the remediation began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// Step, binding, times and backups, as a request's status holds them.
+    #[serde(default)]
+    pub status: HostRemediationStatus,
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

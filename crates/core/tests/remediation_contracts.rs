@@ -31,10 +31,12 @@ use hostcycle_core::remediation::{
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-/// name, Machine annotations, host power-off, CAPBM provider, flags, expected claim.
+/// name, Machine annotations, hostcycle's stored record, host power-off, CAPBM provider,
+/// flags, expected claim.
 type ClaimCase<'a> = (
     &'a str,
     Vec<(&'a str, &'a str)>,
+    bool,
     bool,
     bool,
     Triggers,
@@ -107,36 +109,44 @@ fn whose_the_annotation_trigger_is() {
         .unwrap();
     #[rustfmt::skip]
     let cases: Vec<ClaimCase> = vec![
-        ("trigger only, plain Machine → ours", trigger.to_vec(), false, false, both, "ours"),
-        ("no trigger, no record → not ours", vec![], false, false, both, "not"),
-        ("trigger, annotation trigger switched off → not ours", trigger.to_vec(), false, false, requests_only, "not"),
-        ("hostcycle's own record, trigger switched off → ours (the flow is finished)",
-            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (REMEDIATION_STARTED_ANNOTATION, "x"), (REMEDIATION_HOST_ANNOTATION, "ns/h/u")], false, false, requests_only, "ours"),
-        ("hostcycle's own record, trigger withdrawn → ours (withdrawal handled by the flow)",
-            vec![(REMEDIATION_STARTED_ANNOTATION, "x")], false, false, both, "ours"),
-        ("hostcycle gave up (its failure marker) → ours", vec![(REMEDIATION_FAILED_ANNOTATION, "why")], false, false, both, "ours"),
+        ("trigger only, plain Machine → ours", trigger.to_vec(), false, false, false, both, "ours"),
+        ("no trigger, no record → not ours", vec![], false, false, false, both, "not"),
+        ("trigger, annotation trigger switched off → not ours", trigger.to_vec(), false, false, false, requests_only, "not"),
+        ("hostcycle's stored record, trigger switched off → ours (the flow is finished)",
+            trigger.to_vec(), true, false, false, requests_only, "ours"),
+        ("hostcycle's stored record, trigger withdrawn → ours (withdrawal handled by the flow)",
+            vec![], true, false, false, both, "ours"),
+        ("hostcycle's stored record, CAPBM's markers (hostcycle writes them too) → ours",
+            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, "")], true, true, false, both, "ours"),
+        ("hostcycle's markers without its stored record, trigger → held: never read as a record (forged, or a flow that gave up)",
+            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (REMEDIATION_STARTED_ANNOTATION, "x"), (REMEDIATION_HOST_ANNOTATION, "other-ns/h/u")], false, false, false, both, "held"),
+        ("hostcycle's failure marker without its record, trigger → held until someone removes it",
+            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (REMEDIATION_FAILED_ANNOTATION, "why")], false, false, false, both, "held"),
+        ("hostcycle's markers without its record, no trigger → not ours (never a flow to finish)",
+            vec![(REMEDIATION_STARTED_ANNOTATION, "x"), (REMEDIATION_HOST_ANNOTATION, "other-ns/h/u")], false, false, false, both, "not"),
         ("CAPBM's powered-off marker without hostcycle's record → held elsewhere",
-            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, "")], false, false, both, "held"),
+            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, "")], false, false, false, both, "held"),
         ("CAPBM's node backup without hostcycle's record → held elsewhere",
-            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (NODE_LABELS_BACKUP_ANNOTATION, "{}")], false, false, both, "held"),
+            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (NODE_LABELS_BACKUP_ANNOTATION, "{}")], false, false, false, both, "held"),
         ("CAPBM's power-on timeout without hostcycle's record → held elsewhere",
-            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (POWER_ON_TIMEOUT_ANNOTATION, "2025-01-01T00:00:00Z")], false, false, both, "held"),
-        ("host carries capbm-requested-power-off, Machine has no record → held elsewhere", trigger.to_vec(), true, false, both, "held"),
+            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (POWER_ON_TIMEOUT_ANNOTATION, "2025-01-01T00:00:00Z")], false, false, false, both, "held"),
+        ("host carries capbm-requested-power-off, Machine has no record → held elsewhere", trigger.to_vec(), false, true, false, both, "held"),
         ("CAPBM's leftovers after its flow, no trigger → not ours (never read as a withdrawn flow)",
-            vec![(POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""), (NODE_LABELS_BACKUP_ANNOTATION, "{}")], false, false, both, "not"),
-        ("CAPBM provider, default flags → held elsewhere (CAPBM remediates it)", trigger.to_vec(), false, true, both, "held"),
-        ("CAPBM provider, capbm-machines → ours", trigger.to_vec(), false, true, capbm, "ours"),
+            vec![(POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""), (NODE_LABELS_BACKUP_ANNOTATION, "{}")], false, false, false, both, "not"),
+        ("CAPBM provider, default flags → held elsewhere (CAPBM remediates it)", trigger.to_vec(), false, false, true, both, "held"),
+        ("CAPBM provider, capbm-machines → ours", trigger.to_vec(), false, false, true, capbm, "ours"),
         ("CAPBM provider, capbm-machines, CAPBM's markers → still held elsewhere",
-            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, "")], false, true, capbm, "held"),
-        ("CAPBM provider, hostcycle's record (started before) → ours",
-            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (REMEDIATION_STARTED_ANNOTATION, "x")], true, true, both, "ours"),
+            vec![(EXTERNAL_REMEDIATION_ANNOTATION, ""), (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, "")], false, false, true, capbm, "held"),
+        ("CAPBM provider, hostcycle's stored record (started before) → ours",
+            trigger.to_vec(), true, true, true, both, "ours"),
     ];
-    for (name, annotations, host_power_off, capbm_provider, triggers, want) in cases {
+    for (name, annotations, own_record, host_power_off, capbm_provider, triggers, want) in cases {
         let annotations = map(&annotations);
         let claim = machine_claim(
             &triggers,
             &MachineFacts {
                 annotations: &annotations,
+                own_record,
                 host_power_off,
                 capbm_provider,
             },
@@ -146,7 +156,8 @@ fn whose_the_annotation_trigger_is() {
             MachineClaim::NotOurs => "not",
             MachineClaim::HeldElsewhere(why) => {
                 assert!(
-                    why.contains("CAPBM") && why.len() > 40,
+                    (why.contains("CAPBM") || why.contains("no record of a flow"))
+                        && why.len() > 40,
                     "{name}: the Warning says who and why: {why}"
                 );
                 "held"
@@ -347,10 +358,12 @@ fn the_power_on_deadline_is_recorded_from_the_observed_timeout() {
     let mut o = annotation_obs();
     o.record = Record {
         step: RemediationStep::NodeReleased,
+        host: bound_h0(),
         started_at: Some(t(0)),
         cycle_started_at: Some(t(0)),
         ..Record::default()
     };
+    o.bound = o.target.clone().ok();
     o.node = None;
     o.power_on_timeout = Duration::from_secs(420);
     let d = decide(&o, t(100));
@@ -361,9 +374,15 @@ fn the_power_on_deadline_is_recorded_from_the_observed_timeout() {
 // ---------------------------------------------------------------------------------------
 // Giving up: CAPBM's "only while the Node is absent", CAPM3's mark, NodeHealthCheck.
 
+/// The host `annotation_obs` targets, as a record binds it.
+fn bound_h0() -> Option<hostcycle_core::binding::BoundHost> {
+    hostcycle_core::binding::BoundHost::parse("openshift-machine-api/h0/uid-h0")
+}
+
 fn timed_out(mut o: Observation, node: Option<RemediationNodeView>) -> Observation {
     o.record = Record {
         step: RemediationStep::PowerOnRequested,
+        host: bound_h0(),
         started_at: Some(t(0)),
         cycle_started_at: Some(t(0)),
         powered_off_at: Some(t(10)),
@@ -371,6 +390,7 @@ fn timed_out(mut o: Observation, node: Option<RemediationNodeView>) -> Observati
         power_on_timeout_at: Some(t(600)),
         ..Record::default()
     };
+    o.bound = o.target.clone().ok();
     o.node = node;
     o
 }

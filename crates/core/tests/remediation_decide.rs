@@ -213,6 +213,10 @@ impl ObsBuild for Observation {
         self
     }
     fn blocked_by(mut self, blocker: Blocker) -> Self {
+        // A host not found is not there under the binding either.
+        if matches!(blocker, Blocker::HostNotFound(_)) {
+            self.bound = None;
+        }
         self.target = Err(blocker);
         self
     }
@@ -247,10 +251,11 @@ impl ObsBuild for Observation {
     }
 }
 
-/// Started at -100 s, power-off requested.
+/// Started at -100 s on the host it bound, power-off requested.
 fn powering_off() -> Record {
     Record {
         step: RemediationStep::PowerOffRequested,
+        host: hostcycle_core::binding::BoundHost::parse(&format!("{HOST}/{HOST_UID}")),
         started_at: Some(t(-100)),
         cycle_started_at: Some(t(-100)),
         ..Record::default()
@@ -1676,8 +1681,11 @@ struct World {
     request: bool,
     status: HostRemediationStatus,
     created: Timestamp,
-    /// The Machine's annotations (annotation flow; also where the trigger is).
+    /// The Machine's annotations (annotation flow; the trigger and the markers hostcycle
+    /// writes for other tools — never read back).
     machine: BTreeMap<String, String>,
+    /// The annotation flow's record, where only hostcycle writes (a ConfigMap).
+    stored: Option<hostcycle_api::remediation::MachineFlowRecord>,
     host_exists: bool,
     host_annotated: bool,
     powered_on: Option<bool>,
@@ -1713,6 +1721,7 @@ impl World {
             status: HostRemediationStatus::default(),
             created: t(-5),
             machine,
+            stored: None,
             host_exists: true,
             host_annotated: false,
             powered_on: Some(true),
@@ -1751,9 +1760,11 @@ impl World {
                 r.started_at = Some(self.created);
                 r
             }
-            Trigger::MachineAnnotation => {
-                Record::from_machine_annotations(&self.machine, self.host_annotated)
-            }
+            Trigger::MachineAnnotation => self
+                .stored
+                .as_ref()
+                .map(Record::from_machine_flow)
+                .unwrap_or_default(),
         }
     }
 
@@ -1800,6 +1811,15 @@ impl World {
         match self.trigger {
             Trigger::Request => record.apply_to_status(&mut self.status),
             Trigger::MachineAnnotation => {
+                // As the operator: the record first (none for a flow that ends: its
+                // FinishAnnotationFlow removes it), then the markers.
+                if !matches!(
+                    record.step,
+                    RemediationStep::Done | RemediationStep::Cancelled
+                ) {
+                    self.stored =
+                        Some(record.to_machine_flow("machine.openshift.io/ns/m", "uid-m"));
+                }
                 for (k, v) in record.machine_annotations() {
                     match v {
                         Some(v) => self.machine.insert(k.to_owned(), v),
@@ -1844,6 +1864,7 @@ impl World {
                 ] {
                     self.machine.remove(key);
                 }
+                self.stored = None;
             }
             Action::Escalate(e) => self.escalations.push(e.clone()),
         }

@@ -1,7 +1,7 @@
-//! Where a remediation's record lives, as tables: the Machine's annotations (the annotation
-//! flow, with metal3's keys and JSON map backups) and a HostRemediation's status (requests).
-//! Every step round-trips; what a store does not keep is named; malformed annotation values
-//! are read as absent and never lead `decide` into an unsafe step.
+//! Where a remediation's record lives, as tables: the annotation flow's record (a ConfigMap
+//! only hostcycle writes) and a HostRemediation's status (requests); the markers written onto
+//! a Machine for other tools (metal3's keys and JSON map backups), never read back. Every step
+//! round-trips; a record missing a field it needs gives up cleanly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -172,16 +172,6 @@ fn apply(annotations: &mut BTreeMap<String, String>, record: &Record) {
             Some(v) => annotations.insert(k.to_owned(), v),
             None => annotations.remove(k),
         };
-    }
-}
-
-/// What the Machine's annotations keep of a record: no retries (the annotation flow has
-/// none), the cycle's start is the remediation's start.
-fn as_kept_on_a_machine(r: &Record) -> Record {
-    Record {
-        retry_count: 0,
-        cycle_started_at: r.started_at,
-        ..r.clone()
     }
 }
 
@@ -356,217 +346,80 @@ fn each_step_writes_exactly_its_markers_on_the_machine() {
     }
 }
 
+/// The annotation flow's record (a ConfigMap only hostcycle writes) keeps every field of
+/// every step it is written at, through JSON; a flow that ends is not written (its
+/// `FinishAnnotationFlow` removes the record).
 #[test]
-fn every_step_round_trips_through_the_machine_annotations() {
-    struct Case {
-        name: &'static str,
-        record: Record,
-        /// This remediation's power-off is on the host.
-        on_host: bool,
-        read: Record,
+fn every_step_round_trips_through_the_flow_record() {
+    let joined = Record {
+        joined: Some("hostremediation/machines/worker-0".into()),
+        ..not_started()
+    };
+    let retried = Record {
+        step: RemediationStep::PowerOffRequested,
+        retry_count: 2,
+        cycle_started_at: Some(t(1_300)),
+        ..powering_on()
+    };
+    for record in [
+        joined,
+        powering_off(),
+        backed_up(),
+        released(),
+        powering_on(),
+        restored(),
+        retried,
+        gave_up(),
+    ] {
+        let name = format!("{:?} retry {}", record.step, record.retry_count);
+        let stored = record.to_machine_flow("machine.openshift.io/machines/m-0", "uid-m");
+        assert_eq!(
+            stored.machine, "machine.openshift.io/machines/m-0",
+            "{name}"
+        );
+        assert_eq!(stored.machine_uid, "uid-m", "{name}");
+        let wire: hostcycle_api::remediation::MachineFlowRecord =
+            serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
+        assert_eq!(Record::from_machine_flow(&wire), record, "{name}");
     }
-    let cases = [
-        Case {
-            name: "NotStarted",
-            record: not_started(),
-            on_host: false,
-            read: not_started(),
-        },
-        Case {
-            name: "PowerOffRequested, not on the host yet",
-            record: powering_off(),
-            on_host: false,
-            read: powering_off(),
-        },
-        Case {
-            name: "PowerOffRequested, on the host",
-            record: powering_off(),
-            on_host: true,
-            read: powering_off(),
-        },
-        Case {
-            name: "PowerOffRequested, backed up",
-            record: backed_up(),
-            on_host: true,
-            read: as_kept_on_a_machine(&backed_up()),
-        },
-        Case {
-            name: "NodeReleased",
-            record: released(),
-            on_host: true,
-            read: as_kept_on_a_machine(&released()),
-        },
-        Case {
-            name: "PowerOnRequested, the release not done yet",
-            record: powering_on(),
-            on_host: true,
-            read: as_kept_on_a_machine(&powering_on()),
-        },
-        Case {
-            name: "PowerOnRequested",
-            record: powering_on(),
-            on_host: false,
-            read: as_kept_on_a_machine(&powering_on()),
-        },
-        Case {
-            name: "PowerOnRequested, restored",
-            record: restored(),
-            on_host: false,
-            read: as_kept_on_a_machine(&restored()),
-        },
-        Case {
-            name: "GaveUp (only the failure and the backups are kept)",
-            record: gave_up(),
-            on_host: false,
-            read: Record {
-                started_at: None,
-                cycle_started_at: None,
-                powered_off_at: None,
-                node_released_at: None,
-                power_on_timeout_at: None,
-                ..as_kept_on_a_machine(&gave_up())
-            },
-        },
-        Case {
-            name: "GaveUp, the power-off still on the host → still GaveUp (the failure wins)",
-            record: gave_up(),
-            on_host: true,
-            read: Record {
-                started_at: None,
-                cycle_started_at: None,
-                powered_off_at: None,
-                node_released_at: None,
-                power_on_timeout_at: None,
-                ..as_kept_on_a_machine(&gave_up())
-            },
-        },
-        Case {
-            name: "Cancelled, released → nothing left: NotStarted (the trigger is gone)",
-            record: cancelled(),
-            on_host: false,
-            read: not_started(),
-        },
-        Case {
-            name: "Cancelled, the release not done yet → PowerOffRequested again (decide cancels again and releases)",
-            record: cancelled(),
-            on_host: true,
-            read: Record {
-                step: RemediationStep::PowerOffRequested,
-                ..Record::default()
-            },
-        },
-    ];
-    for c in cases {
+}
+
+/// The markers written for other tools are a pure function of the record: writing them again
+/// from the same record changes nothing, and someone else's annotations and the trigger are
+/// left alone.
+#[test]
+fn markers_are_written_from_the_record_and_leave_the_rest_alone() {
+    for record in [
+        not_started(),
+        powering_off(),
+        backed_up(),
+        released(),
+        powering_on(),
+        restored(),
+        gave_up(),
+        cancelled(),
+    ] {
+        let name = format!("{:?}", record.step);
         let mut annotations = machine();
-        apply(&mut annotations, &c.record);
-        let read = Record::from_machine_annotations(&annotations, c.on_host);
-        assert_eq!(read, c.read, "{}: {annotations:#?}", c.name);
-        // Someone else's annotations and the trigger are left alone.
-        assert_eq!(annotations["example.com/unrelated"], "kept", "{}", c.name);
+        apply(&mut annotations, &record);
+        assert_eq!(annotations["example.com/unrelated"], "kept", "{name}");
         assert!(
             annotations.contains_key(EXTERNAL_REMEDIATION_ANNOTATION),
-            "{}",
-            c.name
+            "{name}"
         );
-        // Written again from what was read, nothing changes (a restart's write).
         let mut again = annotations.clone();
-        apply(&mut again, &read);
-        assert_eq!(again, annotations, "{}: a second write", c.name);
+        apply(&mut again, &record);
+        assert_eq!(again, annotations, "{name}: a second write");
     }
 }
 
 #[test]
-fn done_leaves_the_markers_to_finish_annotation_flow_so_a_restart_does_not_remediate_again() {
+fn done_leaves_the_markers_to_finish_annotation_flow() {
     let mut annotations = machine();
     apply(&mut annotations, &restored());
     let before = annotations.clone();
     apply(&mut annotations, &done());
     assert_eq!(annotations, before, "Done changes no annotation");
-    let read = Record::from_machine_annotations(&annotations, false);
-    assert_eq!(
-        read.step,
-        RemediationStep::PowerOnRequested,
-        "still mid-flow, not NotStarted"
-    );
-}
-
-#[test]
-fn the_step_is_read_from_the_markers_present() {
-    // Including the markers OpenShift's own remediation (CAPBM) writes: no started-at.
-    // (name, Machine annotations, the power-off on the host, step read)
-    type Case = (
-        &'static str,
-        &'static [(&'static str, &'static str)],
-        bool,
-        RemediationStep,
-    );
-    let cases: [Case; 9] = [
-        ("nothing", &[], false, RemediationStep::NotStarted),
-        (
-            "only the trigger",
-            &[(EXTERNAL_REMEDIATION_ANNOTATION, "")],
-            false,
-            RemediationStep::NotStarted,
-        ),
-        (
-            "the power-off on the host (CAPBM started)",
-            &[],
-            true,
-            RemediationStep::PowerOffRequested,
-        ),
-        (
-            "started-at",
-            &[(REMEDIATION_STARTED_ANNOTATION, T0)],
-            false,
-            RemediationStep::PowerOffRequested,
-        ),
-        (
-            "a labels backup (CAPBM backed up)",
-            &[(NODE_LABELS_BACKUP_ANNOTATION, "{}")],
-            false,
-            RemediationStep::PowerOffRequested,
-        ),
-        (
-            "powered-off-for-remediation",
-            &[(POWERED_OFF_FOR_REMEDIATION_ANNOTATION, "")],
-            true,
-            RemediationStep::NodeReleased,
-        ),
-        (
-            "power-on-will-timeout-at wins over powered-off",
-            &[
-                (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""),
-                (POWER_ON_TIMEOUT_ANNOTATION, T640),
-            ],
-            false,
-            RemediationStep::PowerOnRequested,
-        ),
-        (
-            "failed wins over everything",
-            &[
-                (REMEDIATION_STARTED_ANNOTATION, T0),
-                (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""),
-                (POWER_ON_TIMEOUT_ANNOTATION, T640),
-                (REMEDIATION_FAILED_ANNOTATION, "why"),
-            ],
-            true,
-            RemediationStep::GaveUp,
-        ),
-        (
-            "unrelated annotations",
-            &[
-                ("metal3.io/BareMetalHost", "machines/host-0"),
-                ("remediation.metal3.io/other", ""),
-            ],
-            false,
-            RemediationStep::NotStarted,
-        ),
-    ];
-    for (name, pairs, on_host, step) in cases {
-        let r = Record::from_machine_annotations(&map(pairs), on_host);
-        assert_eq!(r.step, step, "{name}");
-        assert_eq!(r.retry_count, 0, "{name}");
-    }
 }
 
 #[test]
@@ -602,61 +455,14 @@ fn backups_are_json_objects_of_strings_like_metal3s() {
             Some(text),
             "{name}"
         );
-        let mut annotations = machine();
-        apply(&mut annotations, &record);
-        let read = Record::from_machine_annotations(&annotations, true);
-        assert_eq!(read.labels_backup, Some(backup.clone()), "{name}");
-        assert_eq!(read.annotations_backup, Some(backup), "{name}");
-    }
-    // Written by metal3 (Go's json.Marshal) or by hand, with spaces: read the same.
-    for text in [
-        r#"{"a":"1","kubernetes.io/hostname":"w"}"#,
-        "{ \"a\" : \"1\",\n  \"kubernetes.io/hostname\": \"w\" }",
-    ] {
-        let read =
-            Record::from_machine_annotations(&map(&[(NODE_LABELS_BACKUP_ANNOTATION, text)]), false);
-        assert_eq!(
-            read.labels_backup,
-            Some(map(&[("a", "1"), ("kubernetes.io/hostname", "w")])),
-            "{text}"
-        );
+        let back = Record::from_machine_flow(&record.to_machine_flow("g/ns/m", "u"));
+        assert_eq!(back.labels_backup, Some(backup.clone()), "{name}");
+        assert_eq!(back.annotations_backup, Some(backup), "{name}");
     }
 }
 
 #[test]
-fn times_are_rfc3339_and_read_in_any_offset() {
-    let cases: [(&str, Option<Timestamp>); 7] = [
-        ("2025-01-01T00:10:40Z", Some(t(640))),
-        ("2025-01-01T02:10:40+02:00", Some(t(640))),
-        (
-            "2025-01-01T00:10:40.5Z",
-            Some(
-                t(640)
-                    .checked_add(jiff::SignedDuration::from_millis(500))
-                    .unwrap(),
-            ),
-        ),
-        ("  2025-01-01T00:10:40Z\n", Some(t(640))),
-        ("2025-01-01 00:10:40Z", Some(t(640))),
-        ("1735690240", None),
-        ("2025-01-01T00:10:40", None),
-    ];
-    for (text, time) in cases {
-        let read = Record::from_machine_annotations(
-            &map(&[
-                (POWER_ON_TIMEOUT_ANNOTATION, text),
-                (REMEDIATION_STARTED_ANNOTATION, text),
-                (REMEDIATION_POWERED_OFF_AT_ANNOTATION, text),
-                (REMEDIATION_NODE_RELEASED_AT_ANNOTATION, text),
-            ]),
-            false,
-        );
-        assert_eq!(read.power_on_timeout_at, time, "{text:?}");
-        assert_eq!(read.started_at, time, "{text:?}");
-        assert_eq!(read.powered_off_at, time, "{text:?}");
-        assert_eq!(read.node_released_at, time, "{text:?}");
-        assert_eq!(read.step, RemediationStep::PowerOnRequested, "{text:?}");
-    }
+fn marker_times_are_rfc3339_with_second_precision_like_metal3s() {
     // Written with second precision when the time has it, as metal3 does.
     assert_eq!(
         powering_on().machine_annotations()[POWER_ON_TIMEOUT_ANNOTATION].as_deref(),
@@ -664,7 +470,7 @@ fn times_are_rfc3339_and_read_in_any_offset() {
     );
 }
 
-/// What `decide` does with a record read from malformed annotations, in the annotation flow:
+/// What `decide` does with a record, in the annotation flow:
 /// the host back on without the power-off, the Node absent, past every deadline a real record
 /// could have had.
 fn decide_on(
@@ -711,190 +517,115 @@ fn host(powered_on: bool, power_off_requested: bool) -> RemediationHostView {
     }
 }
 
+/// A record under way that lacks the host it bound or when it began (an unreadable or
+/// hand-edited record) gives up cleanly, whatever the world: its power-off is released when
+/// it is on the host, nothing is deleted or escalated, and a Warning says why — it never
+/// waits for ever holding a slot and the queue's gate.
 #[test]
-fn malformed_annotation_values_are_read_as_absent_and_stay_safe() {
-    struct Case {
-        name: &'static str,
-        annotations: &'static [(&'static str, &'static str)],
-        on_host: bool,
-        step: RemediationStep,
-        labels: Option<BTreeMap<String, String>>,
-        annotations_backup: Option<BTreeMap<String, String>>,
-        timeout: Option<Timestamp>,
-        started: Option<Timestamp>,
-    }
-    let base = |name, annotations, on_host, step| Case {
-        name,
-        annotations,
-        on_host,
-        step,
-        labels: None,
-        annotations_backup: None,
-        timeout: None,
-        started: None,
-    };
+fn a_record_missing_a_field_it_needs_gives_up_cleanly() {
     let cases = [
-        base(
-            "labels backup not JSON",
-            &[(
-                NODE_LABELS_BACKUP_ANNOTATION,
-                "kubernetes.io/hostname=worker-0",
-            )],
-            true,
-            RemediationStep::PowerOffRequested,
+        (
+            "no host, powering off",
+            Record {
+                host: None,
+                ..powering_off()
+            },
+            "the host it bound",
         ),
-        base(
-            "labels backup with non-string values",
-            &[(NODE_LABELS_BACKUP_ANNOTATION, r#"{"a":1,"b":true}"#)],
-            true,
-            RemediationStep::PowerOffRequested,
+        (
+            "no start, powering off",
+            Record {
+                started_at: None,
+                ..powering_off()
+            },
+            "when it started",
         ),
-        base(
-            "labels backup a list",
-            &[(NODE_LABELS_BACKUP_ANNOTATION, r#"["a"]"#)],
-            true,
-            RemediationStep::PowerOffRequested,
+        (
+            "no host, Node released",
+            Record {
+                host: None,
+                ..released()
+            },
+            "the host it bound",
         ),
-        base(
-            "labels backup null",
-            &[(NODE_LABELS_BACKUP_ANNOTATION, "null")],
-            true,
-            RemediationStep::PowerOffRequested,
+        (
+            "no start, powering on",
+            Record {
+                started_at: None,
+                ..powering_on()
+            },
+            "when it started",
         ),
-        base(
-            "labels backup empty (metal3's nil map)",
-            &[(NODE_LABELS_BACKUP_ANNOTATION, "")],
-            true,
-            RemediationStep::PowerOffRequested,
-        ),
-        Case {
-            annotations_backup: None,
-            labels: Some(map(&[("a", "1")])),
-            ..base(
-                "annotations backup truncated, labels fine",
-                &[
-                    (NODE_LABELS_BACKUP_ANNOTATION, r#"{"a":"1"}"#),
-                    (NODE_ANNOTATIONS_BACKUP_ANNOTATION, r#"{"a":"#),
-                ],
-                true,
-                RemediationStep::PowerOffRequested,
-            )
-        },
-        base(
-            "power-on-will-timeout-at not a time",
-            &[
-                (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""),
-                (POWER_ON_TIMEOUT_ANNOTATION, "soon"),
-            ],
-            false,
-            RemediationStep::PowerOnRequested,
-        ),
-        base(
-            "power-on-will-timeout-at empty",
-            &[
-                (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""),
-                (POWER_ON_TIMEOUT_ANNOTATION, ""),
-            ],
-            false,
-            RemediationStep::PowerOnRequested,
-        ),
-        base(
-            "power-on-will-timeout-at out of range",
-            &[(POWER_ON_TIMEOUT_ANNOTATION, "2025-13-45T99:00:00Z")],
-            false,
-            RemediationStep::PowerOnRequested,
-        ),
-        Case {
-            started: Some(t(0)),
-            ..base(
-                "powered-off-at and node-released-at not times",
-                &[
-                    (REMEDIATION_STARTED_ANNOTATION, T0),
-                    (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""),
-                    (REMEDIATION_POWERED_OFF_AT_ANNOTATION, "at some point"),
-                    (REMEDIATION_NODE_RELEASED_AT_ANNOTATION, "{}"),
-                ],
-                true,
-                RemediationStep::NodeReleased,
-            )
-        },
-        base(
-            "started-at not a time",
-            &[(REMEDIATION_STARTED_ANNOTATION, "yesterday")],
-            false,
-            RemediationStep::PowerOffRequested,
-        ),
-        base(
-            "failed empty → still GaveUp",
-            &[(REMEDIATION_FAILED_ANNOTATION, "")],
-            false,
-            RemediationStep::GaveUp,
+        (
+            "an unreadable record (step only)",
+            Record {
+                step: RemediationStep::PowerOffRequested,
+                ..Record::default()
+            },
+            "the host it bound",
         ),
     ];
-    for c in cases {
-        let name = c.name;
-        let read = Record::from_machine_annotations(&map(c.annotations), c.on_host);
-        assert_eq!(read.step, c.step, "{name}");
-        assert_eq!(read.labels_backup, c.labels, "{name}");
-        assert_eq!(read.annotations_backup, c.annotations_backup, "{name}");
-        assert_eq!(read.power_on_timeout_at, c.timeout, "{name}");
-        assert_eq!(read.started_at, c.started, "{name}");
-        assert_eq!(
-            (read.powered_off_at, read.node_released_at),
-            (None, None),
-            "{name}"
-        );
-
-        // Whatever the world, decide takes no unsafe step from it.
+    for (name, record, missing) in cases {
+        assert_eq!(record.missing_field(), Some(missing), "{name}");
         for (host, node) in [
             (host(true, false), None),
             (host(true, true), Some(RemediationNodeView::default())),
             (host(false, true), Some(RemediationNodeView::default())),
             (host(false, true), None),
         ] {
-            let off = host.powered_on == Some(false) && host.power_off_requested;
-            let d = decide_on(read.clone(), host.clone(), node.clone());
+            let annotated = host.power_off_requested;
+            let d = decide_on(record.clone(), host, node.clone());
             let ctx = format!(
-                "{name}, host {:?}/{}, node {}",
-                host.powered_on,
-                host.power_off_requested,
+                "{name}, power-off on the host {annotated}, node {}",
                 node.is_some()
             );
+            let written = d.record.as_ref().expect("the give-up is recorded");
+            assert_eq!(written.step, RemediationStep::GaveUp, "{ctx}");
             assert!(
-                !d.actions.iter().any(|a| matches!(a, Action::Escalate(_))),
-                "{ctx}: escalated at once\n{d:#?}"
+                written
+                    .failure
+                    .as_deref()
+                    .is_some_and(|f| f.contains(missing)),
+                "{ctx}: {written:?}"
             );
-            if read.step != RemediationStep::GaveUp {
-                assert_ne!(d.phase, RemediationPhase::DeletingMachine, "{ctx}");
-            }
-            if d.actions.contains(&Action::DeleteNode) {
-                assert!(off, "{ctx}: DeleteNode with the host not off\n{d:#?}");
-                // What could not be read is backed up afresh from the Node (empty here).
-                let r = d.record.as_ref().unwrap();
-                assert_eq!(
-                    r.labels_backup,
-                    Some(read.labels_backup.clone().unwrap_or_default()),
-                    "{ctx}"
-                );
-                assert_eq!(
-                    r.annotations_backup,
-                    Some(read.annotations_backup.clone().unwrap_or_default()),
-                    "{ctx}"
-                );
-            }
+            let want: Vec<Action> = if annotated {
+                vec![Action::ReleasePowerOff]
+            } else {
+                vec![]
+            };
+            assert_eq!(
+                d.actions, want,
+                "{ctx}: only the release, nothing deleted or escalated"
+            );
+            assert_eq!(d.phase, RemediationPhase::Failed, "{ctx}");
+            assert!(
+                d.events.iter().any(|e| e.reason
+                    == hostcycle_api::reasons::remediation::event_reason::RECORD_INCOMPLETE),
+                "{ctx}: {:?}",
+                d.events
+            );
         }
+    }
+    // Complete records, and records not under way, lack nothing.
+    for record in [
+        not_started(),
+        powering_off(),
+        released(),
+        powering_on(),
+        gave_up(),
+        done(),
+        cancelled(),
+    ] {
+        assert_eq!(record.missing_field(), None, "{:?}", record.step);
     }
 }
 
 #[test]
-fn an_unreadable_power_on_deadline_starts_the_wait_instead_of_giving_up() {
-    let read = Record::from_machine_annotations(
-        &map(&[
-            (POWERED_OFF_FOR_REMEDIATION_ANNOTATION, ""),
-            (POWER_ON_TIMEOUT_ANNOTATION, "soon"),
-        ]),
-        false,
-    );
+fn a_missing_power_on_deadline_starts_the_wait_instead_of_giving_up() {
+    let read = Record {
+        power_on_timeout_at: None,
+        ..powering_on()
+    };
     let d = decide_on(read, host(true, false), None);
     assert_eq!(d.actions, vec![]);
     assert_eq!(d.phase, RemediationPhase::Waiting);
@@ -1069,10 +800,10 @@ fn in_flight_and_node_released_by_step() {
     }
 }
 
-/// The BMC a flow bound survives both homes of the record: a request's status and a Machine's
-/// annotations; a record that ends removes it with the other markers.
+/// The BMC a flow bound survives both homes of the record: a request's status and the
+/// annotation flow's record; a record that ends removes its marker with the others.
 #[test]
-fn the_bound_bmc_round_trips_through_status_and_machine_annotations() {
+fn the_bound_bmc_round_trips_through_status_and_the_flow_record() {
     let bmc = hostcycle_api::ObservedBmc {
         address: "redfish://192.0.2.10/redfish/v1/Systems/1".into(),
         credentials_name: "bmc-secret".into(),
@@ -1090,13 +821,11 @@ fn the_bound_bmc_round_trips_through_status_and_machine_annotations() {
     record.apply_to_status(&mut status);
     assert_eq!(Record::from_status(&status).bmc, Some(bmc.clone()));
 
-    let annotations: BTreeMap<String, String> = record
-        .machine_annotations()
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
-        .collect();
-    assert!(annotations.contains_key(REMEDIATION_HOST_BMC_ANNOTATION));
-    let back = Record::from_machine_annotations(&annotations, true);
+    assert!(
+        record.machine_annotations()[REMEDIATION_HOST_BMC_ANNOTATION].is_some(),
+        "the marker shows it"
+    );
+    let back = Record::from_machine_flow(&record.to_machine_flow("g/ns/m", "u"));
     assert_eq!(back.bmc, Some(bmc));
 
     let cancelled = Record {

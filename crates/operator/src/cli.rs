@@ -197,12 +197,14 @@ impl OperatorArgs {
             duration(self.bmc_call_deadline, "bmc-call-deadline")?,
             &decide,
         );
+        // The operator's namespace: the Lease's, and where the annotation flow's records live.
+        let operator_namespace = self
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
         let leader_election = self.leader_elect.then(|| LeaderElection {
-            namespace: self
-                .lease_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".into()),
+            namespace: operator_namespace.clone(),
             lease_name: self.lease_name.clone(),
             identity: identity.clone(),
             lease_duration,
@@ -229,15 +231,8 @@ impl OperatorArgs {
                 request_namespaces: self
                     .remediation_request_namespaces
                     .clone()
-                    .with_operator_namespace(
-                        Some(
-                            self.lease_namespace
-                                .clone()
-                                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                                .unwrap_or_else(|| "default".into()),
-                        )
-                        .as_deref(),
-                    ),
+                    .with_operator_namespace(Some(operator_namespace.as_str())),
+                record_namespace: operator_namespace.clone(),
                 ..RemediationControllerConfig::default()
             },
             bmh: BmhControllerConfig {

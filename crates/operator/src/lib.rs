@@ -236,6 +236,7 @@ async fn run_controllers(
         client,
         cluster::Kinds::for_controllers(&config.controllers),
         config.namespace.clone(),
+        &config.remediation.record_namespace,
     )
     .await;
     tracing::info!(watches = ?view.watched(), "one shared watch per kind");
@@ -510,7 +511,9 @@ mod tests {
 
     const HOSTS: &str = "/apis/metal3.io/v1alpha1/baremetalhosts";
     const SECRETS: &str = "/api/v1/secrets";
-    const LOOP_KINDS: [&str; 5] = [
+    const LOOP_KINDS: [&str; 6] = [
+        // The annotation flow's records, in the operator's namespace only (by label).
+        "/api/v1/namespaces/default/configmaps",
         "/api/v1/nodes",
         "/apis/cluster.x-k8s.io/v1beta1/machines",
         "/apis/hostcycle.io/v1alpha1/hostremediations",

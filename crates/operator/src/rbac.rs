@@ -258,9 +258,23 @@ fn named_cluster_role(rules: Vec<PolicyRule>) -> ClusterRole {
     }
 }
 
-/// The operator's Role in its own namespace: the leader Lease only.
+/// The operator's Role in its own namespace: the leader Lease, and the ConfigMaps holding the
+/// annotation flow's records (only the operator and the administrators of its namespace write
+/// them; a Machine's annotations are never read back as a record).
 pub fn role(options: &RbacOptions) -> Role {
-    named_role(&options.namespace, lease_rules(&options.lease_name))
+    let mut rules = lease_rules(&options.lease_name);
+    rules.push(flow_record_rule());
+    named_role(&options.namespace, rules)
+}
+
+/// The annotation flow's records: ConfigMaps in the operator's namespace (watched by label;
+/// `create` and `list` cannot be limited by name).
+pub fn flow_record_rule() -> PolicyRule {
+    rule(
+        &[""],
+        &["configmaps"],
+        &["get", "list", "watch", "create", "update", "delete"],
+    )
 }
 
 /// The Role in the watched namespace of a namespaced install: the hosts, their Secrets and
@@ -545,6 +559,36 @@ mod tests {
                     rule["resourceNames"],
                     serde_json::json!([DEFAULT_LEASE_NAME])
                 );
+            }
+        }
+    }
+
+    /// The annotation flow's records are writable by the operator in its own namespace only:
+    /// no cluster-wide ConfigMap access (it would let the operator's account, and so anyone
+    /// who steals it, rewrite every namespace's configuration).
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn flow_records_are_granted_only_in_the_operator_namespace() {
+        for options in [
+            RbacOptions::cluster_wide("ops"),
+            RbacOptions::namespaced("ops", "metal"),
+        ] {
+            let objs = rbac_objects(&options).unwrap();
+            assert!(grants(&rules_of(&objs, "ClusterRole"), "configmaps").is_empty());
+            let roles: Vec<&serde_json::Value> =
+                objs.iter().filter(|o| o["kind"] == "Role").collect();
+            for role in &roles {
+                let ns = role["metadata"]["namespace"].as_str().unwrap();
+                let verbs = grants(role["rules"].as_array().unwrap(), "configmaps");
+                if ns == "ops" {
+                    assert_eq!(
+                        verbs,
+                        ["get", "list", "watch", "create", "update", "delete"],
+                        "{options:?}"
+                    );
+                } else {
+                    assert!(verbs.is_empty(), "{ns}: {verbs:?}");
+                }
             }
         }
     }

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::record::Record;
 
-/// Prefix of hostcycle's own Machine annotations: a Machine carrying one is hostcycle's flow.
+/// Prefix of hostcycle's own Machine markers (written for people and tools, never read back).
 pub const OWN_MARKER_PREFIX: &str = "remediation.hostcycle.io/";
 
 /// The markers metal3's flow (CAPBM's) keeps on a Machine; hostcycle writes them too, but
@@ -123,6 +123,9 @@ impl std::fmt::Display for Triggers {
 #[derive(Debug, Clone, Copy)]
 pub struct MachineFacts<'a> {
     pub annotations: &'a BTreeMap<String, String>,
+    /// hostcycle holds a record of a flow on this Machine (its own store, which only it
+    /// writes).
+    pub own_record: bool,
     /// Its host carries `reboot.metal3.io/capbm-requested-power-off`.
     pub host_power_off: bool,
     /// Its provider is CAPBM ([`is_capbm_provider`]).
@@ -140,21 +143,38 @@ pub enum MachineClaim {
     HeldElsewhere(String),
 }
 
-/// Whose the annotation trigger on this Machine is. A flow hostcycle started (its own record
-/// on the Machine) is always finished, whatever the flags: its host is never left off. Else
-/// the trigger is hostcycle's only when switched on, when no other remediator's marker is on
-/// the Machine or its host, and — unless `capbm-machines` — when CAPBM does not run the
-/// same flow on it.
+/// Whose the annotation trigger on this Machine is. A flow hostcycle started (its own record,
+/// in its own store) is always finished, whatever the flags: its host is never left off. Else
+/// the trigger is hostcycle's only when switched on, when no marker of a flow — another
+/// remediator's, or hostcycle's own without its record (forged, or left by a flow that gave
+/// up) — is on the Machine or its host, and — unless `capbm-machines` — when CAPBM does not
+/// run the same flow on it.
 pub fn machine_claim(triggers: &Triggers, m: &MachineFacts<'_>) -> MachineClaim {
-    if m.annotations
-        .keys()
-        .any(|k| k.starts_with(OWN_MARKER_PREFIX))
-    {
+    if m.own_record {
         return MachineClaim::Ours;
     }
     if !m.annotations.contains_key(EXTERNAL_REMEDIATION_ANNOTATION) || !triggers.machine_annotation
     {
         return MachineClaim::NotOurs;
+    }
+    let own: Vec<&str> = m
+        .annotations
+        .keys()
+        .filter(|k| k.starts_with(OWN_MARKER_PREFIX))
+        .map(String::as_str)
+        .take(4)
+        .collect();
+    if !own.is_empty() {
+        return MachineClaim::HeldElsewhere(format!(
+            "hostcycle's markers ({}) are on this Machine but hostcycle holds no record of a \
+             flow on it: they are left from a flow that gave up, or were written by someone \
+             else; hostcycle never reads markers as a record and does not act on them — \
+             remove them to remediate the Machine afresh",
+            own.iter()
+                .map(|k| crate::text::bounded(k, 96))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     let mut foreign: Vec<&str> = METAL3_MACHINE_MARKERS
         .iter()

@@ -658,6 +658,9 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
             .push(Event::warning(event_reason::HELD_ELSEWHERE, why.clone()));
         return d;
     }
+    if let Some(missing) = record.missing_field() {
+        return give_up_incomplete(obs, missing);
+    }
     match record.step {
         RemediationStep::NotStarted => start(obs, now),
         RemediationStep::PowerOffRequested => power_off(obs, now),
@@ -699,7 +702,7 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
             if let Some(node) = &obs.node {
                 match restore_node(record, node) {
                     Some(restore) => d.actions.push(restore),
-                    None if has_backup(record) => {
+                    None if record.holds_backup() => {
                         d.record = Some(Record {
                             labels_backup: None,
                             annotations_backup: None,
@@ -724,10 +727,28 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
     }
 }
 
-fn has_backup(record: &Record) -> bool {
-    record.labels_backup.is_some()
-        || record.annotations_backup.is_some()
-        || record.node_spec_backup.is_some()
+/// A record under way that lacks what it needs to go on (which host it bound, when it began)
+/// gives up cleanly: its power-off is released (the host is never left off), nothing is
+/// deleted or escalated, and a person is told why.
+fn give_up_incomplete(obs: &Observation, missing: &str) -> Decision {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let failure = format!(
+        "the remediation's record lacks {missing}: it cannot be followed safely; its \
+         power-off is released and nothing else is done (trigger the remediation again to \
+         start afresh)"
+    );
+    let mut d = Decision::wait(RemediationPhase::Failed, format!("gave up: {failure}"));
+    d.record = Some(Record {
+        step: RemediationStep::GaveUp,
+        failure: Some(failure.clone()),
+        ..obs.record.clone()
+    });
+    d.events.push(Event::warning(
+        event_reason::RECORD_INCOMPLETE,
+        format!("node {node_name}: {failure}"),
+    ));
+    release_left_off(obs, &mut d);
+    d
 }
 
 /// A finished remediation whose power-off is still on the host (its release was lost, e.g. a

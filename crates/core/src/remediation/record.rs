@@ -1,18 +1,20 @@
 //! The record of one remediation: which step it reached and what it must remember (times,
 //! the Node's labels and annotations). A request keeps it in its status; the annotation flow
-//! keeps it in the Machine's annotations, with metal3's keys, so a Machine remediated by
-//! OpenShift's own controller and one remediated by hostcycle look the same.
+//! keeps it in a [`MachineFlowRecord`] in the operator's namespace. Both are written by
+//! hostcycle alone. The annotation flow also writes metal3's markers onto the Machine, so a
+//! Machine remediated by OpenShift's own controller and one remediated by hostcycle look the
+//! same to other tools — but those markers are never read back.
 
 use std::collections::BTreeMap;
 
 use hostcycle_api::ObservedBmc;
 use hostcycle_api::remediation::{
-    HostRemediationStatus, NODE_ANNOTATIONS_BACKUP_ANNOTATION, NODE_LABELS_BACKUP_ANNOTATION,
-    NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup, POWER_ON_TIMEOUT_ANNOTATION,
-    POWERED_OFF_FOR_REMEDIATION_ANNOTATION, REMEDIATION_FAILED_ANNOTATION,
-    REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION, REMEDIATION_JOINED_ANNOTATION,
-    REMEDIATION_NODE_RELEASED_AT_ANNOTATION, REMEDIATION_POWERED_OFF_AT_ANNOTATION,
-    REMEDIATION_STARTED_ANNOTATION, RemediationStep,
+    HostRemediationStatus, MachineFlowRecord, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
+    NODE_LABELS_BACKUP_ANNOTATION, NODE_SPEC_BACKUP_ANNOTATION, NodeSpecBackup,
+    POWER_ON_TIMEOUT_ANNOTATION, POWERED_OFF_FOR_REMEDIATION_ANNOTATION,
+    REMEDIATION_FAILED_ANNOTATION, REMEDIATION_HOST_ANNOTATION, REMEDIATION_HOST_BMC_ANNOTATION,
+    REMEDIATION_JOINED_ANNOTATION, REMEDIATION_NODE_RELEASED_AT_ANNOTATION,
+    REMEDIATION_POWERED_OFF_AT_ANNOTATION, REMEDIATION_STARTED_ANNOTATION, RemediationStep,
 };
 use jiff::Timestamp;
 
@@ -71,6 +73,21 @@ impl Record {
         )
     }
 
+    /// It still keeps a deleted Node's labels, annotations or taints to restore.
+    pub fn holds_backup(&self) -> bool {
+        self.labels_backup.is_some()
+            || self.annotations_backup.is_some()
+            || self.node_spec_backup.is_some()
+    }
+
+    /// The annotation flow's record may go once its trigger is gone: it gave up and has
+    /// nothing left to restore (a flow that ends otherwise removes its record itself). Its
+    /// failure marker stays on the Machine for people and tools; a new trigger is held until
+    /// someone removes it.
+    pub fn retires_without_trigger(&self) -> bool {
+        self.step == RemediationStep::GaveUp && !self.holds_backup()
+    }
+
     /// Read from a request's status.
     pub fn from_status(status: &HostRemediationStatus) -> Record {
         Record {
@@ -125,58 +142,43 @@ impl Record {
             .filter(|_| self.step == RemediationStep::GaveUp);
     }
 
-    /// Read from a Machine's annotations (the annotation flow). `host_powered_off_annotation`
-    /// says whether the host carries the flow's power-off annotation.
-    pub fn from_machine_annotations(
-        annotations: &BTreeMap<String, String>,
-        host_power_off_annotation: bool,
-    ) -> Record {
-        let time = |key: &str| annotations.get(key).and_then(|v| v.trim().parse().ok());
-        let map = |key: &str| {
-            annotations
-                .get(key)
-                .and_then(|v| serde_json::from_str::<BTreeMap<String, String>>(v).ok())
-        };
-        let failure = annotations.get(REMEDIATION_FAILED_ANNOTATION).cloned();
-        let step = if failure.is_some() {
-            RemediationStep::GaveUp
-        } else if annotations.contains_key(POWER_ON_TIMEOUT_ANNOTATION) {
-            RemediationStep::PowerOnRequested
-        } else if annotations.contains_key(POWERED_OFF_FOR_REMEDIATION_ANNOTATION) {
-            RemediationStep::NodeReleased
-        } else if host_power_off_annotation
-            || annotations.contains_key(REMEDIATION_STARTED_ANNOTATION)
-            || annotations.contains_key(REMEDIATION_HOST_ANNOTATION)
-            || annotations.contains_key(NODE_LABELS_BACKUP_ANNOTATION)
-        {
-            RemediationStep::PowerOffRequested
-        } else {
-            RemediationStep::NotStarted
-        };
+    /// Read from the annotation flow's record ([`MachineFlowRecord`]), which only hostcycle
+    /// writes. The Machine's own annotations are never read back as a record: they are
+    /// markers for other tools, and anyone who may edit the Machine may write them.
+    pub fn from_machine_flow(stored: &MachineFlowRecord) -> Record {
         Record {
-            step,
-            retry_count: 0,
-            host: annotations
-                .get(REMEDIATION_HOST_ANNOTATION)
-                .and_then(|v| BoundHost::parse(v)),
-            bmc: annotations
-                .get(REMEDIATION_HOST_BMC_ANNOTATION)
-                .and_then(|v| serde_json::from_str(v).ok()),
-            joined: annotations
-                .get(REMEDIATION_JOINED_ANNOTATION)
-                .map(|v| crate::text::bounded(v, 512)),
-            started_at: time(REMEDIATION_STARTED_ANNOTATION),
-            cycle_started_at: time(REMEDIATION_STARTED_ANNOTATION),
-            powered_off_at: time(REMEDIATION_POWERED_OFF_AT_ANNOTATION),
-            node_released_at: time(REMEDIATION_NODE_RELEASED_AT_ANNOTATION),
-            power_on_timeout_at: time(POWER_ON_TIMEOUT_ANNOTATION),
-            labels_backup: map(NODE_LABELS_BACKUP_ANNOTATION),
-            annotations_backup: map(NODE_ANNOTATIONS_BACKUP_ANNOTATION),
-            node_spec_backup: annotations
-                .get(NODE_SPEC_BACKUP_ANNOTATION)
-                .and_then(|v| serde_json::from_str(v).ok()),
-            failure,
+            started_at: stored.started_at,
+            ..Record::from_status(&stored.status)
         }
+    }
+
+    /// The annotation flow's record of this, for the Machine `machine`
+    /// (`<group>/<namespace>/<name>`) with uid `machine_uid`.
+    pub fn to_machine_flow(&self, machine: &str, machine_uid: &str) -> MachineFlowRecord {
+        let mut status = HostRemediationStatus::default();
+        self.apply_to_status(&mut status);
+        MachineFlowRecord {
+            machine: machine.to_string(),
+            machine_uid: machine_uid.to_string(),
+            started_at: self.started_at,
+            status,
+        }
+    }
+
+    /// The field a record under way lacks, if any: such a record cannot be followed safely
+    /// (which host it bound, when it began), so the flow gives up cleanly instead of waiting
+    /// for ever.
+    pub fn missing_field(&self) -> Option<&'static str> {
+        if !self.in_flight() {
+            return None;
+        }
+        if self.host.is_none() {
+            return Some("the host it bound");
+        }
+        if self.started_at.is_none() {
+            return Some("when it started");
+        }
+        None
     }
 
     /// The Machine annotations that represent this record: `Some(value)` to set, `None` to

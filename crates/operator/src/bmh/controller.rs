@@ -1175,6 +1175,7 @@ mod tests {
             &client,
             crate::cluster::Kinds::for_controllers(&[crate::ControllerName::BareMetalHost]),
             None,
+            "default",
         )
         .await;
         let controller = run(

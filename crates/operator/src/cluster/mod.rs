@@ -18,7 +18,7 @@ pub mod watch;
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::queue::{RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::HostRemediation;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
@@ -64,6 +64,9 @@ pub struct ClusterView {
     pub remediations: Feed<HostRemediation>,
     pub entries: Feed<RebootQueueEntry>,
     pub queues: Feed<RebootQueue>,
+    /// The annotation flow's records: ConfigMaps in the operator's namespace with the record
+    /// label (remediation only).
+    pub flow_records: Feed<ConfigMap>,
     host_namespace: Option<String>,
     /// The client the watches read through, which the controllers write with.
     client: Client,
@@ -76,7 +79,12 @@ pub struct ClusterView {
 impl ClusterView {
     /// The feeds of `kinds`, not started yet. Finds the Machine kinds by discovery when the
     /// loops need them.
-    pub async fn new(client: &Client, kinds: Kinds, host_namespace: Option<String>) -> Self {
+    pub async fn new(
+        client: &Client,
+        kinds: Kinds,
+        host_namespace: Option<String>,
+        operator_namespace: &str,
+    ) -> Self {
         let machine_resources = if kinds.loops {
             objects::machine_resources(client).await
         } else {
@@ -128,7 +136,18 @@ impl ClusterView {
             kinds.loops,
             Feed::watch(Api::all(client.clone()), Watched::all("rebootqueues")),
         );
+        let records_api: Api<ConfigMap> = Api::namespaced(client.clone(), operator_namespace);
+        let flow_records = keep(
+            &mut starters,
+            kinds.loops,
+            Feed::watch_selected(
+                records_api,
+                crate::remediation::records::selector(),
+                Watched::in_namespace("configmaps", Some(&operator_namespace.to_string())),
+            ),
+        );
         ClusterView {
+            flow_records,
             hosts,
             nodes,
             machines,
@@ -159,13 +178,14 @@ impl ClusterView {
                 self.remediations.clone(),
                 self.entries.clone(),
                 self.queues.clone(),
+                self.flow_records.clone(),
             )
         });
         async move {
             if let Some(hosts) = hosts {
                 hosts.wait_listed().await;
             }
-            if let Some((nodes, machines, remediations, entries, queues)) = loops {
+            if let Some((nodes, machines, remediations, entries, queues, records)) = loops {
                 nodes.wait_listed().await;
                 for m in &machines {
                     m.wait_listed().await;
@@ -173,6 +193,7 @@ impl ClusterView {
                 remediations.wait_listed().await;
                 entries.wait_listed().await;
                 queues.wait_listed().await;
+                records.wait_listed().await;
             }
         }
     }

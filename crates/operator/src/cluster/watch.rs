@@ -198,6 +198,16 @@ where
     pub fn watch(api: Api<K>, watched: Watched) -> (Self, Starter) {
         Self::watch_with(api, K::DynamicType::default(), watched)
     }
+
+    /// [`Feed::watch`] of the objects with a label `selector` selects.
+    pub fn watch_selected(api: Api<K>, selector: String, watched: Watched) -> (Self, Starter) {
+        Self::from_events(K::DynamicType::default(), watched, move |writer| {
+            reflector(
+                writer,
+                lean_watcher(api, watcher::Config::default().labels(&selector)),
+            )
+        })
+    }
 }
 
 impl<K> Feed<K>

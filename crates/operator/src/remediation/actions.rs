@@ -357,7 +357,7 @@ impl Controller {
     /// exists, is not being deleted, and no checker gave up on it.
     async fn still_gives_up(&self, item: &Item, fresh: &DynamicObject) -> bool {
         match &item.subject {
-            Subject::Machine(_) => {
+            Subject::Machine(..) => {
                 let a = fresh.annotations();
                 a.contains_key(hostcycle_api::remediation::EXTERNAL_REMEDIATION_ANNOTATION)
                     && a.contains_key(hostcycle_api::remediation::REMEDIATION_FAILED_ANNOTATION)

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::controller::{Controller, Item, log_write_error};
 use super::observe::Subject;
+use super::records::{self, StoredFlow};
 use crate::cluster::objects::MachineObject;
 use crate::events::node_ref;
 use crate::metrics::RemediationLabels;
@@ -48,9 +49,12 @@ impl Controller {
         now: Timestamp,
     ) -> Option<Written> {
         match &item.subject {
-            Subject::Machine(m) => {
+            Subject::Machine(m, stored) => {
                 let machine = match &decision.record {
-                    Some(next) => Some(self.write_machine_record(m, next).await?),
+                    Some(next) => Some(
+                        self.write_machine_record(m, stored.as_deref(), next)
+                            .await?,
+                    ),
                     None => item.machine.clone(),
                 };
                 Some(Written {
@@ -131,9 +135,11 @@ impl Controller {
                 self.restore_node(item, labels, annotations, *cordon, taints)
                     .await
             }
-            Action::FinishAnnotationFlow => match machine {
-                Some(m) => self.finish_machine(m).await,
-                None => true,
+            Action::FinishAnnotationFlow => match (machine, &item.subject) {
+                (Some(m), Subject::Machine(_, stored)) => {
+                    self.finish_machine(m, stored.as_deref()).await
+                }
+                _ => true,
             },
             Action::MarkHostUnhealthy => self.mark_host_unhealthy(item).await,
             Action::ClearExternallyRemediated => self.clear_externally_remediated(item).await,
@@ -248,30 +254,74 @@ impl Controller {
         )
     }
 
-    /// Writes the annotation flow's record onto the Machine (resourceVersion precondition).
+    /// Writes the annotation flow's record where only hostcycle writes ([`super::records`]),
+    /// then metal3's markers onto the Machine for other tools (only those that differ). A
+    /// flow that ends (Done, Cancelled) writes no record: `FinishAnnotationFlow` removes the
+    /// trigger and the markers, then the record. `None`: a write failed.
     async fn write_machine_record(
         &mut self,
         m: &MachineObject,
+        stored: Option<&StoredFlow>,
         record: &Record,
     ) -> Option<MachineObject> {
+        if !matches!(
+            record.step,
+            RemediationStep::Done | RemediationStep::Cancelled
+        ) {
+            let uid = m.object.uid().unwrap_or_default();
+            if let Err(e) = records::write(
+                &self.client,
+                &self.config.record_namespace,
+                &m.key(),
+                &uid,
+                record,
+                stored,
+            )
+            .await
+            {
+                log_write_error(&format!("the flow record of Machine {}", m.key()), &e);
+                self.retry_soon = true;
+                return None;
+            }
+        }
+        let have = m.object.annotations();
         let annotations: serde_json::Map<String, Value> = record
             .machine_annotations()
             .into_iter()
+            .filter(|(k, v)| have.get(*k) != v.as_ref())
             .map(|(k, v)| (k.to_string(), v.map(Value::String).unwrap_or(Value::Null)))
             .collect();
+        if annotations.is_empty() {
+            return Some(m.clone());
+        }
         self.patch_machine_annotations(m, annotations).await
     }
 
-    /// The flow is over: the trigger and every marker go.
-    async fn finish_machine(&mut self, m: &MachineObject) -> bool {
+    /// The flow is over: the trigger and every marker go, then its record.
+    async fn finish_machine(&mut self, m: &MachineObject, stored: Option<&StoredFlow>) -> bool {
         let annotations: serde_json::Map<String, Value> =
             crate::cluster::objects::MACHINE_RECORD_ANNOTATIONS
                 .iter()
+                .filter(|k| m.object.annotations().contains_key(**k))
                 .map(|k| (k.to_string(), Value::Null))
                 .collect();
-        self.patch_machine_annotations(m, annotations)
-            .await
-            .is_some()
+        if !annotations.is_empty()
+            && self
+                .patch_machine_annotations(m, annotations)
+                .await
+                .is_none()
+        {
+            return false;
+        }
+        let Some(stored) = stored else { return true };
+        match records::delete(&self.client, &self.config.record_namespace, stored).await {
+            Ok(()) => true,
+            Err(e) => {
+                log_write_error(&format!("the flow record of Machine {}", m.key()), &e);
+                self.retry_soon = true;
+                false
+            }
+        }
     }
 
     /// Sets (or, with null, removes) Machine annotations, with the Machine's
@@ -376,7 +426,7 @@ fn event_objects(item: &Item) -> Vec<ObjectReference> {
 
 fn primary_ref(subject: &Subject) -> ObjectReference {
     match subject {
-        Subject::Machine(m) => ObjectReference {
+        Subject::Machine(m, _) => ObjectReference {
             api_version: Some(m.resource.api_version.clone()),
             kind: Some(m.resource.kind.clone()),
             name: Some(m.object.name_any()),

@@ -26,7 +26,7 @@ use hostcycle_core::remediation::{
 };
 use hostcycle_core::time::add;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -56,6 +56,8 @@ pub(super) struct Stores {
     pub(super) nodes: Store<Node>,
     pub(super) entries: Store<RebootQueueEntry>,
     pub(super) queues: Store<RebootQueue>,
+    /// The annotation flow's records (ConfigMaps in the operator's namespace).
+    pub(super) records: Store<ConfigMap>,
 }
 
 /// The remediation controller, subscribed to the view at once (before the view's watches
@@ -173,6 +175,7 @@ fn subscribe(
 
     view.entries.wake_on(wake.clone(), |_| true);
     view.queues.wake_on(wake.clone(), |_| true);
+    view.flow_records.wake_on(wake.clone(), |_| true);
     Stores {
         machines: view
             .machines
@@ -184,6 +187,7 @@ fn subscribe(
         nodes: view.nodes.store().clone(),
         entries: view.entries.store().clone(),
         queues: view.queues.store().clone(),
+        records: view.flow_records.store().clone(),
     }
 }
 
@@ -267,6 +271,7 @@ impl Controller {
         self.last_events.retain(|k, _| live_keys.contains(k));
         self.metrics.remediation.in_flight.set(in_flight);
         self.metrics.remediation.cannot_fence.set(cannot_fence);
+        self.sweep_records().await;
         self.sweep_orphans().await;
         if self.retry_soon {
             next = next.min(RETRY_SOON);
@@ -302,13 +307,16 @@ impl Controller {
         items
     }
 
-    /// Machines with a flow, then the requests hostcycle takes.
+    /// Machines with the trigger or hostcycle's record of a flow, then the requests hostcycle
+    /// takes. A Machine's markers alone make no flow: they are never read back.
     fn subjects(&self, machines: &[MachineObject]) -> Vec<Subject> {
+        let records = super::records::index(&self.stores.records.state());
         machines
             .iter()
-            .filter(|m| m.has_flow())
-            .cloned()
-            .map(Subject::Machine)
+            .filter_map(|m| {
+                let stored = m.object.uid().and_then(|uid| records.get(&uid).cloned());
+                (stored.is_some() || m.triggered()).then(|| Subject::Machine(m.clone(), stored))
+            })
             .chain(
                 self.stores
                     .requests
@@ -417,8 +425,9 @@ impl Controller {
     /// another remediator's.
     fn whose(&self, subject: &Subject, resolved: &Resolved) -> MachineClaim {
         match subject {
-            Subject::Machine(m) => claim(
+            Subject::Machine(m, stored) => claim(
                 m,
+                stored.is_some(),
                 resolved.host.as_ref().ok().map(|h| &**h),
                 &self.config.triggers,
             ),
@@ -438,13 +447,9 @@ impl Controller {
         let power_off = subject.power_off_annotation();
         let (retry_limit, power_on_timeout) = limits(subject, self.config.power_on_timeout);
         // The record first: once it holds a binding, that host is the one acted on.
-        let bound_host = record(subject, None)
+        let bound_host = record(subject)
             .host
             .map(|b| snapshot.hosts_by_ref.get(&b.reference).cloned());
-        let record_host = match &bound_host {
-            Some(bound) => bound.clone(),
-            None => resolved.host.as_ref().ok().cloned(),
-        };
         Observation {
             trigger: subject.trigger(),
             requested: requested(subject),
@@ -459,7 +464,7 @@ impl Controller {
             record: if held_elsewhere.is_some() {
                 Record::default()
             } else {
-                record(subject, record_host.as_deref())
+                record(subject)
             },
             retry_limit,
             power_on_timeout,
@@ -556,7 +561,7 @@ impl Controller {
     /// does, or it is 0). Read from the API server only when the deadline is about to be
     /// recorded: once per remediation.
     async fn follow_machine_health_check(&self, item: &mut Item) {
-        let Subject::Machine(m) = &item.subject else {
+        let Subject::Machine(m, _) = &item.subject else {
             return;
         };
         let record = &item.observation.record;

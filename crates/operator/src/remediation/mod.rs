@@ -5,16 +5,18 @@
 //!
 //! One loop (observe → `hostcycle_core::remediation::decide` → record → act), reading the
 //! caches of the shared cluster view ([`crate::cluster`]) and woken by the changes its own
-//! filters want: the record is written before each step's action (on the Machine's
-//! annotations, or the request's status), so a restart at any point resumes without a second
-//! power cycle and with the Node's labels intact. Only metal3's BareMetalHost fields are used (`status.poweredOn`,
-//! annotations), so the flow also works with metal3's own host operator.
+//! filters want: the record is written before each step's action (the request's status, or,
+//! for the annotation flow, a ConfigMap in the operator's namespace — [`records`] — never the
+//! Machine's annotations, which any editor of the Machine may write), so a restart at any
+//! point resumes without a second power cycle and with the Node's labels intact. The host's
+//! power evidence is the host controller's recorded BMC readings (`status.powerObservation`).
 
 mod actions;
 mod apply;
 pub mod controller;
 pub mod observe;
 mod orphans;
+pub mod records;
 mod status;
 
 use std::time::Duration;
@@ -40,6 +42,8 @@ pub struct RemediationControllerConfig {
     /// Beyond this skew between this replica's clock and the API server's, time-based power
     /// evidence is refused (`--max-clock-skew`).
     pub max_clock_skew: Duration,
+    /// The operator's namespace, where the annotation flow's records live.
+    pub record_namespace: String,
 }
 
 impl Default for RemediationControllerConfig {
@@ -52,6 +56,7 @@ impl Default for RemediationControllerConfig {
             request_namespaces: Default::default(),
             triggers: Default::default(),
             max_clock_skew: Duration::from_secs(2),
+            record_namespace: "default".into(),
         }
     }
 }

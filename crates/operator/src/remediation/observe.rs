@@ -28,6 +28,7 @@ use hostcycle_core::remediation::{
 use k8s_openapi::api::core::v1::Node;
 use kube::{Resource, ResourceExt};
 
+use super::records::StoredFlow;
 use crate::cluster::objects::{MachineObject, host_cannot_power_off, machine_key};
 
 /// The Machine groups hostcycle understands.
@@ -37,14 +38,16 @@ pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 /// Which remediation, and where its record lives.
 #[derive(Clone)]
 pub enum Subject {
-    Machine(MachineObject),
+    /// The annotation flow of a Machine, with its record when hostcycle holds one
+    /// ([`super::records`]).
+    Machine(MachineObject, Option<Arc<StoredFlow>>),
     Request(std::sync::Arc<HostRemediation>),
 }
 
 impl Subject {
     pub fn trigger(&self) -> Trigger {
         match self {
-            Subject::Machine(_) => Trigger::MachineAnnotation,
+            Subject::Machine(..) => Trigger::MachineAnnotation,
             Subject::Request(_) => Trigger::Request,
         }
     }
@@ -53,7 +56,7 @@ impl Subject {
     /// judges.
     pub fn namespace(&self) -> String {
         match self {
-            Subject::Machine(m) => m.object.namespace().unwrap_or_default(),
+            Subject::Machine(m, _) => m.object.namespace().unwrap_or_default(),
             Subject::Request(r) => r.namespace().unwrap_or_default(),
         }
     }
@@ -61,7 +64,7 @@ impl Subject {
     /// A stable key for logs, slots and metrics.
     pub fn key(&self) -> String {
         match self {
-            Subject::Machine(m) => format!("machine/{}", m.key()),
+            Subject::Machine(m, _) => format!("machine/{}", m.key()),
             Subject::Request(r) => format!(
                 "hostremediation/{}/{}",
                 r.namespace().unwrap_or_default(),
@@ -73,7 +76,7 @@ impl Subject {
     /// The host annotation this remediation powers off with.
     pub fn power_off_annotation(&self) -> String {
         match self {
-            Subject::Machine(_) => MACHINE_POWER_OFF_ANNOTATION.to_string(),
+            Subject::Machine(..) => MACHINE_POWER_OFF_ANNOTATION.to_string(),
             Subject::Request(r) => request_power_off_annotation(&r.uid().unwrap_or_default()),
         }
     }
@@ -81,7 +84,7 @@ impl Subject {
     /// When it was triggered: the request's creation, or the annotation flow's start.
     pub fn created(&self) -> Option<jiff::Timestamp> {
         match self {
-            Subject::Machine(_) => None,
+            Subject::Machine(..) => None,
             Subject::Request(r) => r.meta().creation_timestamp.as_ref().map(|t| t.0),
         }
     }
@@ -126,7 +129,7 @@ pub fn resolve(
     hosts: &HashMap<HostReference, Arc<BareMetalHost>>,
 ) -> Resolved {
     let machine = match subject {
-        Subject::Machine(m) => Some(m.clone()),
+        Subject::Machine(m, _) => Some(m.clone()),
         Subject::Request(r) => owner_machine(r, machines).cloned(),
     };
     let (node_name, resolution) = match (&machine, subject) {
@@ -141,7 +144,7 @@ pub fn resolve(
             (Some(node), resolution)
         }
         // A Machine subject has its Machine.
-        (None, Subject::Machine(_)) => (
+        (None, Subject::Machine(..)) => (
             None,
             Err(Box::new(Refusal::NoHost {
                 subject: subject.key(),
@@ -265,14 +268,14 @@ pub fn node_view(node: &Node) -> RemediationNodeView {
     }
 }
 
-/// The record and its settings for a subject.
-pub fn record(subject: &Subject, host: Option<&BareMetalHost>) -> Record {
+/// The record of a subject: a request's status, or the annotation flow's stored record —
+/// never the Machine's annotations. No record: not started.
+pub fn record(subject: &Subject) -> Record {
     match subject {
-        Subject::Machine(m) => {
-            let on_host =
-                host.is_some_and(|h| h.annotations().contains_key(MACHINE_POWER_OFF_ANNOTATION));
-            Record::from_machine_annotations(m.object.annotations(), on_host)
-        }
+        Subject::Machine(_, stored) => stored
+            .as_ref()
+            .map(|s| s.record.clone())
+            .unwrap_or_default(),
         Subject::Request(r) => {
             let mut record = Record::from_status(&r.status.clone().unwrap_or_default());
             record.started_at = subject.created();
@@ -284,7 +287,7 @@ pub fn record(subject: &Subject, host: Option<&BareMetalHost>) -> Record {
 /// Whether the trigger still asks.
 pub fn requested(subject: &Subject) -> bool {
     match subject {
-        Subject::Machine(m) => m.triggered(),
+        Subject::Machine(m, _) => m.triggered(),
         Subject::Request(r) => {
             r.meta().deletion_timestamp.is_none()
                 && !r.annotations().contains_key(NHC_TIMED_OUT_ANNOTATION)
@@ -295,7 +298,7 @@ pub fn requested(subject: &Subject) -> bool {
 /// `retryLimit` and the power-on timeout of a subject.
 pub fn limits(subject: &Subject, annotation_timeout: Duration) -> (u32, Duration) {
     match subject {
-        Subject::Machine(_) => (0, annotation_timeout),
+        Subject::Machine(..) => (0, annotation_timeout),
         Subject::Request(r) => {
             let strategy = r.spec.strategy.clone().unwrap_or_default();
             (
@@ -314,7 +317,7 @@ pub fn limits(subject: &Subject, annotation_timeout: Duration) -> (u32, Duration
 /// Whether the subject is a request from medik8s' NodeHealthCheck.
 pub fn nhc_request(subject: &Subject) -> bool {
     match subject {
-        Subject::Machine(_) => false,
+        Subject::Machine(..) => false,
         Subject::Request(r) => is_nhc_request(
             r.annotations(),
             r.meta()
@@ -354,11 +357,17 @@ pub fn escalation(
 
 /// Whose the annotation trigger on this Machine is (`--remediation-triggers`, another
 /// remediator's markers, CAPBM's provider).
-pub fn claim(m: &MachineObject, host: Option<&BareMetalHost>, triggers: &Triggers) -> MachineClaim {
+pub fn claim(
+    m: &MachineObject,
+    own_record: bool,
+    host: Option<&BareMetalHost>,
+    triggers: &Triggers,
+) -> MachineClaim {
     machine_claim(
         triggers,
         &MachineFacts {
             annotations: m.object.annotations(),
+            own_record,
             host_power_off: host
                 .is_some_and(|h| h.annotations().contains_key(MACHINE_POWER_OFF_ANNOTATION)),
             capbm_provider: is_capbm_provider(&m.object.data["spec"]),

@@ -1,7 +1,7 @@
 //! Orphans: power-off annotations whose remediation no longer exists are removed, so no
 //! host is left off.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use hostcycle_api::BareMetalHost;
@@ -11,13 +11,13 @@ use hostcycle_api::reasons::remediation::event_reason;
 use hostcycle_api::remediation::{
     HostRemediation, REQUEST_POWER_OFF_PREFIX, is_remediation_power_off,
 };
-use hostcycle_core::remediation::Record;
 use hostcycle_core::remediation::orphans::orphaned_power_off_keys;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::controller::{Controller, log_write_error};
+use super::records::StoredFlow;
 use crate::cluster::objects::{MachineObject, binding_index, host_reference};
 
 impl Controller {
@@ -43,7 +43,8 @@ impl Controller {
             .filter_map(|r| r.uid())
             .collect();
         let machines = self.cached_machines();
-        let claims = self.machine_flow_claims(&machines);
+        let records = super::records::index(&self.stores.records.state());
+        let claims = self.machine_flow_claims(&machines, &records);
         for host in fenced {
             let reference = host_reference(&host);
             let uid = host.uid().unwrap_or_default();
@@ -93,13 +94,86 @@ impl Controller {
         }
     }
 
-    /// The hosts the annotation flows of `machines` hold, by the flow's own rule: the host
-    /// its record bound (namespace, name and uid), or — before it bound one — the host the
-    /// resolver binds to the Machine (hosts and Nodes from the caches).
-    fn machine_flow_claims(&self, machines: &[MachineObject]) -> FlowClaims {
+    /// Flow records whose Machine is gone (deleted, or recreated with another uid), and
+    /// records of flows that gave up with nothing left to restore once their trigger is
+    /// removed, are deleted — each confirmed on a fresh read of the Machine (the caches may
+    /// lag). A deleted record's power-off, if any, is then an orphan: released above.
+    pub(super) async fn sweep_records(&mut self) {
+        let records = super::records::index(&self.stores.records.state());
+        if records.is_empty() {
+            return;
+        }
+        let machines = self.cached_machines();
+        let by_uid: HashMap<String, &MachineObject> = machines
+            .iter()
+            .filter_map(|m| m.object.uid().map(|uid| (uid, m)))
+            .collect();
+        for stored in records.values() {
+            let candidate = match by_uid.get(&stored.machine_uid) {
+                None => true,
+                Some(m) => !m.triggered() && stored.record.retires_without_trigger(),
+            };
+            if !candidate || !self.record_retired(stored).await {
+                continue;
+            }
+            if let Err(e) =
+                super::records::delete(&self.client, &self.config.record_namespace, stored).await
+            {
+                log_write_error(&format!("flow record {}", stored.name), &e);
+                self.retry_soon = true;
+            } else {
+                tracing::info!(record = %stored.name, "flow record removed: its Machine is gone, or its flow gave up and its trigger was removed");
+            }
+        }
+    }
+
+    /// Whether a record may go, on a fresh read of its Machine: gone, or without the trigger
+    /// with a flow that gave up and has nothing to restore. An unreadable record's Machine is
+    /// found by its uid among every Machine.
+    async fn record_retired(&self, stored: &StoredFlow) -> bool {
+        for (resource, _) in &self.stores.machines {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+            let Ok(list) = api.list(&Default::default()).await else {
+                return false;
+            };
+            if let Some(m) = list
+                .items
+                .into_iter()
+                .find(|m| m.uid().as_deref() == Some(stored.machine_uid.as_str()))
+            {
+                let m = MachineObject {
+                    object: Arc::new(m),
+                    resource: resource.clone(),
+                };
+                return !m.triggered() && stored.record.retires_without_trigger();
+            }
+        }
+        true
+    }
+
+    /// The hosts the annotation flows hold, by the flow's own rule: the host each record
+    /// bound (namespace, name and uid), and — for a triggered Machine without a record yet —
+    /// the host the resolver binds to it (hosts and Nodes from the caches).
+    fn machine_flow_claims(
+        &self,
+        machines: &[MachineObject],
+        records: &HashMap<String, Arc<StoredFlow>>,
+    ) -> FlowClaims {
         let mut claims = FlowClaims::default();
-        let flows: Vec<&MachineObject> = machines.iter().filter(|m| m.has_flow()).collect();
-        if flows.is_empty() {
+        for stored in records.values() {
+            if let Some(bound) = &stored.record.host {
+                claims
+                    .bound
+                    .insert((bound.reference.clone(), bound.uid.clone()));
+            }
+        }
+        let unrecorded: Vec<&MachineObject> = machines
+            .iter()
+            .filter(|m| {
+                m.triggered() && !m.object.uid().is_some_and(|uid| records.contains_key(&uid))
+            })
+            .collect();
+        if unrecorded.is_empty() {
             return claims;
         }
         let hosts = self.stores.hosts.state();
@@ -109,17 +183,9 @@ impl Controller {
             machines.iter().map(|m| &*m.object),
             nodes.iter().map(|n| &**n),
         );
-        for m in flows {
-            let record = Record::from_machine_annotations(m.object.annotations(), false);
-            match record.host {
-                Some(bound) => {
-                    claims.bound.insert((bound.reference, bound.uid));
-                }
-                None => {
-                    if let Ok(b) = index.machine(&crate::cluster::objects::machine_key(&m.object)) {
-                        claims.resolved.insert(b.host);
-                    }
-                }
+        for m in unrecorded {
+            if let Ok(b) = index.machine(&crate::cluster::objects::machine_key(&m.object)) {
+                claims.resolved.insert(b.host);
             }
         }
         claims
@@ -144,7 +210,12 @@ impl Controller {
                 resource: resource.clone(),
             }));
         }
-        !self.machine_flow_claims(&fresh).claims(host, uid)
+        let Ok(records) =
+            super::records::list_fresh(&self.client, &self.config.record_namespace).await
+        else {
+            return false;
+        };
+        !self.machine_flow_claims(&fresh, &records).claims(host, uid)
     }
 }
 
