@@ -7,6 +7,8 @@
 //!   counted as "off";
 //! - case 2: the host's `spec.bmc.address` changed to another host's BMC during a remediation:
 //!   that other machine was powered off, and the Node released while its own machine ran;
+//! - case 3: a record forged in a Machine's annotations (a host, a start, Node backups) is never
+//!   read: it once powered off the host it named and restored its labels onto the Node;
 //! - case 5: not confirmed off by the deadline: the flow holds with `CannotFence` and escalates
 //!   nothing (no Machine handed back, no host marked), until a person withdraws it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -22,6 +24,7 @@ use hostcycle_api::reasons::remediation::event_reason as rev;
 use hostcycle_api::remediation::{RemediationPhase, RemediationStep};
 use hostcycle_testkit::MachineKind;
 use hostcycle_testkit::bmc_emulators::FakePower;
+use hostcycle_testkit::wait_until;
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -330,5 +333,184 @@ async fn two_triggers_for_one_host_fence_it_once() {
         !request_power_off_requested(&host),
         "{:?}",
         host.annotations()
+    );
+}
+
+/// The flow records of the Machine with `uid`, wherever they are (ConfigMaps labelled with it).
+async fn flow_records(lab: &RemediationLab, uid: &str) -> Vec<String> {
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::all(lab.client.clone());
+    api.list(&kube::api::ListParams::default().labels(&format!(
+        "{}={uid}",
+        hostcycle_api::remediation::MACHINE_FLOW_RECORD_LABEL
+    )))
+    .await
+    .unwrap()
+    .items
+    .iter()
+    .map(|cm| cm.name_any())
+    .collect()
+}
+
+/// Case 3: a record written onto a Machine by anyone who may edit it — hostcycle's own markers
+/// naming another machine's host, a start time, and a Node backup carrying the control-plane
+/// label — is never read as a record. The trigger beside it is held (`RemediationHeldElsewhere`)
+/// and nothing is powered off; once the forged markers are removed, the flow starts on the
+/// Machine's own host, keeps its record where only hostcycle writes (a ConfigMap in the
+/// operator's namespace, gone when the flow ends), and restores none of the forged labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_forged_on_a_machine_powers_nothing_and_restores_nothing() {
+    let lab = RemediationLab::start(&[worker("f-0"), worker("f-1")], &[]).await;
+    let victim_uid = lab.lab.get("f-1").await.uid().unwrap();
+    let victim_node_uid = lab.node("f-1").await.uid().unwrap();
+    let old_uid = lab.node("f-0").await.uid().unwrap();
+    let machine = lab
+        .create_machine(MachineKind::OpenShift, NS, "m-f-0", "f-0", "f-0", &[])
+        .await;
+    let machine_uid = lab.machine(&machine).await.uid().unwrap();
+    let forged = json!({
+        hostcycle_api::remediation::EXTERNAL_REMEDIATION_ANNOTATION: "",
+        hostcycle_api::remediation::REMEDIATION_HOST_ANNOTATION: format!("{NS}/f-1/{victim_uid}"),
+        hostcycle_api::remediation::REMEDIATION_STARTED_ANNOTATION: jiff::Timestamp::now().to_string(),
+        hostcycle_api::remediation::NODE_LABELS_BACKUP_ANNOTATION:
+            r#"{"node-role.kubernetes.io/control-plane":""}"#,
+    });
+    lab.patch_machine_annotations(&machine, forged).await;
+
+    let events = lab
+        .wait_event_reasons("Machine", "m-f-0", &[rev::HELD_ELSEWHERE])
+        .await;
+    assert!(
+        events
+            .iter()
+            .any(|(_, reason, note)| reason == rev::HELD_ELSEWHERE
+                && note.contains("no record of a flow")),
+        "{events:#?}"
+    );
+    // A few passes later still: nothing powered off, no record taken from the markers.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for host in ["f-0", "f-1"] {
+        let h = lab.lab.get(host).await;
+        assert!(
+            !machine_power_off_requested(&h),
+            "{host}: {:?}\noperator log: {}",
+            h.annotations(),
+            lab.operator_log()
+        );
+    }
+    assert!(flow_records(&lab, &machine_uid).await.is_empty());
+
+    // The forged markers removed, the trigger is hostcycle's: the flow runs on f-0's host.
+    lab.patch_machine_annotations(
+        &machine,
+        json!({
+            hostcycle_api::remediation::REMEDIATION_HOST_ANNOTATION: null,
+            hostcycle_api::remediation::REMEDIATION_STARTED_ANNOTATION: null,
+            hostcycle_api::remediation::NODE_LABELS_BACKUP_ANNOTATION: null,
+        }),
+    )
+    .await;
+    lab.lab
+        .wait_host(
+            "f-0",
+            "the Machine flow's power-off",
+            CYCLE_TIMEOUT,
+            machine_power_off_requested,
+        )
+        .await;
+    assert_eq!(
+        flow_records(&lab, &machine_uid).await,
+        [format!("hostcycle-machine-flow-{machine_uid}")],
+        "the record lives where only hostcycle writes"
+    );
+    let back = lab
+        .wait_node_back("f-0", &old_uid, Duration::from_secs(300))
+        .await;
+    lab.wait_machine_clean(&machine, CYCLE_TIMEOUT).await;
+    assert!(
+        !back
+            .labels()
+            .contains_key("node-role.kubernetes.io/control-plane"),
+        "{:?}",
+        back.labels()
+    );
+    let records = &machine_uid;
+    let lab_ref = &lab;
+    wait_until("the flow record removed", CYCLE_TIMEOUT, || async move {
+        flow_records(lab_ref, records)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    // The other machine was never touched.
+    assert_eq!(lab.lab.settled_history("f-1").await.power_offs(), 0);
+    assert_eq!(
+        lab.node("f-1").await.uid().as_deref(),
+        Some(victim_node_uid.as_str())
+    );
+}
+
+/// Case 3, the Node's backup: while a flow runs (its Node deleted), someone rewrites the
+/// Machine's backup markers with the control-plane label and an annotation of their own. The
+/// Node comes back with the labels it had, restored from hostcycle's own record, and nothing
+/// of the forgery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_gets_back_only_the_keys_it_had() {
+    let lab = RemediationLab::start(&[worker("b-0")], &[]).await;
+    lab.label_node(
+        "b-0",
+        &[("example.com/team", "storage")],
+        &[("example.com/owner", "ops")],
+    )
+    .await;
+    let old_uid = lab.node("b-0").await.uid().unwrap();
+    let machine = lab
+        .create_machine(MachineKind::OpenShift, NS, "m-b-0", "b-0", "b-0", &[])
+        .await;
+    lab.mark(&machine).await;
+    lab.wait_machine(&machine, "the Node released", CYCLE_TIMEOUT, |m| {
+        m.annotations()
+            .contains_key(hostcycle_api::remediation::POWERED_OFF_FOR_REMEDIATION_ANNOTATION)
+    })
+    .await;
+    lab.patch_machine_annotations(
+        &machine,
+        json!({
+            hostcycle_api::remediation::NODE_LABELS_BACKUP_ANNOTATION:
+                r#"{"example.com/team":"storage","node-role.kubernetes.io/control-plane":""}"#,
+            hostcycle_api::remediation::NODE_ANNOTATIONS_BACKUP_ANNOTATION:
+                r#"{"example.com/owner":"ops","example.com/forged":"yes"}"#,
+        }),
+    )
+    .await;
+    lab.wait_node_back("b-0", &old_uid, Duration::from_secs(300))
+        .await;
+    lab.wait_machine_clean(&machine, CYCLE_TIMEOUT).await;
+    let node = lab.node("b-0").await;
+    assert_eq!(
+        node.labels().get("example.com/team").map(String::as_str),
+        Some("storage"),
+        "the Node's own label is restored: {:?}",
+        node.labels()
+    );
+    assert_eq!(
+        node.annotations()
+            .get("example.com/owner")
+            .map(String::as_str),
+        Some("ops")
+    );
+    assert!(
+        !node
+            .labels()
+            .contains_key("node-role.kubernetes.io/control-plane"),
+        "a forged label was restored: {:?}\noperator log: {}",
+        node.labels(),
+        lab.operator_log()
+    );
+    assert!(
+        !node.annotations().contains_key("example.com/forged"),
+        "{:?}",
+        node.annotations()
     );
 }

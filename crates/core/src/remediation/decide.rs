@@ -722,6 +722,11 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
                 finished_message(record.step),
             );
             release_left_off(obs, &mut d);
+            // The annotation flow's record of an end is there only while its finish (trigger,
+            // markers and record removed) has not gone through: finish it.
+            if obs.trigger == Trigger::MachineAnnotation {
+                d.actions.push(Action::FinishAnnotationFlow);
+            }
             d
         }
     }

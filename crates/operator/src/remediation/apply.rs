@@ -30,8 +30,13 @@ impl Controller {
         // 2. The metrics of the steps the record took.
         self.observe_metrics(item, decision, now);
         // 3. The actions, in order; one failing stops the rest until the next pass.
-        self.perform_actions(item, decision, written.machine.as_ref())
-            .await;
+        self.perform_actions(
+            item,
+            decision,
+            written.machine.as_ref(),
+            written.stored.as_ref(),
+        )
+        .await;
         // 4. The Events, once per distinct set.
         self.emit_events(item, decision);
         // 5. A request being deleted lets go once nothing of it is left on the host.
@@ -50,15 +55,24 @@ impl Controller {
     ) -> Option<Written> {
         match &item.subject {
             Subject::Machine(m, stored) => {
-                let machine = match &decision.record {
-                    Some(next) => Some(
-                        self.write_machine_record(m, stored.as_deref(), next)
-                            .await?,
+                let (machine, stored) = match (&decision.record, stored) {
+                    (Some(next), _) => {
+                        let (m, s) = self
+                            .write_machine_record(m, stored.as_deref(), next)
+                            .await?;
+                        (Some(m), Some(s))
+                    }
+                    // No new record: the markers still follow the one there is (a write of
+                    // them that failed last time is made good).
+                    (None, Some(stored)) => (
+                        Some(self.write_markers(m, &stored.record).await?),
+                        Some((**stored).clone()),
                     ),
-                    None => item.machine.clone(),
+                    (None, None) => (item.machine.clone(), None),
                 };
                 Some(Written {
                     machine,
+                    stored,
                     request: None,
                 })
             }
@@ -73,6 +87,7 @@ impl Controller {
                     .await?;
                 Some(Written {
                     machine: None,
+                    stored: None,
                     request: Some(request),
                 })
             }
@@ -98,23 +113,25 @@ impl Controller {
         item: &Item,
         decision: &Decision,
         machine: Option<&MachineObject>,
+        stored: Option<&StoredFlow>,
     ) {
         for action in &decision.actions {
-            if !self.perform(item, decision, action, machine).await {
+            if !self.perform(item, decision, action, machine, stored).await {
                 self.retry_soon = true;
                 break;
             }
         }
     }
 
-    /// Carries out one action; `false`: it failed. `machine` is the annotation flow's, as the
-    /// record write left it.
+    /// Carries out one action; `false`: it failed. `machine` and `stored` are the annotation
+    /// flow's Machine and record, as the record write left them.
     async fn perform(
         &mut self,
         item: &Item,
         decision: &Decision,
         action: &Action,
         machine: Option<&MachineObject>,
+        stored: Option<&StoredFlow>,
     ) -> bool {
         match action {
             Action::RequestPowerOff => {
@@ -135,11 +152,9 @@ impl Controller {
                 self.restore_node(item, labels, annotations, *cordon, taints)
                     .await
             }
-            Action::FinishAnnotationFlow => match (machine, &item.subject) {
-                (Some(m), Subject::Machine(_, stored)) => {
-                    self.finish_machine(m, stored.as_deref()).await
-                }
-                _ => true,
+            Action::FinishAnnotationFlow => match machine {
+                Some(m) => self.finish_machine(m, stored).await,
+                None => true,
             },
             Action::MarkHostUnhealthy => self.mark_host_unhealthy(item).await,
             Action::ClearExternallyRemediated => self.clear_externally_remediated(item).await,
@@ -255,35 +270,44 @@ impl Controller {
     }
 
     /// Writes the annotation flow's record where only hostcycle writes ([`super::records`]),
-    /// then metal3's markers onto the Machine for other tools (only those that differ). A
-    /// flow that ends (Done, Cancelled) writes no record: `FinishAnnotationFlow` removes the
-    /// trigger and the markers, then the record. `None`: a write failed.
+    /// then metal3's markers onto the Machine for other tools (only those that differ). The
+    /// record's resourceVersion precondition makes a pass deciding from a stale cache stop
+    /// here, before any action, metric or Event — also for a flow that ends (Done,
+    /// Cancelled), whose `FinishAnnotationFlow` then removes the trigger, the markers and the
+    /// record. `None`: a write failed.
     async fn write_machine_record(
         &mut self,
         m: &MachineObject,
         stored: Option<&StoredFlow>,
         record: &Record,
-    ) -> Option<MachineObject> {
-        if !matches!(
-            record.step,
-            RemediationStep::Done | RemediationStep::Cancelled
-        ) {
-            let uid = m.object.uid().unwrap_or_default();
-            if let Err(e) = records::write(
-                &self.client,
-                &self.config.record_namespace,
-                &m.key(),
-                &uid,
-                record,
-                stored,
-            )
-            .await
-            {
+    ) -> Option<(MachineObject, StoredFlow)> {
+        let uid = m.object.uid().unwrap_or_default();
+        let written = match records::write(
+            &self.client,
+            &self.config.record_namespace,
+            &m.key(),
+            &uid,
+            record,
+            stored,
+        )
+        .await
+        {
+            Ok(written) => written,
+            Err(e) => {
                 log_write_error(&format!("the flow record of Machine {}", m.key()), &e);
                 self.retry_soon = true;
                 return None;
             }
-        }
+        };
+        let machine = self.write_markers(m, record).await?;
+        Some((machine, written))
+    }
+
+    /// Writes the markers of `record` onto the Machine where they differ (metal3's keys and
+    /// hostcycle's, for people and other tools; never read back). No resourceVersion
+    /// precondition: only these keys are patched, hostcycle alone writes them, and the record
+    /// they follow was written first. `None`: the write failed.
+    async fn write_markers(&mut self, m: &MachineObject, record: &Record) -> Option<MachineObject> {
         let have = m.object.annotations();
         let annotations: serde_json::Map<String, Value> = record
             .machine_annotations()
@@ -294,7 +318,8 @@ impl Controller {
         if annotations.is_empty() {
             return Some(m.clone());
         }
-        self.patch_machine_annotations(m, annotations).await
+        self.patch_machine(m, json!({ "metadata": { "annotations": annotations } }))
+            .await
     }
 
     /// The flow is over: the trigger and every marker go, then its record.
@@ -406,6 +431,9 @@ impl Controller {
 struct Written {
     /// The annotation flow's Machine (a request's is never patched by `FinishAnnotationFlow`).
     machine: Option<MachineObject>,
+    /// The annotation flow's record as written (its resourceVersion the precondition of its
+    /// deletion).
+    stored: Option<StoredFlow>,
     request: Option<HostRemediation>,
 }
 
