@@ -183,7 +183,9 @@ pub struct RebootSpec {
     /// A command still running after this long is killed (default 30; 0: never, as in CKE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_timeout_seconds: Option<u64>,
-    /// How often a failed command is tried again (default 0).
+    /// How often a failed command is tried again (default 0): only a run that exited, once the
+    /// boot check reaches the node at least 15 s later and says it has not booted; never a
+    /// run that timed out (its reboot may be pending).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_retries: Option<u32>,
     /// Seconds between those tries (default 0).

@@ -8,8 +8,8 @@
 use hostcycle_api::queue::{HostReference, RebootMethod, RebootProgress};
 use hostcycle_core::queue::QueueNodeView;
 use hostcycle_core::queue::reboot::{
-    AfterDrain, AfterFailedCommand, BmcRebootStep, CancelStep, QueueHostView, after_drain,
-    after_failed_command, bmc_reboot_step, cancel_step,
+    AfterDrain, AfterFailedCommand, BmcRebootStep, CancelStep, FailedRun, QueueHostView,
+    after_drain, after_failed_command, bmc_reboot_step, cancel_step,
 };
 use jiff::Timestamp;
 
@@ -88,6 +88,7 @@ type CommandCase = (
     &'static str,
     u32,
     u32,
+    FailedRun,
     Result<bool, String>,
     AfterFailedCommand,
 );
@@ -277,13 +278,16 @@ fn a_completed_drain_reboots_only_if_the_queue_is_enabled_and_no_remediation_sta
 fn a_failed_reboot_command_runs_again_only_when_the_boot_check_says_not_booted() {
     #[rustfmt::skip]
     let cases: Vec<CommandCase> = vec![
-        ("not booted, a retry left → attempt 2", 1, 1, Ok(false), AfterFailedCommand::Retry { attempt: 2 }),
-        ("booted after all (the run timed out after rebooting it) → no retry", 1, 3, Ok(true), AfterFailedCommand::Booted),
-        ("not booted, retries used up → give up", 2, 1, Ok(false), AfterFailedCommand::GiveUp(String::new())),
-        ("the boot check cannot tell → no retry", 1, 3, Err("boot check timed out".into()), AfterFailedCommand::GiveUp(String::new())),
+        ("exited, not booted, a retry left → attempt 2", 1, 1, FailedRun::Exited, Ok(false), AfterFailedCommand::Retry { attempt: 2 }),
+        ("timed out, not booted → no retry: the reboot may be pending", 1, 3, FailedRun::TimedOut, Ok(false), AfterFailedCommand::GiveUp(String::new())),
+        ("timed out after rebooting it (booted after all) → no retry", 1, 3, FailedRun::TimedOut, Ok(true), AfterFailedCommand::Booted),
+        ("exited, booted after all → no retry", 1, 3, FailedRun::Exited, Ok(true), AfterFailedCommand::Booted),
+        ("exited, not booted, retries used up → give up", 2, 1, FailedRun::Exited, Ok(false), AfterFailedCommand::GiveUp(String::new())),
+        ("exited, the boot check cannot tell → no retry", 1, 3, FailedRun::Exited, Err("boot check timed out".into()), AfterFailedCommand::GiveUp(String::new())),
+        ("timed out, the boot check cannot tell → no retry", 1, 3, FailedRun::TimedOut, Err("unreachable".into()), AfterFailedCommand::GiveUp(String::new())),
     ];
-    for (name, attempt, retries, check, want) in cases {
-        let got = after_failed_command(attempt, retries, check);
+    for (name, attempt, retries, run, check, want) in cases {
+        let got = after_failed_command(attempt, retries, run, check);
         match (&got, &want) {
             (AfterFailedCommand::GiveUp(text), AfterFailedCommand::GiveUp(_)) => {
                 assert!(!text.is_empty(), "{name}")
@@ -291,7 +295,11 @@ fn a_failed_reboot_command_runs_again_only_when_the_boot_check_says_not_booted()
             _ => assert_eq!(got, want, "{name}"),
         }
     }
-    match after_failed_command(1, 3, Err("boot check timed out".into())) {
+    match after_failed_command(1, 3, FailedRun::TimedOut, Ok(false)) {
+        AfterFailedCommand::GiveUp(text) => assert!(text.contains("pending"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    match after_failed_command(1, 3, FailedRun::Exited, Err("boot check timed out".into())) {
         AfterFailedCommand::GiveUp(text) => assert!(text.contains("boot check timed out")),
         other => panic!("{other:?}"),
     }

@@ -439,10 +439,12 @@ async fn a_node_claiming_another_nodes_address_is_never_rebooted_by_command() {
 }
 
 /// Reboot commands that hang, and one that does not, side by side (`maxConcurrentReboots` 3):
-/// - h-0's command hangs before it reaches the BMC: killed after `commandTimeoutSeconds`, run
-///   again only once the boot check said the node had not booted, killed again, then
-///   reported (`RebootCommandFailed`). The entry keeps waiting for a boot; cancelled, it keeps
-///   its node cordoned (the command ran and may have rebooted it) until the entry is deleted.
+/// - h-0's command hangs before it reaches the BMC: killed after `commandTimeoutSeconds` and
+///   **not run again**, though `commandRetries` is 1 and the boot check says the node has not
+///   booted — a run that timed out may have reached the node with a reboot still pending,
+///   which "not booted yet" cannot tell from no reboot; reported (`RebootCommandFailed`). The
+///   entry keeps waiting for a boot; cancelled, it keeps its node cordoned (the command ran and
+///   may have rebooted it) until the entry is deleted.
 /// - h-2's command power-cycles the node, then hangs: killed after the timeout, the boot check
 ///   says the node booted, so it is **not** run again — exactly one reboot.
 /// - h-1 reboots untouched, exactly once, while the others hang: a hanging command stalls
@@ -541,17 +543,18 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
         .await;
     let progress = stuck.status.as_ref().unwrap().reboot.clone().unwrap();
     assert_eq!(
-        progress.command_attempts, 2,
-        "one try and one retry, each recorded"
+        progress.command_attempts, 1,
+        "one try, recorded; a run that timed out is never retried"
     );
     assert_eq!(
         reboot_runs(dir.path(), "192.0.2.10"),
-        2,
-        "h-0's command ran twice"
+        1,
+        "h-0's command ran once"
     );
+    let failure = progress.command_failure.unwrap();
     assert!(
-        progress.command_failure.unwrap().contains("timed out"),
-        "the failure says the command timed out"
+        failure.contains("timed out") && failure.contains("pending"),
+        "the failure says the command timed out and why it is not run again: {failure}"
     );
     assert_eq!(stuck.phase(), EntryPhase::Rebooting);
     lab.wait_event_reasons_about(&stuck.name_any(), &["RebootCommandFailed"])

@@ -378,16 +378,40 @@ pub enum AfterFailedCommand {
     GiveUp(String),
 }
 
-/// Decides whether a failed reboot command is run again: only once the boot check says the
-/// node has not booted since the reboot began — a command that timed out may have rebooted
-/// it, and running it again would reboot it twice.
+/// How a run of the reboot command failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedRun {
+    /// Killed at `commandTimeoutSeconds`: it may have reached the node, and a reboot may be
+    /// pending (a slow shutdown, `shutdown -r +1`) — "not booted yet" cannot tell that from
+    /// "not rebooted".
+    TimedOut,
+    /// It exited (non-zero) within its timeout.
+    Exited,
+}
+
+/// The least time between a failed run and the boot check that may let it run again: a reboot
+/// the run did start has taken the node down by then (the check cannot reach it: no retry) or
+/// brought it back (booted: no retry).
+pub const COMMAND_RETRY_SETTLE: Duration = Duration::from_secs(15);
+
+/// Decides whether a failed reboot command is run again: only after a run that exited (never
+/// one that timed out, whose reboot may be pending), and only once the boot check, made at
+/// least [`COMMAND_RETRY_SETTLE`] later, reached the node and says it has not booted since the
+/// reboot began — running it again otherwise could reboot the node twice.
 pub fn after_failed_command(
     attempt: u32,
     retries: u32,
+    run: FailedRun,
     boot_check: Result<bool, String>,
 ) -> AfterFailedCommand {
     match boot_check {
         Ok(true) => AfterFailedCommand::Booted,
+        Ok(false) if run == FailedRun::TimedOut => AfterFailedCommand::GiveUp(
+            "not run again: it timed out, so it may have reached the node and a reboot may be \
+             pending, which the boot check cannot tell from no reboot; the boot check and \
+             bootTimeoutSeconds decide"
+                .into(),
+        ),
         Ok(false) => match next_command_attempt(attempt, retries) {
             Some(attempt) => AfterFailedCommand::Retry { attempt },
             None => AfterFailedCommand::GiveUp(format!(

@@ -21,7 +21,7 @@ use hostcycle_api::reasons::queue_event_reason;
 use hostcycle_bmc::{BmcError, CommandDriver, CommandDriverConfig};
 use hostcycle_core::queue::address::{ambiguous_address_refusal, unsafe_address_refusal};
 use hostcycle_core::queue::reboot::{
-    AfterFailedCommand, after_failed_command, next_command_attempt,
+    AfterFailedCommand, COMMAND_RETRY_SETTLE, FailedRun, after_failed_command, next_command_attempt,
 };
 use hostcycle_core::queue::{QueueNodeView, RebootConfig};
 use jiff::Timestamp;
@@ -139,11 +139,23 @@ async fn work(job: &CommandJob, reports: &mpsc::UnboundedSender<Report>) {
                 }
                 Err(e) => {
                     let message = command_error(&e);
-                    tracing::warn!(node = %job.node, attempt, error = %message, "reboot command failed");
-                    // Did the failed run reboot the node after all? Only "not booted" runs it
-                    // again.
+                    let run = if matches!(e, hostcycle_bmc::BmcError::Timeout { .. }) {
+                        FailedRun::TimedOut
+                    } else {
+                        FailedRun::Exited
+                    };
+                    tracing::warn!(node = %job.node, attempt, error = %message, ?run, "reboot command failed");
+                    // Did the failed run reboot the node after all? Only a run that exited, and
+                    // a boot check that reaches the node a while later and says "not booted",
+                    // runs it again.
                     let check = if attempt <= job.config.command_retries {
-                        tokio::time::sleep(job.config.command_interval).await;
+                        let wait = match run {
+                            FailedRun::Exited => {
+                                job.config.command_interval.max(COMMAND_RETRY_SETTLE)
+                            }
+                            FailedRun::TimedOut => job.config.command_interval,
+                        };
+                        tokio::time::sleep(wait).await;
                         boot_check(&driver, job).await
                     } else {
                         Ok(false)
@@ -151,6 +163,7 @@ async fn work(job: &CommandJob, reports: &mpsc::UnboundedSender<Report>) {
                     let next = match after_failed_command(
                         attempt,
                         job.config.command_retries,
+                        run,
                         check,
                     ) {
                         AfterFailedCommand::Retry { attempt } => attempt,

@@ -222,6 +222,16 @@ pub(super) struct Item {
     pub(super) ignored_hint: Option<String>,
 }
 
+/// Whether `decision` starts the remediation (its power-off): the step from NotStarted to
+/// PowerOffRequested.
+fn starts(before: &Record, decision: &hostcycle_core::remediation::Decision) -> bool {
+    before.step == RemediationStep::NotStarted
+        && decision
+            .record
+            .as_ref()
+            .is_some_and(|r| r.step == RemediationStep::PowerOffRequested)
+}
+
 /// Marks each remediation that has not started and whose host another trigger's remediation
 /// is running on ([`hostcycle_core::remediation::joins::joins`]).
 fn join_running_flows(items: &mut [Item], now: Timestamp) {
@@ -257,7 +267,19 @@ impl Controller {
             if item.observation.record.in_flight() {
                 in_flight += 1;
             }
-            let decision = decide(&item.observation, now);
+            let mut decision = decide(&item.observation, now);
+            // The start is the irreversible step (the power-off): decided again on what the
+            // API server says now, not the caches.
+            let mut item = item;
+            if starts(&item.observation.record, &decision) {
+                match self.fresh_start_observation(&item).await {
+                    Some(fresh) => {
+                        item.observation = fresh;
+                        decision = decide(&item.observation, now);
+                    }
+                    None => continue,
+                }
+            }
             if decision.cannot_fence {
                 cannot_fence += 1;
             }
@@ -277,6 +299,60 @@ impl Controller {
             next = next.min(RETRY_SOON);
         }
         next.max(Duration::from_millis(50))
+    }
+
+    /// The observation of a remediation about to start, with what the start depends on read
+    /// from the API server: its host (online, not marked, able to power off — and still the
+    /// one the resolver found) and the reboot queue's entries (a node the queue is rebooting
+    /// is not fenced meanwhile). `None`: a read failed (retried soon).
+    async fn fresh_start_observation(&mut self, item: &Item) -> Option<Observation> {
+        let mut observation = item.observation.clone();
+        let entries: Api<RebootQueueEntry> = Api::all(self.client.clone());
+        let list = match entries.list(&Default::default()).await {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the reboot queue's entries before a remediation starts; retrying");
+                self.retry_soon = true;
+                return None;
+            }
+        };
+        let boot_timeout = self.boot_timeout();
+        observation.queue_reboot_until = observation.node_name.as_ref().and_then(|node| {
+            list.items
+                .iter()
+                .filter(|e| &e.spec.node == node)
+                .filter_map(|e| Some(add(e.rebooting_since()?, boot_timeout)))
+                .max()
+        });
+        if let Ok(target) = &observation.target {
+            let (ns, name) = target.name.split_once('/').unwrap_or(("", &target.name));
+            let hosts: Api<BareMetalHost> = Api::namespaced(self.client.clone(), ns);
+            match hosts.get_opt(name).await {
+                Ok(Some(h)) if h.uid().as_deref() == Some(target.uid.as_str()) => {
+                    observation.target = Ok(host_view(&h, &item.subject.power_off_annotation()));
+                }
+                Ok(_) => {
+                    observation.target = Err(Blocker::HostNotFound(target.name.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, host = %target.name, "cannot read the host before a remediation starts; retrying");
+                    self.retry_soon = true;
+                    return None;
+                }
+            }
+        }
+        Some(observation)
+    }
+
+    /// The reboot queue's boot timeout (its default without a queue).
+    fn boot_timeout(&self) -> Duration {
+        Duration::from_secs(
+            self.stores
+                .queues
+                .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
+                .map(|q| q.spec.boot_timeout_seconds())
+                .unwrap_or_else(|| RebootQueueSpec::default().boot_timeout_seconds()),
+        )
     }
 
     /// Every remediation in the cluster, observed for `decide`: resolved, its slot granted or
@@ -372,13 +448,7 @@ impl Controller {
     /// The Nodes the reboot queue is rebooting (cancelled or not: a cancel stops no power cycle
     /// under way), each with the end of its boot timeout.
     fn rebooting_nodes(&self) -> HashMap<String, Timestamp> {
-        let boot_timeout = Duration::from_secs(
-            self.stores
-                .queues
-                .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
-                .map(|q| q.spec.boot_timeout_seconds())
-                .unwrap_or_else(|| RebootQueueSpec::default().boot_timeout_seconds()),
-        );
+        let boot_timeout = self.boot_timeout();
         self.stores
             .entries
             .state()
@@ -674,5 +744,51 @@ pub(super) fn log_write_error(what: &str, e: &kube::Error) {
             tracing::debug!(object = what, "changed meanwhile; deciding again")
         }
         _ => tracing::warn!(object = what, error = %e, "write failed; retrying"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use hostcycle_core::remediation::Decision;
+
+    /// Only the step into the power-off is re-decided on a fresh read (the irreversible
+    /// start); every other decision stands on the caches, its record's precondition guarding
+    /// it.
+    #[test]
+    fn only_the_start_is_decided_again_on_a_fresh_read() {
+        let decision = |record: Option<Record>| Decision {
+            record,
+            actions: vec![],
+            events: vec![],
+            phase: hostcycle_api::remediation::RemediationPhase::Running,
+            message: String::new(),
+            blocked: None,
+            requeue: None,
+            cannot_fence: false,
+        };
+        let with = |step| {
+            decision(Some(Record {
+                step,
+                ..Record::default()
+            }))
+        };
+        let not_started = Record::default();
+        let powering_off = Record {
+            step: RemediationStep::PowerOffRequested,
+            ..Record::default()
+        };
+        assert!(starts(
+            &not_started,
+            &with(RemediationStep::PowerOffRequested)
+        ));
+        assert!(!starts(&not_started, &with(RemediationStep::NotStarted)));
+        assert!(!starts(&not_started, &with(RemediationStep::Cancelled)));
+        assert!(!starts(
+            &powering_off,
+            &with(RemediationStep::PowerOffRequested)
+        ));
+        assert!(!starts(&not_started, &decision(None)));
     }
 }

@@ -406,7 +406,6 @@ impl Controller {
     }
 
     fn snapshot(&mut self, config: &QueueConfig) -> QueueSnapshot {
-        let entries = self.entries();
         let nodes: Vec<Node> = self
             .stores
             .nodes
@@ -414,8 +413,6 @@ impl Controller {
             .iter()
             .map(|n| (**n).clone())
             .collect();
-        let mut snapshot = QueueSnapshot::from_objects(None, &nodes, &entries);
-        snapshot.config = config.clone();
         let machine_objects: Vec<MachineObject> = self
             .stores
             .machines
@@ -427,11 +424,77 @@ impl Controller {
                 })
             })
             .collect();
+        let hosts = self.stores.hosts.state();
+        let requests: Vec<_> = self
+            .stores
+            .remediations
+            .state()
+            .iter()
+            .map(|r| (**r).clone())
+            .collect();
+        self.snapshot_of(config, nodes, machine_objects, hosts, requests)
+    }
+
+    /// The snapshot of an irreversible step (a reboot's start): Nodes, Machines and
+    /// remediation requests read from the API server, not the caches, which may lag a
+    /// remediation that just began or a Node that just went; the hosts as cached (the bound
+    /// one is read again before its request). `None`: a read failed (retried soon).
+    pub(super) async fn fresh_snapshot(&mut self, config: &QueueConfig) -> Option<QueueSnapshot> {
+        let client = self.shared.client.clone();
+        let params = kube::api::ListParams::default();
+        let nodes = match Api::<Node>::all(client.clone()).list(&params).await {
+            Ok(list) => list.items,
+            Err(e) => return self.fresh_read_failed("Nodes", &e),
+        };
+        let requests = match Api::<hostcycle_api::remediation::HostRemediation>::all(client.clone())
+            .list(&params)
+            .await
+        {
+            Ok(list) => list.items,
+            Err(e) => return self.fresh_read_failed("HostRemediations", &e),
+        };
+        let mut machine_objects = Vec::new();
+        let resources: Vec<kube::discovery::ApiResource> = self
+            .stores
+            .machines
+            .iter()
+            .map(|(r, _)| r.clone())
+            .collect();
+        for resource in resources {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            match api.list(&params).await {
+                Ok(list) => machine_objects.extend(list.items.into_iter().map(|m| MachineObject {
+                    object: Arc::new(m),
+                    resource: resource.clone(),
+                })),
+                Err(e) => return self.fresh_read_failed("Machines", &e),
+            }
+        }
+        let hosts = self.stores.hosts.state();
+        Some(self.snapshot_of(config, nodes, machine_objects, hosts, requests))
+    }
+
+    fn fresh_read_failed(&mut self, what: &str, e: &kube::Error) -> Option<QueueSnapshot> {
+        tracing::warn!(error = %e, "cannot read {what} from the API server before a reboot starts; retrying");
+        self.retry_soon = true;
+        None
+    }
+
+    fn snapshot_of(
+        &mut self,
+        config: &QueueConfig,
+        nodes: Vec<Node>,
+        machine_objects: Vec<MachineObject>,
+        hosts: Vec<Arc<BareMetalHost>>,
+        requests: Vec<hostcycle_api::remediation::HostRemediation>,
+    ) -> QueueSnapshot {
+        let entries = self.entries();
+        let mut snapshot = QueueSnapshot::from_objects(None, &nodes, &entries);
+        snapshot.config = config.clone();
         // Bindings and the gate's view only for a queue with entries (an idle queue reads no
         // host, and has nobody to hold back).
         let mut held = BTreeSet::new();
         if !entries.is_empty() {
-            let hosts = self.stores.hosts.state();
             let index = binding_index(
                 hosts.iter().map(|h| &**h),
                 machine_objects.iter().map(|m| &*m.object),
@@ -444,13 +507,6 @@ impl Controller {
                 entries.iter().map(|e| e.spec.node.as_str()),
                 &by_ref,
             );
-            let requests: Vec<_> = self
-                .stores
-                .remediations
-                .state()
-                .iter()
-                .map(|r| (**r).clone())
-                .collect();
             held = fill_gate_view(&mut snapshot, &index, &machine_objects, &requests, &by_ref);
         }
         self.targeted_hosts = targeted_hosts(&snapshot, &entries, &held);

@@ -11,6 +11,8 @@ use hostcycle_core::queue::reboot::{
     cancel_step, reboot_command_step,
 };
 use hostcycle_core::queue::{DequeueReason, EntryView, QueueConfig, QueueSnapshot, RebootTarget};
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use kube::ResourceExt;
 use serde_json::json;
@@ -29,16 +31,25 @@ impl Controller {
         config: &QueueConfig,
         now: Timestamp,
     ) {
-        let snapshot = self.snapshot(config);
+        // Read from the API server: the caches may lag a remediation that just began, or a
+        // Node that just went, and the gate must see them before a node is rebooted.
+        let Some(snapshot) = self.fresh_snapshot(config).await else {
+            return;
+        };
         let node = &entry.spec.node;
         let target = snapshot
             .reboot_targets
             .get(node)
             .cloned()
             .unwrap_or(RebootTarget::NoHost);
+        // The bound host as the API server has it (a re-created host has another uid).
+        let fresh_host = match &target {
+            RebootTarget::Host(host) => self.fresh_host(host).await.map(Arc::new),
+            _ => None,
+        };
         let bound_host = match &target {
-            RebootTarget::Host(host) => self
-                .cached_host(host)
+            RebootTarget::Host(host) => fresh_host
+                .as_ref()
                 .map(|h| (host.clone(), h.uid().unwrap_or_default())),
             _ => None,
         };
@@ -53,9 +64,8 @@ impl Controller {
             jitter: jitter(),
         };
         let decision = entry::start_reboot(entry, &input);
-        let host = bound_host.and_then(|(host, _)| self.cached_host(&host));
         let context = Context {
-            host: host.as_deref(),
+            host: fresh_host.as_deref(),
             ..Context::of(&snapshot, now)
         };
         self.carry_out(entry, decision, context).await;
