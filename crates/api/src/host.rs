@@ -572,6 +572,9 @@ pub enum PowerActionTrigger {
     SpecOnline,
     /// `spec.online: false`.
     SpecOffline,
+    /// The host is deprovisioning: it is powered off (as metal3 does) before it is
+    /// `available`.
+    Deprovisioning,
 }
 
 /// Lifecycle of a requested power action.

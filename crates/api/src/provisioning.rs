@@ -124,6 +124,9 @@ pub struct ProvisioningInputs<'a> {
     pub image_removed: bool,
     /// Any `reboot.metal3.io` annotation is present.
     pub reboot_annotations_present: bool,
+    /// The host controller's readings confirm the host off (`status.powerObservation`: two
+    /// `Off` readings a second apart), or it may never be powered off (`disablePowerOff`).
+    pub confirmed_off: bool,
     /// `status.provisioning.state` as last recorded.
     pub previous: Option<&'a ProvisioningState>,
 }
@@ -131,7 +134,9 @@ pub struct ProvisioningInputs<'a> {
 /// Derives the provisioning state from the spec and the previously recorded state.
 ///
 /// Leaving `provisioned` / `externally provisioned` goes through `deprovisioning`, which
-/// lasts until no reboot annotation remains, then `available`.
+/// lasts until no reboot annotation remains and the host is confirmed off by readings (a
+/// host reported available while its machine still runs could be handed to a new consumer),
+/// then `available`.
 pub fn derive_provisioning_state(inputs: ProvisioningInputs<'_>) -> ProvisioningState {
     if inputs.externally_provisioned {
         return ProvisioningState::ExternallyProvisioned;
@@ -141,7 +146,10 @@ pub fn derive_provisioning_state(inputs: ProvisioningInputs<'_>) -> Provisioning
     }
     match inputs.previous {
         Some(previous) if previous.is_provisioned() => return ProvisioningState::Deprovisioning,
-        Some(ProvisioningState::Deprovisioning) if inputs.reboot_annotations_present => {
+        Some(ProvisioningState::Deprovisioning)
+            if inputs.reboot_annotations_present
+                || (inputs.bmc_configured && !inputs.confirmed_off) =>
+        {
             return ProvisioningState::Deprovisioning;
         }
         _ => {}

@@ -75,6 +75,7 @@ fn derive_provisioning_state_table() {
             Some(Deprovisioning),
             Available,
         ),
+        // ... and until readings confirm the host off (see below).
         (
             false,
             false,
@@ -119,9 +120,57 @@ fn derive_provisioning_state_table() {
             bmc_configured: bmc,
             registered,
             reboot_annotations_present: annotations,
+            confirmed_off: true,
             previous: previous.as_ref(),
         });
         assert_eq!(got, expected, "case {i}");
+    }
+}
+
+/// Deprovisioning ends in `available` only once the host controller's readings confirm the
+/// host off: a host whose machine still runs (its BMC unreachable, a power-off not yet done)
+/// is never offered to a new consumer. Without a BMC address it cannot be confirmed: it is
+/// `unmanaged`, never `available`.
+#[test]
+fn deprovisioning_ends_available_only_once_confirmed_off() {
+    use ProvisioningState::*;
+    // (bmc configured, annotations, confirmed off) -> expected
+    let cases = [
+        (true, false, false, Deprovisioning),
+        (true, false, true, Available),
+        (true, true, true, Deprovisioning),
+        (true, true, false, Deprovisioning),
+        (false, false, false, Unmanaged),
+    ];
+    for (bmc, annotations, confirmed_off, expected) in cases {
+        let got = derive_provisioning_state(ProvisioningInputs {
+            externally_provisioned: false,
+            has_consumer: false,
+            image_removed: false,
+            bmc_configured: bmc,
+            registered: true,
+            reboot_annotations_present: annotations,
+            confirmed_off,
+            previous: Some(&Deprovisioning),
+        });
+        assert_eq!(
+            got, expected,
+            "bmc {bmc}, annotations {annotations}, off {confirmed_off}"
+        );
+    }
+    // Leaving provisioned always deprovisions first, confirmed off or not.
+    for confirmed_off in [false, true] {
+        let got = derive_provisioning_state(ProvisioningInputs {
+            externally_provisioned: false,
+            has_consumer: false,
+            image_removed: false,
+            bmc_configured: true,
+            registered: true,
+            reboot_annotations_present: false,
+            confirmed_off,
+            previous: Some(&Provisioned),
+        });
+        assert_eq!(got, Deprovisioning);
     }
 }
 

@@ -408,13 +408,26 @@ fn removing_the_image_deprovisions_as_capm3_expects() {
         "reboot requests of the leaving consumer go"
     );
     h = h.bmc(ObservedPower::Off);
-    let d = h.step(t(2_000));
+    // Available only once two Off readings a second apart confirm the host off: the first
+    // reading, the confirming one, then the state.
+    h.step(t(2_000));
+    assert_eq!(
+        h.snapshot.status.provisioning.state,
+        Some(ProvisioningState::Deprovisioning),
+        "one Off reading is no evidence"
+    );
+    h.step(t(3_100));
+    assert_eq!(
+        h.snapshot.status.provisioning.state,
+        Some(ProvisioningState::Deprovisioning)
+    );
+    let d = h.step(t(3_200));
     assert!(d.status.contains(&StatusUpdate::SetProvisioningState(
         ProvisioningState::Available
     )));
     // Stays available (consumerRef still set, no image): CAPM3 now clears consumerRef.
     for i in 0..3 {
-        h.step(t(3_000 + i));
+        h.step(t(4_000 + i));
         assert_eq!(
             h.snapshot.status.provisioning.state,
             Some(ProvisioningState::Available)
@@ -439,14 +452,19 @@ fn removing_the_image_deprovisions_as_capm3_expects() {
 fn image_set_again_provisions_again_and_hosts_without_images_are_unchanged() {
     let mut h = provisioned_with_image();
     h.snapshot.image = None;
-    h.step(t(1_000));
+    // Deprovisioning powers the running host off (metal3 does), whatever spec.online says.
+    let d = h.step(t(1_000));
+    assert_eq!(d.power_action(), Some(PowerTarget::Off), "{d:#?}");
+    h = h.bmc(ObservedPower::Off);
     h.step(t(2_000));
+    h.step(t(3_100));
+    h.step(t(3_200));
     assert_eq!(
         h.snapshot.status.provisioning.state,
         Some(ProvisioningState::Available)
     );
     h.snapshot.image = Some(json!({"url": "http://images/other.qcow2"}));
-    h.step(t(3_000));
+    h.step(t(4_000));
     assert_eq!(
         h.snapshot.status.provisioning.state,
         Some(ProvisioningState::Provisioned)

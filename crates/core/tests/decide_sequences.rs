@@ -348,20 +348,33 @@ fn leaving_provisioned_clears_annotations_then_finishes_the_reboot() {
 fn annotation_added_during_deprovisioning_is_removed_too() {
     let mut h = host_on();
     h.snapshot.has_consumer = false;
-    h.step(t(0));
+    // Deprovisioning powers the host off first (as metal3 does), whatever spec.online says.
+    let d = h.step(t(0));
     assert_eq!(
         h.snapshot.status.provisioning.state,
         Some(ProvisioningState::Deprovisioning)
     );
+    assert_eq!(d.power_action(), Some(PowerTarget::Off), "{d:#?}");
     h = h.annotate(KEY_B, "");
     let d = h.step(t(100));
     assert_eq!(d.removed_annotations(), vec![KEY_B]);
-    assert_eq!(d.power_action(), None);
+    assert_eq!(d.power_action(), None, "the power-off is under way");
+    // Available only once two Off readings a second apart confirm the host off.
+    h = h.bmc(ObservedPower::Off);
     h.step(t(200));
+    h.step(t(1_300));
+    assert_eq!(
+        h.snapshot.status.provisioning.state,
+        Some(ProvisioningState::Deprovisioning),
+        "not available before the readings confirm the host off"
+    );
+    let d = h.step(t(1_400));
     assert_eq!(
         h.snapshot.status.provisioning.state,
         Some(ProvisioningState::Available)
     );
+    // Available: spec.online (true) decides again, in the same pass.
+    assert_eq!(d.power_action(), Some(PowerTarget::On), "{d:#?}");
 }
 
 /// The operator restarts mid-reboot: the snapshot is rebuilt from the object (status and

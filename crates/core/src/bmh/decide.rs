@@ -120,6 +120,7 @@ fn decide_power(s: &HostSnapshot, now: Timestamp, cfg: &DecideConfig) -> Decisio
     }
     let mut pass = PowerPass::new(s, now, cfg);
     let state = pass.provisioning_state();
+    pass.power_off_while_deprovisioning(&state);
     pass.drop_requests_of_departed_consumer(&state);
     pass.refuse_what_would_hold_power_off();
     let Some(power) = pass.power_reading(&state) else {
@@ -169,8 +170,11 @@ struct PowerPass<'a> {
     requests: RebootRequests,
     /// This pass removes reboot annotations, so the next snapshot shows fewer.
     removed_annotations: bool,
-    /// `spec.online`, or `spec.disablePowerOff` (the host always runs).
+    /// `spec.online`, or `spec.disablePowerOff` (the host always runs); false while the
+    /// host deprovisions.
     online: bool,
+    /// The host is deprovisioning: it is powered off before it is `available`.
+    deprovisioning: bool,
     last_powered_on: Option<Timestamp>,
     pending: Option<Timestamp>,
     /// The last power action as this pass leaves it (step 1 completes it).
@@ -217,6 +221,7 @@ impl<'a> PowerPass<'a> {
             requests: s.reboot_requests.clone(),
             removed_annotations: false,
             online: s.online || s.disable_power_off,
+            deprovisioning: false,
             last_powered_on: st.provisioning.last_powered_on,
             pending: st.provisioning.pending_reboot_since,
             last_action: st.last_power_action.clone(),
@@ -236,6 +241,10 @@ impl<'a> PowerPass<'a> {
             bmc_configured: s.bmc_configured,
             registered: st.good_credentials.is_some() || matches!(s.bmc, BmcObservation::Power(_)),
             reboot_annotations_present: !self.requests.is_empty(),
+            confirmed_off: s.disable_power_off
+                || st.power_observation.as_ref().is_some_and(|o| {
+                    o.confirmed() && o.state == hostcycle_api::ObservedPowerState::Off
+                }),
             previous: previous_state,
         });
         if previous_state != Some(&state) {
@@ -257,6 +266,16 @@ impl<'a> PowerPass<'a> {
             self.d.status.push(StatusUpdate::SetProvisionedImage(None));
         }
         state
+    }
+
+    /// A deprovisioning host is powered off (as metal3 does), whatever `spec.online` says; it
+    /// becomes `available` once readings confirm it off. A host that may never be powered off
+    /// (`disablePowerOff`) is left running.
+    fn power_off_while_deprovisioning(&mut self, state: &ProvisioningState) {
+        if *state == ProvisioningState::Deprovisioning && !self.s.disable_power_off {
+            self.online = false;
+            self.deprovisioning = true;
+        }
     }
 
     /// Reboot requests belong to the consumer that just left: drop them all.
@@ -536,6 +555,8 @@ impl<'a> PowerPass<'a> {
             (PowerActionTrigger::SpecOnline, PowerOffMode::Soft)
         } else if reboot_driven {
             (PowerActionTrigger::RebootRequested, reboot.mode)
+        } else if self.deprovisioning {
+            (PowerActionTrigger::Deprovisioning, PowerOffMode::Soft)
         } else {
             (PowerActionTrigger::SpecOffline, PowerOffMode::Soft)
         };
@@ -1192,6 +1213,9 @@ fn power_reason(trigger: PowerActionTrigger, requests: &RebootRequests) -> Strin
             )
         }
         PowerActionTrigger::SpecOffline => "spec.online is false".to_owned(),
+        PowerActionTrigger::Deprovisioning => {
+            "the host is deprovisioning: it is powered off before it is available".to_owned()
+        }
         PowerActionTrigger::SpecOnline => {
             "spec.online is true and no reboot annotation remains".to_owned()
         }
