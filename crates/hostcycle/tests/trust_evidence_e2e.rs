@@ -9,6 +9,8 @@
 //!   that other machine was powered off, and the Node released while its own machine ran;
 //! - case 3: a record forged in a Machine's annotations (a host, a start, Node backups) is never
 //!   read: it once powered off the host it named and restored its labels onto the Node;
+//! - case 5 (the host): leaving the provisioned states with its BMC unreadable, a host was
+//!   reported `available` at once while its machine ran;
 //! - case 5: not confirmed off by the deadline: the flow holds with `CannotFence` and escalates
 //!   nothing (no Machine handed back, no host marked), until a person withdraws it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -512,5 +514,83 @@ async fn a_node_gets_back_only_the_keys_it_had() {
         !node.annotations().contains_key("example.com/forged"),
         "{:?}",
         node.annotations()
+    );
+}
+
+fn provisioning_state(h: &hostcycle_api::BareMetalHost) -> Option<String> {
+    h.status
+        .as_ref()
+        .and_then(|s| s.provisioning.state.as_ref())
+        .map(|s| s.as_str().to_owned())
+}
+
+/// Case 5, the host's side: a host that leaves the provisioned states while its BMC cannot be
+/// read (its machine still running) stays `deprovisioning` — it was once reported `available` at once,
+/// without any power action, and could have been handed to a new consumer with the old OS
+/// running. With its BMC back, the host controller powers it off, and only two `Off` readings
+/// make it `available`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_is_available_after_deprovisioning_only_once_confirmed_off() {
+    let lab = RemediationLab::start(&[worker("d-0")], &[]).await;
+    // The lab's hosts run their nodes as externally provisioned hosts.
+    assert_eq!(
+        provisioning_state(&lab.lab.get("d-0").await).as_deref(),
+        Some("externally provisioned")
+    );
+    lab.block_bmc("d-0").await;
+    lab.lab
+        .patch_spec("d-0", json!({ "externallyProvisioned": false }))
+        .await;
+    lab.lab
+        .wait_host("d-0", "deprovisioning", CYCLE_TIMEOUT, |h| {
+            provisioning_state(h).as_deref() == Some("deprovisioning")
+        })
+        .await;
+    // The machine runs, its BMC unreadable: never available, however long.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let h = lab.lab.get("d-0").await;
+        assert_eq!(
+            provisioning_state(&h).as_deref(),
+            Some("deprovisioning"),
+            "available while its machine runs\noperator log: {}",
+            lab.operator_log()
+        );
+    }
+    let index = lab.lab.index("d-0");
+    assert_eq!(
+        lab.lab.redfish.power_state(index).await.unwrap(),
+        "On",
+        "the machine is still running"
+    );
+    // The BMC back: powered off, then available on two Off readings.
+    let versions = lab.watch_host("d-0").await;
+    lab.unblock_bmc("d-0").await;
+    lab.lab
+        .wait_host("d-0", "available", CYCLE_TIMEOUT, |h| {
+            provisioning_state(h).as_deref() == Some("available")
+        })
+        .await;
+    // The version the host controller decided "available" on carries the readings that
+    // confirmed it off (the same write records the power-on `spec.online` asks for next,
+    // which starts a new run).
+    let seen = versions.seen();
+    let first = seen
+        .iter()
+        .position(|v| provisioning_state(&v.object).as_deref() == Some("available"))
+        .expect("the recorder saw it available");
+    let before = &seen[first.checked_sub(1).expect("a version before")].object;
+    assert_eq!(
+        provisioning_state(before).as_deref(),
+        Some("deprovisioning")
+    );
+    let observation = before
+        .status
+        .as_ref()
+        .and_then(|s| s.power_observation.clone())
+        .expect("the readings that confirmed it off");
+    assert!(
+        observation.confirmed() && observation.state == hostcycle_api::ObservedPowerState::Off,
+        "{observation:?}"
     );
 }
