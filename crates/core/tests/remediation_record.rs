@@ -346,23 +346,16 @@ fn each_step_writes_exactly_its_markers_on_the_machine() {
     }
 }
 
-/// The annotation flow's record (a ConfigMap only hostcycle writes) keeps every field of
-/// every step it is written at, through JSON; a flow that ends is not written (its
-/// `FinishAnnotationFlow` removes the record).
-#[test]
-fn every_step_round_trips_through_the_flow_record() {
-    let joined = Record {
-        joined: Some("hostremediation/machines/worker-0".into()),
-        ..not_started()
-    };
+/// A record at every step `decide` writes, a retried cycle included.
+fn every_step() -> Vec<Record> {
     let retried = Record {
         step: RemediationStep::PowerOffRequested,
         retry_count: 2,
         cycle_started_at: Some(t(1_300)),
         ..powering_on()
     };
-    for record in [
-        joined,
+    vec![
+        not_started(),
         powering_off(),
         backed_up(),
         released(),
@@ -370,7 +363,20 @@ fn every_step_round_trips_through_the_flow_record() {
         restored(),
         retried,
         gave_up(),
-    ] {
+        done(),
+        cancelled(),
+    ]
+}
+
+/// The annotation flow's record (a ConfigMap only hostcycle writes) keeps every field of
+/// every step, through JSON — an end too (its `FinishAnnotationFlow` then removes it).
+#[test]
+fn every_step_round_trips_through_the_flow_record() {
+    let joined = Record {
+        joined: Some("hostremediation/machines/worker-0".into()),
+        ..not_started()
+    };
+    for record in every_step().into_iter().chain([joined]) {
         let name = format!("{:?} retry {}", record.step, record.retry_count);
         let stored = record.to_machine_flow("machine.openshift.io/machines/m-0", "uid-m");
         assert_eq!(
@@ -681,29 +687,12 @@ fn status() -> HostRemediationStatus {
 
 #[test]
 fn every_step_round_trips_through_a_request_status() {
-    let retried = Record {
-        step: RemediationStep::PowerOffRequested,
-        retry_count: 2,
-        cycle_started_at: Some(t(1_300)),
-        ..powering_on()
+    let partial_backup = Record {
+        labels_backup: Some(BTreeMap::new()),
+        annotations_backup: None,
+        ..backed_up()
     };
-    for record in [
-        not_started(),
-        powering_off(),
-        backed_up(),
-        released(),
-        powering_on(),
-        restored(),
-        retried,
-        gave_up(),
-        done(),
-        cancelled(),
-        Record {
-            labels_backup: Some(BTreeMap::new()),
-            annotations_backup: None,
-            ..backed_up()
-        },
-    ] {
+    for record in every_step().into_iter().chain([partial_backup]) {
         let name = format!("{:?} retry {}", record.step, record.retry_count);
         let mut s = status();
         record.apply_to_status(&mut s);
