@@ -116,6 +116,9 @@ pub struct Context {
     unreachable: FailureCounts<ObjectRef<BareMetalHost>>,
     /// Cancelled when leadership is lost or the process stops: no BMC call starts after it.
     work: CancellationToken,
+    /// The hosts as watched: a steady poll waiting for its slot looks here for an action the
+    /// host asks for meanwhile.
+    hosts: Store<BareMetalHost>,
 }
 
 /// Slots of the two lanes a reconcile runs in.
@@ -355,6 +358,7 @@ async fn act(
         unreachable: FailureCounts::default(),
         work: shutdown.clone(),
         config: config.clone(),
+        hosts: store.clone(),
     });
     tracing::info!(
         hosts = store.state().len(),
@@ -563,12 +567,28 @@ async fn reconcile(
     host: Arc<BareMetalHost>,
     ctx: Arc<Context>,
 ) -> Result<controller::Action, ReconcileError> {
-    let lane = if wants_action(&host) {
-        ctx.lanes.action.clone()
+    let (host, slot) = if wants_action(&host) {
+        let slot = unless_stopped(&ctx, &host, ctx.lanes.action.clone().acquire_owned()).await?;
+        (host, slot)
     } else {
-        ctx.lanes.steady.clone()
+        // A steady poll waiting for its slot yields to an action the host asks for meanwhile
+        // (a reboot annotation added while every steady slot is held by hung BMCs): kube-rs
+        // runs one reconcile per host at a time, so the action's trigger would otherwise wait
+        // for this one. The action is decided on the host as it is now.
+        let waiting = {
+            let ctx = ctx.clone();
+            let host = host.clone();
+            async move {
+                tokio::select! {
+                    slot = ctx.lanes.steady.clone().acquire_owned() => (host, slot),
+                    promoted = promoted_to_action(&ctx, &host) => promoted,
+                }
+            }
+        };
+        let (latest, slot) = unless_stopped(&ctx, &host, Box::pin(waiting)).await?;
+        (latest, slot)
     };
-    let _slot = match unless_stopped(&ctx, &host, lane.acquire_owned()).await? {
+    let _slot = match slot {
         Ok(slot) => slot,
         Err(_closed) => {
             return Err(ReconcileError::Stopped {
@@ -588,6 +608,28 @@ async fn reconcile(
     }
     result
 }
+
+/// Resolves once the watched host wants an action (see [`wants_action`]) and an action slot
+/// is free: the latest host and its slot.
+async fn promoted_to_action(
+    ctx: &Context,
+    host: &Arc<BareMetalHost>,
+) -> (
+    Arc<BareMetalHost>,
+    Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+) {
+    let key = ObjectRef::from_obj(&**host);
+    loop {
+        tokio::time::sleep(PROMOTION_CHECK).await;
+        if let Some(latest) = ctx.hosts.get(&key).filter(|h| wants_action(h)) {
+            let slot = ctx.lanes.action.clone().acquire_owned().await;
+            return (latest, slot);
+        }
+    }
+}
+
+/// How often a steady poll waiting for its slot looks for an action its host asks for.
+const PROMOTION_CHECK: Duration = Duration::from_millis(100);
 
 async fn reconcile_in_lane(
     host: &Arc<BareMetalHost>,
@@ -1243,6 +1285,7 @@ mod tests {
             unreachable: FailureCounts::default(),
             work: CancellationToken::new(),
             config: BmhControllerConfig::default(),
+            hosts: reflector::store::<BareMetalHost>().0,
         });
         let host = Arc::new(BareMetalHost::externally_provisioned(
             "h",
