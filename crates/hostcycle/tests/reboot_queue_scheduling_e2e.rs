@@ -792,8 +792,11 @@ async fn cancel_and_disable() {
         "w-1's cancelled entry to be removed (never uncordoned before)",
         REBOOT_TIMEOUT,
         || async {
-            let present = lab.entry("w-1").await.is_some();
+            // The Node first, then the entry: an entry never comes back, so an uncordoned
+            // Node read before an entry still there was uncordoned while the entry existed.
+            // (The other order reads a Node uncordoned after the entry went as a violation.)
             let node = lab.node("w-1").await;
+            let present = lab.entry("w-1").await.is_some();
             assert!(
                 !present || cordoned(&node),
                 "w-1 uncordoned while its cancelled entry still waits: {:?}",
