@@ -395,16 +395,7 @@ fn every_step_round_trips_through_the_flow_record() {
 /// left alone.
 #[test]
 fn markers_are_written_from_the_record_and_leave_the_rest_alone() {
-    for record in [
-        not_started(),
-        powering_off(),
-        backed_up(),
-        released(),
-        powering_on(),
-        restored(),
-        gave_up(),
-        cancelled(),
-    ] {
+    for record in every_step() {
         let name = format!("{:?}", record.step);
         let mut annotations = machine();
         apply(&mut annotations, &record);
