@@ -222,6 +222,23 @@ pub(super) struct Item {
     pub(super) ignored_hint: Option<String>,
 }
 
+/// The nodes the reboot queue is rebooting (cancelled or not), each with the end of its boot
+/// timeout (the latest, for a node with several entries).
+fn rebooting_until<'a>(
+    entries: impl Iterator<Item = &'a RebootQueueEntry>,
+    boot_timeout: Duration,
+) -> HashMap<String, Timestamp> {
+    let mut until: HashMap<String, Timestamp> = HashMap::new();
+    for e in entries {
+        if let Some(since) = e.rebooting_since() {
+            let end = add(since, boot_timeout);
+            let slot = until.entry(e.spec.node.clone()).or_insert(end);
+            *slot = (*slot).max(end);
+        }
+    }
+    until
+}
+
 /// Whether `decision` starts the remediation (its power-off): the step from NotStarted to
 /// PowerOffRequested.
 fn starts(before: &Record, decision: &hostcycle_core::remediation::Decision) -> bool {
@@ -316,14 +333,11 @@ impl Controller {
                 return None;
             }
         };
-        let boot_timeout = self.boot_timeout();
-        observation.queue_reboot_until = observation.node_name.as_ref().and_then(|node| {
-            list.items
-                .iter()
-                .filter(|e| &e.spec.node == node)
-                .filter_map(|e| Some(add(e.rebooting_since()?, boot_timeout)))
-                .max()
-        });
+        let rebooting = rebooting_until(list.items.iter(), self.boot_timeout());
+        observation.queue_reboot_until = observation
+            .node_name
+            .as_ref()
+            .and_then(|node| rebooting.get(node).copied());
         if let Ok(target) = &observation.target {
             let (ns, name) = target.name.split_once('/').unwrap_or(("", &target.name));
             let hosts: Api<BareMetalHost> = Api::namespaced(self.client.clone(), ns);
@@ -448,13 +462,10 @@ impl Controller {
     /// The Nodes the reboot queue is rebooting (cancelled or not: a cancel stops no power cycle
     /// under way), each with the end of its boot timeout.
     fn rebooting_nodes(&self) -> HashMap<String, Timestamp> {
-        let boot_timeout = self.boot_timeout();
-        self.stores
-            .entries
-            .state()
-            .iter()
-            .filter_map(|e| Some((e.spec.node.clone(), add(e.rebooting_since()?, boot_timeout))))
-            .collect()
+        rebooting_until(
+            self.stores.entries.state().iter().map(|e| &**e),
+            self.boot_timeout(),
+        )
     }
 
     /// One remediation resolved to its Machine, host and Node, and observed; `None`: a
