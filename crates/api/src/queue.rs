@@ -31,9 +31,17 @@ pub const COMMAND_MARKER_ANNOTATION: &str = "hostcycle.io/reboot-queue-command";
 /// On a Node: `<namespace>/<name>` of its BareMetalHost, when no other mapping finds it.
 pub const NODE_HOST_ANNOTATION: &str = "hostcycle.io/baremetalhost";
 
-/// On the `RebootQueue`: the next index `hostcycle reboot-queue add` hands out. Updated
-/// with a resourceVersion precondition, so concurrent adds never share an index.
+/// On the `RebootQueue`: the next index older versions of `hostcycle reboot-queue add`
+/// handed out. Read (never written) so indices keep increasing across an upgrade: writing it
+/// needed a patch of the RebootQueue, which RBAC cannot limit to one annotation.
 pub const NEXT_INDEX_ANNOTATION: &str = "hostcycle.io/next-index";
+
+/// The ConfigMap, in the operator's namespace, holding the reboot and boot-check commands the
+/// queue may run: one key per command set. Only administrators of that namespace write it;
+/// the RebootQueue only selects a set by name (`spec.reboot.commands`).
+pub const REBOOT_COMMANDS_CONFIG_MAP: &str = "hostcycle-reboot-commands";
+/// The command set used when `spec.reboot.commands` is unset.
+pub const DEFAULT_COMMAND_SET: &str = "default";
 
 /// Default `maxConcurrentReboots`.
 pub const DEFAULT_MAX_CONCURRENT_REBOOTS: u32 = 1;
@@ -152,7 +160,8 @@ pub enum RebootMethod {
     /// Add the `reboot.metal3.io` annotation to the node's BareMetalHost.
     #[serde(rename = "BMC")]
     Bmc,
-    /// Run `rebootCommand` and `bootCheckCommand` (CKE compatible).
+    /// Run a command set's reboot and boot-check commands (CKE compatible), from ConfigMap
+    /// `hostcycle-reboot-commands` in the operator's namespace.
     Command,
 }
 
@@ -170,15 +179,25 @@ impl RebootMethod {
 #[serde(rename_all = "camelCase")]
 pub struct RebootSpec {
     /// `BMC` or `Command`. Unset: `BMC` for a node with a BareMetalHost, else `Command`
-    /// when `rebootCommand` is set.
+    /// when the selected command set is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<RebootMethod>,
-    /// argv of the reboot command; the node's address is appended. No shell.
+    /// Name of the command set (a key of ConfigMap `hostcycle-reboot-commands` in the
+    /// operator's namespace, which only administrators write) that reboots a node and checks
+    /// its boot with `Command` (default `default`). The commands themselves are never read
+    /// from the RebootQueue: whoever may write it must not choose what the operator runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub commands: Option<String>,
+    /// Deprecated and never run: commands are configured by an administrator in ConfigMap
+    /// `hostcycle-reboot-commands` of the operator's namespace. Kept so that a queue still
+    /// carrying it is told so instead of silently changing method.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub reboot_command: Vec<String>,
-    /// argv of the boot check; the node's address and the Unix time of the `Rebooting`
-    /// transition are appended. Booted when it exits 0 and prints `true`.
+    /// Deprecated and never run, as `rebootCommand`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub boot_check_command: Vec<String>,
     /// A command still running after this long is killed (default 30; 0: never, as in CKE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +249,10 @@ pub struct RebootQueueStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Timestamp>,
+    /// The highest entry index the controller has seen: `hostcycle reboot-queue add` hands
+    /// out indices above it, so they keep increasing after entries leave the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest_index: Option<u64>,
 }
 
 /// One node waiting to be, or being, drained and rebooted.
@@ -504,13 +527,21 @@ impl RebootQueueSpec {
 }
 
 impl RebootQueue {
-    /// The next index recorded on the queue object.
+    /// The lowest index a new entry may get, from what the queue object records: past the
+    /// highest index the controller has seen, and past the annotation older versions wrote.
     pub fn next_index(&self) -> Option<u64> {
-        self.metadata
+        let legacy = self
+            .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(NEXT_INDEX_ANNOTATION))
-            .and_then(|v| v.trim().parse().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let seen = self
+            .status
+            .as_ref()
+            .and_then(|s| s.highest_index)
+            .map(|h| h.saturating_add(1));
+        legacy.max(seen)
     }
 }
 

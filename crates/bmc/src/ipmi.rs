@@ -122,6 +122,12 @@ impl IpmiDriver {
         repeatable: bool,
     ) -> Result<String, BmcError> {
         let operation = format!("{subcommand} {}", args.join(" "));
+        let password = self.credentials.password();
+        // The password reaches ipmitool through a pipe on its stdin (`-f /dev/stdin`): not
+        // its argv, and not its environment, which other processes of the operator's user
+        // (reboot commands among them) could read in /proc while it runs. ipmitool cuts
+        // the line it reads at a tab, CR or LF: such a password still goes through `-E`.
+        let through_stdin = !password.contains(['\t', '\r', '\n']);
         let mut command = tokio::process::Command::new(&self.options.ipmitool);
         command
             .args([
@@ -136,7 +142,12 @@ impl IpmiDriver {
                 "-p",
                 &self.address.port.to_string(),
             ])
-            .args(["-U", self.credentials.username(), "-E"])
+            .args(["-U", self.credentials.username()])
+            .args(if through_stdin {
+                &["-f", "/dev/stdin"][..]
+            } else {
+                &["-E"][..]
+            })
             .args(["-N", &self.options.packet_timeout_secs.to_string()])
             .args(["-R", &self.options.packet_retries.to_string()])
             // -v makes ipmitool say why a session failed (e.g. "RAKP 2 HMAC is invalid").
@@ -146,13 +157,20 @@ impl IpmiDriver {
             // Nothing of the operator's environment but PATH (it may hold other secrets).
             .env_clear()
             .envs(inherited_environment(&["PATH"]))
-            // ipmitool reads IPMITOOL_PASSWORD first, older versions only IPMI_PASSWORD.
-            .env("IPMITOOL_PASSWORD", self.credentials.password())
-            .env("IPMI_PASSWORD", self.credentials.password())
-            .stdin(Stdio::null())
+            .stdin(if through_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if !through_stdin {
+            // ipmitool reads IPMITOOL_PASSWORD first, older versions only IPMI_PASSWORD.
+            command
+                .env("IPMITOOL_PASSWORD", password)
+                .env("IPMI_PASSWORD", password);
+        }
         let _permit = self
             .permits
             .acquire()
@@ -161,7 +179,7 @@ impl IpmiDriver {
                 endpoint: self.endpoint.clone(),
                 detail: "the driver was shut down".into(),
             })?;
-        let child = command.spawn().map_err(|e| {
+        let mut child = command.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 BmcError::IpmitoolMissing {
                     path: self.options.ipmitool.display().to_string(),
@@ -173,13 +191,21 @@ impl IpmiDriver {
                 }
             }
         })?;
+        let stdin = child.stdin.take();
+        let exchange = async move {
+            if let Some(mut stdin) = stdin {
+                use tokio::io::AsyncWriteExt;
+                // One line, then end of file. A child that exited before reading it closed
+                // the pipe: its exit status and stderr say why, so the write's error is not.
+                if stdin.write_all(password.as_bytes()).await.is_ok() {
+                    let _ = stdin.write_all(b"\n").await;
+                }
+                drop(stdin);
+            }
+            wait_with_capped_output(child, MAX_CHILD_OUTPUT_BYTES).await
+        };
         // Dropping the future on timeout drops the child, which kills it (kill_on_drop).
-        let output = match tokio::time::timeout(
-            self.options.command_timeout,
-            wait_with_capped_output(child, MAX_CHILD_OUTPUT_BYTES),
-        )
-        .await
-        {
+        let output = match tokio::time::timeout(self.options.command_timeout, exchange).await {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => {
                 return Err(BmcError::Spawn {

@@ -221,24 +221,33 @@ async fn an_unreachable_bmc_times_out_with_a_clear_error() {
     assert_no_secret(&format!("{err} {err:?}"));
 }
 
-#[tokio::test]
-async fn the_password_goes_through_the_environment_not_the_command_line() {
-    // A stand-in ipmitool that records how it was called.
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("ipmitool");
+/// A stand-in ipmitool that records its argv, its environment's passwords and its stdin.
+fn recording_ipmitool(dir: &std::path::Path) -> std::path::PathBuf {
+    let script = dir.join("ipmitool");
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {dir}/argv\nprintf '%s' \"$IPMI_PASSWORD\" > {dir}/env\n\
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {dir}/argv\n\
+             printf '%s' \"$IPMI_PASSWORD$IPMITOOL_PASSWORD\" > {dir}/env\n\
+             cat > {dir}/stdin\n\
              echo 'Chassis Power is on'\n",
-            dir = dir.path().display()
+            dir = dir.display()
         ),
     )
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    script
+}
+
+/// The password reaches ipmitool through a pipe on its stdin (`-f /dev/stdin`): never its
+/// command line, nor its environment (which other processes of the operator's user, reboot
+/// commands among them, could read in /proc).
+#[tokio::test]
+async fn the_password_goes_through_a_pipe_not_the_command_line_or_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
     let options = ConnectorOptions {
         ipmi: IpmiOptions {
-            ipmitool: script,
+            ipmitool: recording_ipmitool(dir.path()),
             cipher_suite: 17,
             ..IpmiOptions::default()
         },
@@ -258,13 +267,65 @@ async fn the_password_goes_through_the_environment_not_the_command_line() {
     assert_eq!(
         argv,
         [
-            "-I", "lanplus", "-C", "17", "-H", "fd00::7", "-p", "6230", "-U", USER, "-E", "-N",
-            "2", "-R", "3", "-v", "chassis", "power", "status"
+            "-I",
+            "lanplus",
+            "-C",
+            "17",
+            "-H",
+            "fd00::7",
+            "-p",
+            "6230",
+            "-U",
+            USER,
+            "-f",
+            "/dev/stdin",
+            "-N",
+            "2",
+            "-R",
+            "3",
+            "-v",
+            "chassis",
+            "power",
+            "status"
         ]
     );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("env")).unwrap(),
-        PASSWORD
+        "",
+        "no password in ipmitool's environment"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("stdin")).unwrap(),
+        format!("{PASSWORD}\n")
     );
     assert_no_secret(&format!("{driver:?}"));
+}
+
+/// ipmitool cuts the line it reads at a tab, CR or LF: such a password (rare, but metal3
+/// Secrets may hold one) still works, through the environment (`-E`) as before.
+#[tokio::test]
+async fn a_password_ipmitool_cannot_read_from_a_line_goes_through_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ConnectorOptions {
+        ipmi: IpmiOptions {
+            ipmitool: recording_ipmitool(dir.path()),
+            ..IpmiOptions::default()
+        },
+        ..options()
+    };
+    let driver = BmcConnector::new(options)
+        .connect_str(
+            "ipmi://127.0.0.1:6230",
+            BmcCredentials::new(USER, "tab\tpass").unwrap(),
+            &HostConnectOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    let argv = std::fs::read_to_string(dir.path().join("argv")).unwrap();
+    assert!(argv.lines().any(|a| a == "-E"), "{argv}");
+    assert!(!argv.contains("tab\tpass"), "{argv}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("env")).unwrap(),
+        "tab\tpasstab\tpass"
+    );
 }

@@ -12,6 +12,7 @@ use hostcycle_api::queue::{
     RebootQueueEntrySpec, RebootQueueEntryStatus,
 };
 use hostcycle_api::reasons::{EventType, queue_condition, queue_event_reason as reason};
+use hostcycle_core::queue::commands::CommandSet;
 use hostcycle_core::queue::entry::{
     EntryAction, EntryDecision, EventSubject, QueueCount, RebootStart, StatusEdit, WorkerNews,
     after_worker_news, apply_edits, back_off, boot_timeout, completed, dequeued,
@@ -105,8 +106,10 @@ fn config() -> QueueConfig {
 fn command_config() -> QueueConfig {
     QueueConfig {
         reboot: RebootConfig {
-            reboot_command: vec!["reboot-node".into()],
-            boot_check_command: vec!["check-boot".into()],
+            commands: Ok(CommandSet {
+                reboot: vec!["reboot-node".into()],
+                boot_check: vec!["check-boot".into()],
+            }),
             ..QueueConfig::default().reboot
         },
         ..QueueConfig::default()

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hostcycle_api::queue::{EntryPhase, HostReference, RebootMethod, RebootQueueSpec};
 use hostcycle_api::remediation::RemediationStep;
 use hostcycle_core::queue::away::{AwayFacts, AwayMachine, AwayRequest, HeldHost, away_nodes};
+use hostcycle_core::queue::commands::{CommandSet, CommandSets};
 use hostcycle_core::queue::{
     AwayNode, AwayRef, DequeueReason, EntryView, Plan, QueueConfig, QueueNodeView, QueueSnapshot,
     RebootConfig, RebootTarget, WaitReason, plan, resolve_method,
@@ -1388,8 +1389,10 @@ fn with_commands(method: Option<RebootMethod>) -> QueueConfig {
     QueueConfig {
         reboot: RebootConfig {
             method,
-            reboot_command: names(&["ipmi-reboot"]),
-            boot_check_command: names(&["check-boot"]),
+            commands: Ok(CommandSet {
+                reboot: names(&["ipmi-reboot"]),
+                boot_check: names(&["check-boot"]),
+            }),
             ..QueueConfig::default().reboot
         },
         ..QueueConfig::default()
@@ -1773,17 +1776,21 @@ type MethodCase<'a> = (
 );
 
 #[test]
-fn resolve_method_picks_bmc_for_hosts_and_command_only_when_both_commands_are_set() {
+fn resolve_method_picks_bmc_for_hosts_and_command_only_when_a_command_set_is_configured() {
     let host = RebootTarget::Host(host_ref("h"));
     let unusable_host = unusable("h");
     let no_host = RebootTarget::NoHost;
-    let only_reboot = QueueConfig {
-        reboot: RebootConfig {
-            reboot_command: names(&["reboot"]),
-            ..QueueConfig::default().reboot
-        },
-        ..QueueConfig::default()
+    let configured = |value: &str| {
+        let data = [("default".to_string(), value.to_string())]
+            .into_iter()
+            .collect();
+        CommandSets::from_config_map_data(Some(&data))
     };
+    let only_reboot = QueueConfig::resolve(
+        &RebootQueueSpec::default(),
+        &configured("rebootCommand: [reboot]\n"),
+    );
+    let no_config_map = QueueConfig::resolve(&RebootQueueSpec::default(), &CommandSets::Absent);
     let bmc = QueueConfig {
         reboot: RebootConfig {
             method: Some(RebootMethod::Bmc),
@@ -1807,8 +1814,9 @@ fn resolve_method_picks_bmc_for_hosts_and_command_only_when_both_commands_are_se
         ("unset + usable host → BMC", &plain, &host, Ok(RebootMethod::Bmc)),
         ("unset + usable host + commands → BMC", &cmds, &host, Ok(RebootMethod::Bmc)),
         ("unset + no host + commands → Command", &cmds, &no_host, Ok(RebootMethod::Command)),
-        ("unset + no host, no commands → Err", &plain, &no_host, Err(&["no BareMetalHost", "rebootCommand"])),
-        ("unset + no host + reboot command only → Err", &only_reboot, &no_host, Err(&["bootCheckCommand"])),
+        ("unset + no host, commands not read → Err", &plain, &no_host, Err(&["no BareMetalHost", "no reboot command", "not known"])),
+        ("unset + no host, no ConfigMap → Err", &no_config_map, &no_host, Err(&["no BareMetalHost", "hostcycle-reboot-commands", "\"default\""])),
+        ("unset + no host + reboot command only → Err", &only_reboot, &no_host, Err(&["is invalid", "bootCheckCommand"])),
         ("unset + unusable host → Err naming the host", &plain, &unusable_host, Err(&["metal/h", "is paused"])),
         ("unset + unusable host + commands → Err (the host's method)", &cmds, &unusable_host, Err(&["metal/h", "is paused"])),
         ("BMC + usable host → BMC", &bmc, &host, Ok(RebootMethod::Bmc)),
@@ -1818,7 +1826,7 @@ fn resolve_method_picks_bmc_for_hosts_and_command_only_when_both_commands_are_se
         ("Command + commands + usable host → Command", &command_cmds, &host, Ok(RebootMethod::Command)),
         ("Command + commands + unusable host → Command", &command_cmds, &unusable_host, Ok(RebootMethod::Command)),
         ("Command + commands + no host → Command", &command_cmds, &no_host, Ok(RebootMethod::Command)),
-        ("Command without commands → Err", &command_without_commands, &host, Err(&["method is Command", "empty"])),
+        ("Command without commands → Err", &command_without_commands, &host, Err(&["method is Command", "cannot run"])),
     ];
     for (name, config, target, want) in cases {
         let got = resolve_method(&config.reboot, target);

@@ -10,13 +10,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hostcycle_api::queue::{RebootQueue, RebootQueueEntry};
 use hostcycle_operator::deploy::{CRDS_FILE, DeployOptions, OPERATOR_FILE, render};
 use hostcycle_testkit::{ClusterOptions, LocalCluster, wait_until};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -675,4 +676,252 @@ async fn a_namespaced_install_gives_the_watched_namespace_none_of_the_operators_
             );
         }
     }
+}
+
+impl Action {
+    fn in_group(mut self, group: &'static str) -> Action {
+        self.group = group;
+        self
+    }
+}
+
+/// The reboot queue's roles, as the install ships them: a queue user (bound to
+/// `hostcycle-queue-user`) queues, lists and cancels reboots with the CLI — and can change
+/// nothing about *how* nodes reboot: not the RebootQueue, not the operator's command sets
+/// (ConfigMap `hostcycle-reboot-commands` in the operator's namespace), not entries' status.
+/// A viewer reads and writes nothing. `add` no longer writes the RebootQueue (older versions
+/// patched its `next-index` annotation, which needed a patch of its whole spec), and still
+/// hands out indices past the annotation an older version left.
+#[tokio::test]
+async fn a_queue_user_queues_reboots_but_cannot_change_what_runs() {
+    const USERS_NS: &str = "default";
+    let cluster = LocalCluster::start(ClusterOptions::default())
+        .await
+        .unwrap();
+    let client = cluster.client();
+
+    // The queue's roles from the shipped install.
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&read_deploy_file(OPERATOR_FILE))
+        .expect("deploy/operator.yaml parses as YAML");
+    let roles: Vec<&Value> = objects
+        .iter()
+        .filter(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("hostcycle-queue-"))
+        })
+        .collect();
+    let names: Vec<&str> = roles
+        .iter()
+        .map(|r| r["metadata"]["name"].as_str().unwrap())
+        .collect();
+    for wanted in [
+        "hostcycle-queue-viewer",
+        "hostcycle-queue-user",
+        "hostcycle-queue-admin",
+    ] {
+        assert!(names.contains(&wanted), "{wanted} shipped: {names:?}");
+    }
+    for role in roles {
+        create_as_is(&client, role).await;
+    }
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), USERS_NS);
+    for (account, role) in [
+        ("queue-user", "hostcycle-queue-user"),
+        ("queue-viewer", "hostcycle-queue-viewer"),
+        ("queue-admin", "hostcycle-queue-admin"),
+    ] {
+        let sa: ServiceAccount =
+            serde_json::from_value(serde_json::json!({ "metadata": { "name": account } })).unwrap();
+        accounts.create(&PostParams::default(), &sa).await.unwrap();
+        let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": account },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role },
+            "subjects": [{ "kind": "ServiceAccount", "name": account, "namespace": USERS_NS }],
+        }))
+        .unwrap();
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+    let user = Who::Account(USERS_NS.into(), "queue-user".into());
+    let viewer = Who::Account(USERS_NS.into(), "queue-viewer".into());
+    let admin = Who::Account(USERS_NS.into(), "queue-admin".into());
+    let hc = |verb, resource| action(verb, resource, None).in_group("hostcycle.io");
+    // The user and admin roles are aggregated by kube-controller-manager.
+    for (who, what) in [(&user, "create"), (&admin, "update")] {
+        wait_until(
+            &format!("the aggregated role of {who:?} to allow {what} on rebootqueueentries"),
+            Duration::from_secs(60),
+            || {
+                let (client, who) = (client.clone(), who.clone());
+                let act = hc(what, "rebootqueueentries");
+                async move { allowed(&client, &who, &act).await.then_some(()) }
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    let commands_config_map =
+        action("update", "configmaps", Some(OPERATOR_NS)).named("hostcycle-reboot-commands");
+    #[rustfmt::skip]
+    let cases: Vec<(&Who, Action, bool)> = vec![
+        (&user, hc("create", "rebootqueueentries"), true),
+        (&user, hc("patch", "rebootqueueentries"), true),
+        (&user, hc("list", "rebootqueueentries"), true),
+        (&user, hc("watch", "rebootqueueentries"), true),
+        (&user, hc("get", "rebootqueues"), true),
+        (&user, action("list", "nodes", None), true),
+        // What runs, and how: never a queue user's to choose.
+        (&user, hc("patch", "rebootqueues"), false),
+        (&user, hc("update", "rebootqueues"), false),
+        (&user, hc("create", "rebootqueues"), false),
+        (&user, hc("delete", "rebootqueues"), false),
+        (&user, hc("patch", "rebootqueueentries/status"), false),
+        (&user, hc("delete", "rebootqueueentries"), false),
+        (&user, commands_config_map.clone(), false),
+        (&user, action("patch", "configmaps", Some(OPERATOR_NS)), false),
+        (&user, action("create", "configmaps", Some(OPERATOR_NS)), false),
+        (&user, action("get", "secrets", Some(OPERATOR_NS)), false),
+        (&user, action("create", "pods", Some(OPERATOR_NS)), false),
+        (&user, action("patch", "nodes", None), false),
+        (&viewer, hc("list", "rebootqueueentries"), true),
+        (&viewer, hc("create", "rebootqueueentries"), false),
+        (&viewer, hc("patch", "rebootqueueentries"), false),
+        (&admin, hc("patch", "rebootqueues"), true),
+        (&admin, hc("patch", "rebootqueueentries/status"), true),
+        // Not even the queue's administrator writes the operator's command sets: they are
+        // the operator's namespace's administrators' (the command runs as the operator).
+        (&admin, commands_config_map, false),
+    ];
+    let mut wrong = Vec::new();
+    for (who, act, want) in &cases {
+        if allowed(&client, who, act).await != *want {
+            wrong.push(format!(
+                "{who:?} {} {}",
+                if *want { "cannot" } else { "can" },
+                act.describe()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+
+    // The CLI, as the queue user: add, list, cancel. The RebootQueue an older version left
+    // (with its `next-index` annotation) is read, never written.
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in ["worker-1", "worker-2"] {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name },
+            "status": { "addresses": [{ "type": "InternalIP", "address": "192.0.2.1" }] },
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let queues: Api<RebootQueue> = Api::all(client.clone());
+    let old: RebootQueue = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "default", "annotations": { "hostcycle.io/next-index": "41" } },
+        "spec": {},
+    }))
+    .unwrap();
+    let old = queues.create(&PostParams::default(), &old).await.unwrap();
+    let as_user = cluster
+        .service_account_kubeconfig(USERS_NS, "queue-user")
+        .await
+        .unwrap();
+    let as_viewer = cluster
+        .service_account_kubeconfig(USERS_NS, "queue-viewer")
+        .await
+        .unwrap();
+    let rq = |kubeconfig: &Path, args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"))
+            .args(["reboot-queue", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, said) = rq(&as_user, &["add", "worker-1"]);
+    assert!(ok, "rq add as the queue user: {said}");
+    let (ok, said) = rq(&as_user, &["add", "worker-2"]);
+    assert!(ok, "rq add as the queue user: {said}");
+    let entries: Api<RebootQueueEntry> = Api::all(client.clone());
+    let mut indices: Vec<(String, u64)> = entries
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| (e.spec.node.clone(), e.spec.index))
+        .collect();
+    indices.sort();
+    assert_eq!(
+        indices,
+        [("worker-1".to_string(), 41), ("worker-2".to_string(), 42)],
+        "indices continue past the annotation an older version left"
+    );
+    let (ok, said) = rq(&as_user, &["list"]);
+    assert!(ok && said.contains("worker-1"), "rq list: {said}");
+    let (ok, said) = rq(&as_user, &["cancel", "worker-1"]);
+    assert!(ok, "rq cancel as the queue user: {said}");
+    let now = queues.get("default").await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, old.metadata.resource_version,
+        "the queue user's add and cancel wrote nothing on the RebootQueue"
+    );
+    // Entries leave; new ones still get higher indices, from what the controller records.
+    let status = serde_json::json!({ "status": { "highestIndex": 42 } });
+    queues
+        .patch_status(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    for (node, _) in &indices {
+        let name = RebootQueueEntry::name_for_index(if node == "worker-1" { 41 } else { 42 });
+        entries.delete(&name, &Default::default()).await.unwrap();
+    }
+    let mut emptied = false;
+    for _ in 0..50 {
+        if entries
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+        {
+            emptied = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(emptied, "the entries to be deleted");
+    let (ok, said) = rq(&as_user, &["add", "worker-2"]);
+    assert!(ok, "rq add after the queue emptied: {said}");
+    let again = entries.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(
+        again.iter().map(|e| e.spec.index).collect::<Vec<_>>(),
+        [43],
+        "an index is never handed out twice"
+    );
+
+    // A viewer cannot queue.
+    let (ok, said) = rq(&as_viewer, &["add", "worker-1"]);
+    assert!(!ok, "rq add as a viewer must fail: {said}");
+    assert!(
+        said.contains("forbidden") || said.contains("Forbidden"),
+        "{said}"
+    );
 }

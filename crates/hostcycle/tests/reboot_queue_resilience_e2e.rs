@@ -101,7 +101,8 @@ fn reboot_runs(dir: &Path, address: &str) -> usize {
         .count()
 }
 
-/// CKE's way: `rebootCommand <address>` and `bootCheckCommand <address> <unix-time>`. Two
+/// CKE's way: `rebootCommand <address>` and `bootCheckCommand <address> <unix-time>`, from the
+/// operator's command set `default` (ConfigMap `hostcycle-reboot-commands`). Two
 /// workers reboot one after the other; the operator is SIGKILLed while the second one's
 /// reboot command runs, and the restarted operator does not run it again: the boot check
 /// confirms the boot and the entry completes. Exactly one power cycle per node.
@@ -120,10 +121,10 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
             after: 0,
         },
     );
+    lab.set_reboot_commands("default", &[&reboot], &[&boot_check])
+        .await;
     lab.patch_queue(json!({ "reboot": {
         "method": "Command",
-        "rebootCommand": [reboot],
-        "bootCheckCommand": [boot_check],
         "commandTimeoutSeconds": 90,
         "bootCheckIntervalSeconds": 1,
     }}))
@@ -199,9 +200,14 @@ async fn command_method_rolling_reboot_survives_a_kill_mid_command() {
 
     // A boot that is never confirmed: Warning, condition and metric; the entry keeps waiting
     // and the node stays cordoned until the entry is cancelled.
+    lab.set_reboot_commands(
+        "never-boots",
+        &["/usr/bin/true"],
+        &["/usr/bin/echo", "false"],
+    )
+    .await;
     lab.patch_queue(json!({ "reboot": {
-        "rebootCommand": ["/usr/bin/true"],
-        "bootCheckCommand": ["/usr/bin/echo", "false"],
+        "commands": "never-boots",
         "bootTimeoutSeconds": 5,
     }}))
     .await;
@@ -279,10 +285,14 @@ async fn a_node_address_starting_with_a_hyphen_never_reaches_the_commands() {
             &format!("echo \"$@\" >> {}\nexec {command} \"$@\"\n", log.display()),
         )
     };
+    lab.set_reboot_commands(
+        "default",
+        &[&recorded("record-reboot.sh", &reboot)],
+        &[&recorded("record-boot-check.sh", &boot_check)],
+    )
+    .await;
     lab.patch_queue(json!({ "reboot": {
         "method": "Command",
-        "rebootCommand": [recorded("record-reboot.sh", &reboot)],
-        "bootCheckCommand": [recorded("record-boot-check.sh", &boot_check)],
         "bootCheckIntervalSeconds": 1,
     }}))
     .await;
@@ -358,10 +368,14 @@ async fn a_node_claiming_another_nodes_address_is_never_rebooted_by_command() {
             &format!("echo \"$@\" >> {}\nexec {command} \"$@\"\n", log.display()),
         )
     };
+    lab.set_reboot_commands(
+        "default",
+        &[&recorded("record-reboot.sh", &reboot)],
+        &[&recorded("record-boot-check.sh", &boot_check)],
+    )
+    .await;
     lab.patch_queue(json!({ "reboot": {
         "method": "Command",
-        "rebootCommand": [recorded("record-reboot.sh", &reboot)],
-        "bootCheckCommand": [recorded("record-boot-check.sh", &boot_check)],
         "bootCheckIntervalSeconds": 1,
     }}))
     .await;
@@ -475,12 +489,12 @@ async fn a_hanging_reboot_command_stalls_nothing_else() {
             _ => PROMPT,
         },
     );
+    lab.set_reboot_commands("default", &[&reboot], &[&boot_check])
+        .await;
     lab.patch_queue(json!({
         "maxConcurrentReboots": 3,
         "reboot": {
             "method": "Command",
-            "rebootCommand": [reboot],
-            "bootCheckCommand": [boot_check],
             "commandTimeoutSeconds": 30,
             "commandRetries": 1,
             "commandIntervalSeconds": 1,

@@ -548,12 +548,11 @@ impl ProcessWatch {
 }
 
 /// The environment variables through which a process is handed its password on purpose:
-/// ipmitool's (`-E`, the documented way; /proc/PID/environ is readable by the same user only)
-/// and the one `hostcycle bmc` reads (this test passes it to some runs).
+/// only the one `hostcycle bmc` reads (this test passes it to some runs). ipmitool gets its
+/// password through a pipe on its stdin, never its environment: other processes of the
+/// operator's user (reboot commands) could read that in /proc/PID/environ.
 fn password_channels(sample: &ProcessSample) -> &'static [&'static str] {
-    if sample.argv.first().is_some_and(|a| a.ends_with("ipmitool")) {
-        &["IPMITOOL_PASSWORD=", "IPMI_PASSWORD="]
-    } else if sample.what.contains("hostcycle bmc")
+    if sample.what.contains("hostcycle bmc")
         && sample
             .argv
             .first()

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+    AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef,
+    Subject,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use crate::ControllerName;
 
@@ -359,6 +360,112 @@ pub fn checker_role(name: &str, label: &str) -> ClusterRole {
     }
 }
 
+/// Label on the reboot queue's role pieces that `hostcycle-queue-user` aggregates.
+pub const QUEUE_USER_AGGREGATION_LABEL: &str = "hostcycle.io/aggregate-to-queue-user";
+/// Label on the reboot queue's role pieces that `hostcycle-queue-admin` aggregates.
+pub const QUEUE_ADMIN_AGGREGATION_LABEL: &str = "hostcycle.io/aggregate-to-queue-admin";
+/// Kubernetes' label that aggregates a ClusterRole into the built-in `view` role.
+pub const VIEW_AGGREGATION_LABEL: &str = "rbac.authorization.k8s.io/aggregate-to-view";
+
+/// The reboot queue's roles for people and tools, to bind with ClusterRoleBindings:
+///
+/// - `hostcycle-queue-viewer`: read the queue and its entries (`list`, `wait`); also
+///   aggregated into Kubernetes' `view`.
+/// - `hostcycle-queue-user`: the viewer's rules plus what `add` and `cancel` write:
+///   entries' spec (create, patch) and the Nodes `add` resolves. Nothing on the
+///   RebootQueue: its spec selects how nodes reboot, and the commands themselves are in the
+///   operator's namespace, where this role grants nothing.
+/// - `hostcycle-queue-admin`: the user's rules plus the RebootQueue itself (`enable`,
+///   `disable`, its settings) and entries' status (`reset-backoff`) and deletion.
+///
+/// The user and admin roles are aggregated (`aggregationRule`) from labelled pieces, so a
+/// cluster can add rules to them. Neither is aggregated into `edit` or `admin`: those are
+/// bound per namespace, and rebooting Nodes is a cluster-wide power.
+pub fn queue_roles() -> Vec<ClusterRole> {
+    let piece = |name: &str, extra_labels: &[&str], rules: Vec<PolicyRule>| {
+        let mut labels = labels();
+        for label in extra_labels {
+            labels.insert(label.to_string(), "true".to_string());
+        }
+        ClusterRole {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            rules: Some(rules),
+            ..Default::default()
+        }
+    };
+    let aggregated = |name: &str, label: &str| ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels()),
+            ..Default::default()
+        },
+        aggregation_rule: Some(AggregationRule {
+            cluster_role_selectors: Some(vec![LabelSelector {
+                match_labels: Some(BTreeMap::from([(label.to_string(), "true".to_string())])),
+                ..Default::default()
+            }]),
+        }),
+        // Filled in by the API server's aggregation controller.
+        rules: None,
+    };
+    let read = ["get", "list", "watch"];
+    vec![
+        piece(
+            "hostcycle-queue-viewer",
+            &[
+                QUEUE_USER_AGGREGATION_LABEL,
+                QUEUE_ADMIN_AGGREGATION_LABEL,
+                VIEW_AGGREGATION_LABEL,
+            ],
+            vec![rule(
+                &["hostcycle.io"],
+                &["rebootqueues", "rebootqueueentries"],
+                &read,
+            )],
+        ),
+        piece(
+            "hostcycle-queue-user-entries",
+            &[QUEUE_USER_AGGREGATION_LABEL, QUEUE_ADMIN_AGGREGATION_LABEL],
+            vec![
+                rule(
+                    &["hostcycle.io"],
+                    &["rebootqueueentries"],
+                    &["create", "patch"],
+                ),
+                // `add` accepts Node names and addresses.
+                rule(&[""], &["nodes"], &["get", "list"]),
+            ],
+        ),
+        aggregated("hostcycle-queue-user", QUEUE_USER_AGGREGATION_LABEL),
+        piece(
+            "hostcycle-queue-admin-settings",
+            &[QUEUE_ADMIN_AGGREGATION_LABEL],
+            vec![
+                rule(
+                    &["hostcycle.io"],
+                    &["rebootqueues"],
+                    &["create", "update", "patch", "delete"],
+                ),
+                rule(
+                    &["hostcycle.io"],
+                    &["rebootqueueentries"],
+                    &["update", "delete"],
+                ),
+                rule(
+                    &["hostcycle.io"],
+                    &["rebootqueueentries/status"],
+                    &["patch", "update"],
+                ),
+            ],
+        ),
+        aggregated("hostcycle-queue-admin", QUEUE_ADMIN_AGGREGATION_LABEL),
+    ]
+}
+
 pub fn service_account(namespace: &str) -> ServiceAccount {
     ServiceAccount {
         metadata: ObjectMeta {
@@ -453,6 +560,11 @@ pub fn rbac_objects(options: &RbacOptions) -> anyhow::Result<Vec<serde_json::Val
             "ClusterRole",
         )?);
     }
+    if options.runs(ControllerName::RebootQueue) {
+        for role in queue_roles() {
+            objects.push(with_type_meta(&role, RBAC, "ClusterRole")?);
+        }
+    }
     Ok(objects)
 }
 
@@ -492,6 +604,12 @@ mod tests {
                 "RoleBinding",
                 "ClusterRole",
                 "ClusterRoleBinding",
+                "ClusterRole",
+                "ClusterRole",
+                // The reboot queue's roles for people (viewer, user, admin and their pieces).
+                "ClusterRole",
+                "ClusterRole",
+                "ClusterRole",
                 "ClusterRole",
                 "ClusterRole"
             ]

@@ -10,6 +10,8 @@ use hostcycle_api::queue::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::commands::{CommandSet, CommandSets};
+
 /// `RebootQueue.spec` resolved: what the controller and `plan` actually use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueConfig {
@@ -38,10 +40,12 @@ pub struct BackoffConfig {
 /// Reboot and boot-check settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebootConfig {
-    /// `None`: BMC when the node has a BareMetalHost, else Command when a command is set.
+    /// `None`: BMC when the node has a BareMetalHost, else Command when the selected
+    /// command set is configured.
     pub method: Option<RebootMethod>,
-    pub reboot_command: Vec<String>,
-    pub boot_check_command: Vec<String>,
+    /// The command set `Command` runs, from the operator's configuration; `Err` says why
+    /// there is none (for a queue user to read: it never quotes a command).
+    pub commands: Result<CommandSet, String>,
     /// `None`: commands run until they end (`commandTimeoutSeconds: 0`, as CKE's
     /// `command_timeout_seconds: 0`); `bootTimeoutSeconds` still raises its Warning.
     pub command_timeout: Option<Duration>,
@@ -58,8 +62,14 @@ impl Default for QueueConfig {
 }
 
 impl QueueConfig {
-    /// Resolves a spec; an absent `RebootQueue` is `RebootQueueSpec::default()`.
+    /// Resolves a spec without the operator's command sets (an offline plan); an absent
+    /// `RebootQueue` is `RebootQueueSpec::default()`.
     pub fn from_spec(spec: &RebootQueueSpec) -> Self {
+        QueueConfig::resolve(spec, &CommandSets::Unknown)
+    }
+
+    /// Resolves a spec with the operator's command sets: the spec only names one.
+    pub fn resolve(spec: &RebootQueueSpec, command_sets: &CommandSets) -> Self {
         let backoff = spec.drain_backoff.clone().unwrap_or_default();
         let reboot = spec.reboot.clone().unwrap_or_default();
         QueueConfig {
@@ -99,8 +109,9 @@ impl QueueConfig {
             },
             reboot: RebootConfig {
                 method: reboot.method,
-                reboot_command: reboot.reboot_command,
-                boot_check_command: reboot.boot_check_command,
+                commands: command_sets
+                    .select(reboot.commands.as_deref())
+                    .map_err(|why| with_legacy_note(why, &reboot)),
                 command_timeout: match reboot
                     .command_timeout_seconds
                     .unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECONDS)
@@ -120,6 +131,19 @@ impl QueueConfig {
             },
         }
     }
+}
+
+/// `why` there is no command set, telling a queue that still carries the commands older
+/// versions ran from its spec that they are no longer run.
+fn with_legacy_note(why: String, reboot: &hostcycle_api::queue::RebootSpec) -> String {
+    if reboot.reboot_command.is_empty() && reboot.boot_check_command.is_empty() {
+        return why;
+    }
+    format!(
+        "{why}; spec.reboot.rebootCommand and bootCheckCommand are no longer run (whoever may \
+         write the RebootQueue must not choose what the operator runs): see \
+         docs/reboot-queue.md#commands"
+    )
 }
 
 /// Seconds from the API, capped so that adding them to a timestamp can never overflow.
@@ -185,6 +209,55 @@ mod tests {
         assert_eq!(c.backoff.max, Duration::from_secs(1200));
         assert_eq!(c.reboot.method, Some(RebootMethod::Command));
         assert_eq!(c.reboot.command_retries, 2);
+    }
+
+    /// The RebootQueue names a command set at most: commands written into its spec (as older
+    /// versions ran them) never reach the config, and a queue carrying them is told why.
+    #[test]
+    fn commands_come_only_from_the_operators_command_sets() {
+        let legacy = RebootQueueSpec {
+            reboot: Some(RebootSpec {
+                method: Some(RebootMethod::Command),
+                reboot_command: vec!["/tmp/attacker.sh".into()],
+                boot_check_command: vec!["/tmp/attacker.sh".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let why = QueueConfig::resolve(&legacy, &CommandSets::Absent)
+            .reboot
+            .commands
+            .unwrap_err();
+        assert!(why.contains("no longer run"), "{why}");
+        assert!(!why.contains("attacker"), "{why}");
+
+        let data = [(
+            "default".to_string(),
+            "rebootCommand: [/usr/local/bin/reboot-node]\nbootCheckCommand: [/usr/local/bin/booted]\n"
+                .to_string(),
+        )]
+        .into_iter()
+        .collect();
+        let sets = CommandSets::from_config_map_data(Some(&data));
+        let set = QueueConfig::resolve(&legacy, &sets)
+            .reboot
+            .commands
+            .unwrap();
+        assert_eq!(set.reboot, vec!["/usr/local/bin/reboot-node".to_string()]);
+        assert_eq!(set.boot_check, vec!["/usr/local/bin/booted".to_string()]);
+
+        let named = RebootQueueSpec {
+            reboot: Some(RebootSpec {
+                commands: Some("ipmi".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let why = QueueConfig::resolve(&named, &sets)
+            .reboot
+            .commands
+            .unwrap_err();
+        assert!(why.contains("\"ipmi\" is not in ConfigMap"), "{why}");
     }
 
     /// `commandTimeoutSeconds: 0` is CKE's "no timeout"; absent is the 30 s default.

@@ -16,6 +16,8 @@
 //!   timeout, a worker's report, waiting, leaving).
 //! - [`host`]: how a Node finds its BareMetalHost.
 //! - [`address`]: which node addresses the reboot and boot-check commands may get.
+//! - [`commands`]: the operator's command sets, which `Command` runs (never the
+//!   RebootQueue's).
 //! - [`away`]: which nodes known to exist are away (no Node object, fenced, held off): the
 //!   gate counts them.
 //!
@@ -23,6 +25,7 @@
 
 pub mod address;
 pub mod away;
+pub mod commands;
 mod config;
 pub mod drain;
 pub mod entry;

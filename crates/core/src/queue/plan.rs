@@ -741,33 +741,30 @@ fn cannot_reboot<'a>(
 }
 
 /// The reboot method for a node: the configured one, else BMC when it has a usable host,
-/// else Command when a reboot command is set. `Err` says why the node cannot be rebooted.
+/// else Command when the selected command set is configured. `Err` says why the node cannot be rebooted.
 pub fn resolve_method(
     reboot: &super::config::RebootConfig,
     target: &RebootTarget,
 ) -> Result<RebootMethod, String> {
-    let has_commands = !reboot.reboot_command.is_empty() && !reboot.boot_check_command.is_empty();
-    match (reboot.method, target) {
-        (Some(RebootMethod::Command), _) | (None, RebootTarget::NoHost) if has_commands => {
+    match (reboot.method, target, &reboot.commands) {
+        (Some(RebootMethod::Command), _, Ok(_)) | (None, RebootTarget::NoHost, Ok(_)) => {
             Ok(RebootMethod::Command)
         }
-        (Some(RebootMethod::Command), _) => Err(
-            "spec.reboot.method is Command but rebootCommand or bootCheckCommand is empty".into(),
-        ),
-        (_, RebootTarget::Host(_)) => Ok(RebootMethod::Bmc),
-        (_, RebootTarget::UnusableHost { host, why }) => {
+        (Some(RebootMethod::Command), _, Err(why)) => Err(format!(
+            "spec.reboot.method is Command but the command set cannot run: {why}"
+        )),
+        (_, RebootTarget::Host(_), _) => Ok(RebootMethod::Bmc),
+        (_, RebootTarget::UnusableHost { host, why }, _) => {
             Err(format!("its BareMetalHost {host} {why}"))
         }
-        (_, RebootTarget::Refused { why }) => Err(why.clone()),
-        (Some(RebootMethod::Bmc), RebootTarget::NoHost) => Err(
+        (_, RebootTarget::Refused { why }, _) => Err(why.clone()),
+        (Some(RebootMethod::Bmc), RebootTarget::NoHost, _) => Err(
             "no BareMetalHost found for the node (see docs/reboot-queue.md: provider ID, \
              Machine, the hostcycle.io/baremetalhost annotation, or a host of the same name)"
                 .into(),
         ),
-        (None, RebootTarget::NoHost) => Err(
-            "no BareMetalHost found for the node and spec.reboot.rebootCommand / \
-             bootCheckCommand are not set"
-                .into(),
-        ),
+        (None, RebootTarget::NoHost, Err(why)) => Err(format!(
+            "no BareMetalHost found for the node, and no reboot command: {why}"
+        )),
     }
 }

@@ -1,96 +1,50 @@
-//! Index allocation: unique, strictly increasing indices even with many `add`s at once.
+//! Index allocation: unique, strictly increasing indices even with many `add`s at once,
+//! without writing the RebootQueue.
 //!
-//! The next free index lives in the [`NEXT_INDEX_ANNOTATION`] of RebootQueue `default`. A
-//! block of N indices is reserved with compare-and-swap: read the queue, compute the next
-//! index, then write `next + N` with a merge patch carrying the read `resourceVersion` (a
-//! precondition: the API server answers 409 Conflict when anyone wrote in between, and the
-//! reservation is retried after a short random delay). Entry names derive from the index,
-//! so even an index handed out twice (an annotation edited by hand) cannot make two entries:
-//! the second create fails with AlreadyExists and its nodes get a fresh block.
+//! Entry names derive from the index (`RebootQueueEntry::name_for_index`), so creating an
+//! entry claims its index atomically: of two `add`s that picked the same index, the second
+//! create fails with AlreadyExists and its nodes get a fresh block after a short random
+//! delay. The first free index is past every existing entry and past what the RebootQueue
+//! records ([`RebootQueue::next_index`]: the highest index the controller has seen, and the
+//! annotation older versions wrote), so indices keep increasing after entries leave.
+//!
+//! Older versions reserved blocks in an annotation of the RebootQueue. That needed a patch
+//! of the RebootQueue, which RBAC cannot limit to one annotation: whoever could queue a
+//! reboot could rewrite the queue's configuration. `add` now only reads it.
 
-use hostcycle_api::queue::{
-    NEXT_INDEX_ANNOTATION, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry,
-};
+use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, PostParams};
 
-use super::{
-    api_error, get_or_create_queue, is_already_exists, is_conflict, is_object_not_found,
-    jittered_delay, list_entries,
-};
+use super::{api_error, is_already_exists, jittered_delay, list_entries};
 
-/// How many times a reservation that lost a race is tried again.
-pub const RESERVE_ATTEMPTS: u32 = 60;
-/// How many times entries that collided with existing ones get a fresh block.
-const CREATE_ROUNDS: u32 = 10;
+/// How many times entries that collided with a concurrent `add` get a fresh block.
+pub const CREATE_ROUNDS: u32 = 60;
 
-/// The first index of the next block: past the annotation, past every existing entry, and
-/// never 0.
-pub fn next_index(annotation: Option<u64>, highest_entry: Option<u64>) -> u64 {
-    annotation
+/// The first index of the next block: past what the queue records, past every existing
+/// entry, and never 0.
+pub fn next_index(recorded: Option<u64>, highest_entry: Option<u64>) -> u64 {
+    recorded
         .unwrap_or(0)
         .max(highest_entry.map_or(0, |h| h.saturating_add(1)))
         .max(1)
 }
 
-/// Reserves `count` consecutive indices and returns the first.
-pub async fn reserve(client: &Client, count: u64) -> anyhow::Result<u64> {
+/// The first free index now (a read: nothing is reserved).
+pub async fn first_free(client: &Client) -> anyhow::Result<u64> {
     let queues: Api<RebootQueue> = Api::all(client.clone());
-    for attempt in 0..RESERVE_ATTEMPTS {
-        let queue = get_or_create_queue(client).await?;
-        let Some(resource_version) = queue.metadata.resource_version.clone() else {
-            anyhow::bail!(
-                "RebootQueue {REBOOT_QUEUE_NAME} came back without a resourceVersion; \
-                 cannot reserve indices safely"
-            );
-        };
-        let highest = list_entries(client)
-            .await
-            .map_err(|e| api_error(e, "listing RebootQueueEntries"))?
-            .iter()
-            .map(|e| e.spec.index)
-            .max();
-        let next = next_index(queue.next_index(), highest);
-        let Some(end) = next.checked_add(count) else {
-            anyhow::bail!("the reboot queue's indices are exhausted (next index {next})");
-        };
-        let patch = json!({
-            "metadata": {
-                "resourceVersion": resource_version,
-                "annotations": { NEXT_INDEX_ANNOTATION: end.to_string() },
-            }
-        });
-        match queues
-            .patch(
-                REBOOT_QUEUE_NAME,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => return Ok(next),
-            // Someone else reserved (or the queue was deleted) in between: read again.
-            Err(e) if is_conflict(&e) || is_object_not_found(&e) => {
-                tracing::debug!(attempt, "index reservation lost a race; retrying");
-                tokio::time::sleep(jittered_delay(attempt)).await;
-            }
-            Err(e) => {
-                return Err(api_error(
-                    e,
-                    format!(
-                        "reserving indices (annotation {NEXT_INDEX_ANNOTATION} on RebootQueue \
-                         {REBOOT_QUEUE_NAME})"
-                    ),
-                ));
-            }
-        }
-    }
-    anyhow::bail!(
-        "could not reserve indices: the annotation {NEXT_INDEX_ANNOTATION} on RebootQueue \
-         {REBOOT_QUEUE_NAME} changed under every one of {RESERVE_ATTEMPTS} attempts (too many \
-         concurrent adds); nothing more was queued, try again"
-    )
+    let recorded = queues
+        .get_opt(REBOOT_QUEUE_NAME)
+        .await
+        .map_err(|e| api_error(e, format!("reading RebootQueue {REBOOT_QUEUE_NAME}")))?
+        .and_then(|q| q.next_index());
+    let highest = list_entries(client)
+        .await
+        .map_err(|e| api_error(e, "listing RebootQueueEntries"))?
+        .iter()
+        .map(|e| e.spec.index)
+        .max();
+    Ok(next_index(recorded, highest))
 }
 
 /// Creates one entry per node, in order, with strictly increasing indices. Each created
@@ -102,11 +56,14 @@ pub async fn create_entries(
 ) -> anyhow::Result<()> {
     let api: Api<RebootQueueEntry> = Api::all(client.clone());
     let mut remaining: &[String] = nodes;
-    for _ in 0..CREATE_ROUNDS {
+    for round in 0..CREATE_ROUNDS {
         if remaining.is_empty() {
             return Ok(());
         }
-        let first = reserve(client, remaining.len() as u64).await?;
+        let first = first_free(client).await?;
+        if first.checked_add(remaining.len() as u64).is_none() {
+            anyhow::bail!("the reboot queue's indices are exhausted (next index {first})");
+        }
         let mut collided = false;
         let mut done = 0;
         for (offset, node) in remaining.iter().enumerate() {
@@ -123,7 +80,10 @@ pub async fn create_entries(
                     done += 1;
                 }
                 Err(e) if is_already_exists(&e) => {
-                    tracing::debug!(index, "entry name already taken; reserving a new block");
+                    tracing::debug!(
+                        index,
+                        "a concurrent add took this index; trying a new block"
+                    );
                     collided = true;
                     break;
                 }
@@ -144,11 +104,12 @@ pub async fn create_entries(
         if !collided {
             return Ok(());
         }
+        tokio::time::sleep(jittered_delay(round)).await;
     }
     let left: Vec<&str> = remaining.iter().map(String::as_str).collect();
     anyhow::bail!(
-        "entries kept colliding with existing ones after {CREATE_ROUNDS} fresh reservations; \
-         not queued: {}. Is the annotation {NEXT_INDEX_ANNOTATION} being reset? Try again.",
+        "entries kept colliding with concurrent adds after {CREATE_ROUNDS} fresh blocks; not \
+         queued: {}. Try again.",
         left.join(", ")
     )
 }
@@ -158,7 +119,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn next_index_is_past_the_annotation_and_every_entry() {
+    fn next_index_is_past_what_the_queue_records_and_every_entry() {
         #[rustfmt::skip]
         let cases = [
             (None, None, 1),
@@ -174,7 +135,7 @@ mod tests {
             assert_eq!(
                 next_index(annotation, highest),
                 want,
-                "annotation {annotation:?}, highest entry {highest:?}"
+                "recorded {annotation:?}, highest entry {highest:?}"
             );
         }
     }

@@ -1,12 +1,13 @@
 //! `hostcycle reboot-queue` (`hostcycle rq`): the administrator's view of the reboot queue.
 //!
-//! Administrators write `RebootQueueEntry.spec` and `RebootQueue.spec`; the controller
+//! Queue users write `RebootQueueEntry.spec`, administrators `RebootQueue.spec`; the controller
 //! writes status. The one status write here is `reset-backoff`, made with a resourceVersion
 //! precondition like the controller's own, so neither side loses the other's write.
 //!
 //! - [`add`]: reads names, addresses and node lists, refuses nodes already queued, queues
 //!   the rest; [`targets`] resolves names and addresses to Nodes (pure).
-//! - [`index`]: hands out indices with compare-and-swap on the `RebootQueue` annotation.
+//! - [`index`]: hands out indices by creating entries named after them (nothing written on
+//!   the `RebootQueue`: queue users need no write on it).
 //! - [`entries`]: list, cancel, cancel-all, reset-backoff.
 //! - [`switch`]: enable, disable, is-enabled.
 //! - [`wait`]: progress until the queue is empty.
@@ -27,12 +28,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use hostcycle_api::queue::{REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry, RebootQueueSpec};
+use hostcycle_api::queue::RebootQueueEntry;
 use hostcycle_operator::cluster::errors::{
     is_already_exists, is_conflict, is_missing_resource_type, is_object_not_found,
 };
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 
 /// `hostcycle reboot-queue …`
 #[derive(Debug, Args)]
@@ -248,39 +249,6 @@ pub(crate) fn sort_entries(entries: &mut [RebootQueueEntry]) {
             .cmp(&b.spec.index)
             .then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
-}
-
-/// How many times a lost create race for the `RebootQueue` is retried.
-const CREATE_ATTEMPTS: u32 = 5;
-
-/// The `default` RebootQueue, created with an empty spec when absent (a concurrent create
-/// is read back).
-pub(crate) async fn get_or_create_queue(client: &Client) -> anyhow::Result<RebootQueue> {
-    let queues: Api<RebootQueue> = Api::all(client.clone());
-    for _ in 0..CREATE_ATTEMPTS {
-        if let Some(queue) = queues
-            .get_opt(REBOOT_QUEUE_NAME)
-            .await
-            .map_err(|e| api_error(e, format!("reading RebootQueue {REBOOT_QUEUE_NAME}")))?
-        {
-            return Ok(queue);
-        }
-        let fresh = RebootQueue::new(REBOOT_QUEUE_NAME, RebootQueueSpec::default());
-        match queues.create(&PostParams::default(), &fresh).await {
-            Ok(created) => return Ok(created),
-            Err(e) if is_already_exists(&e) => continue,
-            Err(e) => {
-                return Err(api_error(
-                    e,
-                    format!("creating RebootQueue {REBOOT_QUEUE_NAME}"),
-                ));
-            }
-        }
-    }
-    anyhow::bail!(
-        "RebootQueue {REBOOT_QUEUE_NAME} was created and deleted again {CREATE_ATTEMPTS} times \
-         while this command tried to read it; is something deleting it? Try again."
-    )
 }
 
 /// `entry 3 worker-1`, how entries are named in messages.

@@ -8,15 +8,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hostcycle_api::queue::{
-    CORDONED_BY_ANNOTATION, EntryPhase, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry,
-    RebootQueueSpec,
+    CORDONED_BY_ANNOTATION, EntryPhase, REBOOT_COMMANDS_CONFIG_MAP, REBOOT_QUEUE_NAME, RebootQueue,
+    RebootQueueEntry, RebootQueueSpec,
 };
 use hostcycle_bmc::{BmcCredentials, HostConnectOptions};
 use hostcycle_sim::{NodeSimulator, SimConfig, SimHandle, SimHost};
 use hostcycle_testkit::{ClusterOptions, wait_until};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -286,6 +286,33 @@ impl QueueLab {
                 REBOOT_QUEUE_NAME,
                 &PatchParams::default(),
                 &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Configures the operator's command set `name` as an administrator does: a key of
+    /// ConfigMap `hostcycle-reboot-commands` in the operator's namespace. The RebootQueue
+    /// only selects a set (`spec.reboot.commands`, default `default`).
+    pub async fn set_reboot_commands<R: serde::Serialize, B: serde::Serialize>(
+        &self,
+        name: &str,
+        reboot: &[R],
+        boot_check: &[B],
+    ) {
+        let value = json!({ "rebootCommand": reboot, "bootCheckCommand": boot_check }).to_string();
+        let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), super::NS);
+        let patch = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": { "name": REBOOT_COMMANDS_CONFIG_MAP },
+            "data": { name: value },
+        });
+        config_maps
+            .patch(
+                REBOOT_COMMANDS_CONFIG_MAP,
+                &PatchParams::apply("e2e-administrator").force(),
+                &Patch::Apply(&patch),
             )
             .await
             .unwrap();

@@ -16,7 +16,7 @@ pub mod objects;
 pub mod watch;
 
 use hostcycle_api::BareMetalHost;
-use hostcycle_api::queue::{RebootQueue, RebootQueueEntry};
+use hostcycle_api::queue::{REBOOT_COMMANDS_CONFIG_MAP, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::HostRemediation;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Client;
@@ -67,6 +67,9 @@ pub struct ClusterView {
     /// The annotation flow's records: ConfigMaps in the operator's namespace with the record
     /// label (remediation only).
     pub flow_records: Feed<ConfigMap>,
+    /// The reboot queue's command sets: ConfigMap `hostcycle-reboot-commands` in the
+    /// operator's namespace (reboot queue only).
+    pub reboot_commands: Feed<ConfigMap>,
     host_namespace: Option<String>,
     /// The client the watches read through, which the controllers write with.
     client: Client,
@@ -141,13 +144,23 @@ impl ClusterView {
             &mut starters,
             kinds.loops,
             Feed::watch_selected(
-                records_api,
+                records_api.clone(),
                 crate::remediation::records::selector(),
+                Watched::in_namespace("configmaps", Some(&operator_namespace.to_string())),
+            ),
+        );
+        let reboot_commands = keep(
+            &mut starters,
+            kinds.loops,
+            Feed::watch_named(
+                records_api,
+                REBOOT_COMMANDS_CONFIG_MAP,
                 Watched::in_namespace("configmaps", Some(&operator_namespace.to_string())),
             ),
         );
         ClusterView {
             flow_records,
+            reboot_commands,
             hosts,
             nodes,
             machines,
@@ -179,13 +192,15 @@ impl ClusterView {
                 self.entries.clone(),
                 self.queues.clone(),
                 self.flow_records.clone(),
+                self.reboot_commands.clone(),
             )
         });
         async move {
             if let Some(hosts) = hosts {
                 hosts.wait_listed().await;
             }
-            if let Some((nodes, machines, remediations, entries, queues, records)) = loops {
+            if let Some((nodes, machines, remediations, entries, queues, records, commands)) = loops
+            {
                 nodes.wait_listed().await;
                 for m in &machines {
                     m.wait_listed().await;
@@ -194,6 +209,7 @@ impl ClusterView {
                 entries.wait_listed().await;
                 queues.wait_listed().await;
                 records.wait_listed().await;
+                commands.wait_listed().await;
             }
         }
     }

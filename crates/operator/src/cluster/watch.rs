@@ -208,6 +208,17 @@ where
             )
         })
     }
+
+    /// [`Feed::watch`] of the one object named `name` (a field selector).
+    pub fn watch_named(api: Api<K>, name: &str, watched: Watched) -> (Self, Starter) {
+        let fields = format!("metadata.name={name}");
+        Self::from_events(K::DynamicType::default(), watched, move |writer| {
+            reflector(
+                writer,
+                lean_watcher(api, watcher::Config::default().fields(&fields)),
+            )
+        })
+    }
 }
 
 impl<K> Feed<K>

@@ -108,10 +108,24 @@ fn send(job: &CommandJob, reports: &mpsc::UnboundedSender<Report>, kind: ReportK
 }
 
 async fn work(job: &CommandJob, reports: &mpsc::UnboundedSender<Report>) {
+    // The commands come from the operator's command sets, never from the RebootQueue.
+    let set = match &job.config.commands {
+        Ok(set) => set,
+        Err(why) => {
+            send(
+                job,
+                reports,
+                ReportKind::RebootCommandGaveUp {
+                    message: why.clone(),
+                },
+            );
+            return;
+        }
+    };
     let driver = match CommandDriver::new(
         CommandDriverConfig {
-            reboot_command: job.config.reboot_command.clone(),
-            boot_check_command: job.config.boot_check_command.clone(),
+            reboot_command: set.reboot.clone(),
+            boot_check_command: set.boot_check.clone(),
             command_timeout: job.config.command_timeout,
         },
         job.address.clone(),
@@ -271,8 +285,10 @@ mod tests {
             address: address.into(),
             rebooting_since: Timestamp::UNIX_EPOCH,
             config: RebootConfig {
-                reboot_command: reboot_command.clone(),
-                boot_check_command: reboot_command,
+                commands: Ok(hostcycle_core::queue::commands::CommandSet {
+                    reboot: reboot_command.clone(),
+                    boot_check: reboot_command,
+                }),
                 command_timeout: Some(Duration::from_secs(10)),
                 boot_check_interval: Duration::from_millis(10),
                 ..hostcycle_core::queue::QueueConfig::default().reboot

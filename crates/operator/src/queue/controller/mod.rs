@@ -20,7 +20,7 @@ mod status;
 mod workers;
 mod writes;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,12 +30,13 @@ use hostcycle_api::queue::{
     EntryPhase, HostReference, REBOOT_QUEUE_NAME, RebootQueue, RebootQueueEntry, RebootQueueSpec,
     RebootQueueStatus,
 };
+use hostcycle_core::queue::commands::CommandSets;
 use hostcycle_core::queue::drain::drain_deadline;
 use hostcycle_core::queue::reboot::boot_deadline;
 use hostcycle_core::queue::{QueueConfig, QueueNodeView, QueueSnapshot, RebootTarget, plan};
 use hostcycle_core::time::{add, elapsed};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -65,6 +66,9 @@ const MESSAGE_WRITES_IN_FLIGHT: usize = 16;
 struct Stores {
     entries: Store<RebootQueueEntry>,
     queues: Store<RebootQueue>,
+    /// The operator's command sets (ConfigMap `hostcycle-reboot-commands`): what `Command`
+    /// runs. The RebootQueue only names a set.
+    reboot_commands: Store<ConfigMap>,
     nodes: Store<Node>,
     hosts: Store<BareMetalHost>,
     machines: Vec<(kube::discovery::ApiResource, Store<DynamicObject>)>,
@@ -139,6 +143,7 @@ pub fn run(
 fn subscribe(view: &ClusterView, wake: &Arc<Notify>) -> Stores {
     view.entries.wake_on(wake.clone(), |_| true);
     view.queues.wake_on(wake.clone(), |_| true);
+    view.reboot_commands.wake_on(wake.clone(), |_| true);
 
     // Nodes change every heartbeat; wake only when something the queue reads changed.
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
@@ -159,6 +164,7 @@ fn subscribe(view: &ClusterView, wake: &Arc<Notify>) -> Stores {
     Stores {
         entries: view.entries.store().clone(),
         queues: view.queues.store().clone(),
+        reboot_commands: view.reboot_commands.store().clone(),
         nodes: view.nodes.store().clone(),
         hosts: view.hosts.store().clone(),
         machines: view
@@ -368,11 +374,21 @@ impl Controller {
     }
 
     fn queue_config(&self) -> QueueConfig {
-        self.stores
+        // The feed watches that one ConfigMap by name: whatever it holds is it.
+        let commands = self.stores.reboot_commands.state();
+        let command_sets = CommandSets::from_config_map_data(
+            commands
+                .first()
+                .map(|c| c.data.as_ref().unwrap_or(&BTreeMap::new()).clone())
+                .as_ref(),
+        );
+        let spec = self
+            .stores
             .queues
             .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
-            .map(|q| QueueConfig::from_spec(&q.spec))
-            .unwrap_or_default()
+            .map(|q| q.spec.clone())
+            .unwrap_or_default();
+        QueueConfig::resolve(&spec, &command_sets)
     }
 
     /// Entries as the loop knows them: the cache, overlaid with its own newer writes.

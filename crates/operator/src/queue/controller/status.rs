@@ -54,6 +54,24 @@ impl Controller {
             });
         }
         status.message = queue_message(snapshot, plan, &status);
+        // `reboot-queue add` hands out indices above this, so they keep increasing once
+        // entries leave the queue (it writes nothing on the RebootQueue itself).
+        let recorded = self
+            .stores
+            .queues
+            .get(&ObjectRef::new(REBOOT_QUEUE_NAME))
+            .and_then(|q| q.status.as_ref()?.highest_index);
+        // What this loop last wrote too: the cache may not have caught up with it yet.
+        let written = self
+            .last_queue_status
+            .as_ref()
+            .and_then(|s| s.highest_index);
+        status.highest_index = entries
+            .iter()
+            .map(|e| e.spec.index)
+            .chain(recorded)
+            .chain(written)
+            .max();
         let metrics = &self.shared.metrics.queue;
         metrics.enabled.set(i64::from(snapshot.config.enabled));
         for (phase, count) in phases {
