@@ -146,6 +146,8 @@ async fn main() {
             "--bmc-networks",
             "127.0.0.0/8,::1/128",
             "--allow-plain-http-bmc",
+            "--bmc-credentials-label",
+            "none",
         ])
         .args([
             "--metrics-addr",

@@ -125,6 +125,8 @@ async fn main() {
             "--bmc-networks",
             "127.0.0.0/8,::1/128",
             "--allow-plain-http-bmc",
+            "--bmc-credentials-label",
+            "none",
             // Machines and hosts of the rig live in different namespaces.
             "--remediation-request-namespaces=*",
         ])

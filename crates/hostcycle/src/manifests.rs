@@ -46,8 +46,9 @@ pub struct ManifestsArgs {
     /// The operator's `--allow-plain-http-bmc`.
     #[arg(long, requires = "deploy")]
     pub allow_plain_http_bmc: bool,
-    /// The operator's `--bmc-credentials-label` (`KEY=VALUE`).
-    #[arg(long, requires = "deploy")]
+    /// The operator's `--bmc-credentials-label` (`KEY=VALUE`, or `none`); required with
+    /// `--bmc-networks` other than `any`.
+    #[arg(long, requires = "deploy", value_parser = checked_credentials_label)]
     pub bmc_credentials_label: Option<String>,
     /// The operator's `--remediation-request-namespaces` (default
     /// `same-as-host,operator-namespace`).
@@ -82,6 +83,14 @@ pub fn run(args: ManifestsArgs) -> anyhow::Result<()> {
         lease_name,
     };
     if deploy {
+        // The operator would refuse to start: say so now, not in a crash-looping pod.
+        hostcycle_operator::cli::check_credentials_choice(
+            &bmc_networks,
+            bmc_credentials_label
+                .as_deref()
+                .and_then(|l| hostcycle_operator::cli::credentials_label(l).ok())
+                .as_ref(),
+        )?;
         write_deploy(
             &DeployOptions {
                 rbac,
@@ -132,4 +141,9 @@ fn write_deploy(options: &DeployOptions, dir: Option<&std::path::Path>) -> anyho
         }
     }
     Ok(())
+}
+
+/// `--bmc-credentials-label` as the operator will parse it, kept as written.
+fn checked_credentials_label(text: &str) -> Result<String, String> {
+    hostcycle_operator::cli::credentials_label(text).map(|_| text.to_string())
 }

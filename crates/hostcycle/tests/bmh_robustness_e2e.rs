@@ -106,6 +106,8 @@ impl Rig {
                 "--bmc-networks",
                 "127.0.0.0/8,::1/128",
                 "--allow-plain-http-bmc",
+                "--bmc-credentials-label",
+                "none",
             ])
             .args(args)
             .env(

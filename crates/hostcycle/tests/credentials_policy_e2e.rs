@@ -66,6 +66,8 @@ async fn credentials_go_only_where_the_operator_and_the_secret_allow() {
                 "--bmc-networks".into(),
                 "10.99.0.0/16,.bmc.example".into(),
                 "--allow-plain-http-bmc".into(),
+                "--bmc-credentials-label".into(),
+                "none".into(),
             ],
             wait_hosts_ok: false,
             ..LabOptions::default()
@@ -94,7 +96,12 @@ async fn credentials_go_only_where_the_operator_and_the_secret_allow() {
     );
 
     // Inside the networks, but plain HTTP is not allowed.
-    lab.set_bmc_policy(&["--bmc-networks", "127.0.0.0/8"]);
+    lab.set_bmc_policy(&[
+        "--bmc-networks",
+        "127.0.0.0/8",
+        "--bmc-credentials-label",
+        "none",
+    ]);
     lab.start_operator();
     wait_refused(
         &lab,
@@ -104,7 +111,13 @@ async fn credentials_go_only_where_the_operator_and_the_secret_allow() {
     .await;
 
     // Both allowed: the host works, its spec and Secret untouched since creation.
-    lab.set_bmc_policy(&["--bmc-networks", "127.0.0.0/8", "--allow-plain-http-bmc"]);
+    lab.set_bmc_policy(&[
+        "--bmc-networks",
+        "127.0.0.0/8",
+        "--allow-plain-http-bmc",
+        "--bmc-credentials-label",
+        "none",
+    ]);
     lab.start_operator();
     wait_ok(&lab, "powered on and OK once its BMC network is allowed").await;
 

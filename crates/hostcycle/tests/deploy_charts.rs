@@ -338,6 +338,8 @@ fn the_chart_refuses_bad_values() {
             "metricsNamespace=",
             // The hosts' namespace is never the operator's (its ServiceAccount would be there).
             "watchNamespace=hostcycle-system",
+            // BMC networks need a choice of credentials Secrets (a label, or `none`).
+            "bmcNetworks={10.0.0.0/24}",
         ] {
             let chart = chart_dir();
             let output = run_raw(

@@ -114,9 +114,50 @@ pub struct OperatorArgs {
     pub allow_plain_http_bmc: bool,
     /// Use only credentials Secrets with this label (`KEY=VALUE`, e.g.
     /// `hostcycle.io/bmc-credentials=true` or metal3's `environment.metal3.io=baremetal`);
-    /// only their metadata is watched. Default: any Secret a host names.
-    #[arg(long, value_parser = label_requirement)]
-    pub bmc_credentials_label: Option<(String, String)>,
+    /// only their metadata is watched. `none`: any Secret a host names. Required with
+    /// `--bmc-networks` other than `any`: whoever may edit a host should not be able to send
+    /// any Secret of its namespace (a database's, a registry's) to a BMC unnoticed, so the
+    /// administrator chooses.
+    #[arg(long, value_parser = credentials_label)]
+    pub bmc_credentials_label: Option<CredentialsLabel>,
+}
+
+/// `--bmc-credentials-label`: a label credentials Secrets must carry, or `none`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialsLabel {
+    /// `none`: any Secret a host names (metal3's behaviour).
+    AnySecret,
+    /// `KEY=VALUE`.
+    Label(String, String),
+}
+
+pub fn credentials_label(text: &str) -> Result<CredentialsLabel, String> {
+    if text == "none" {
+        return Ok(CredentialsLabel::AnySecret);
+    }
+    label_requirement(text).map(|(k, v)| CredentialsLabel::Label(k, v))
+}
+
+/// Refuses BMC networks without a choice of credentials Secrets: with `--bmc-networks`
+/// narrower than `any`, the administrator cares where credentials go, and must also say
+/// which Secrets may be sent (a label, or `none` for any).
+pub fn check_credentials_choice(
+    networks: &[hostcycle_bmc::destination::BmcNetwork],
+    label: Option<&CredentialsLabel>,
+) -> anyhow::Result<()> {
+    let narrowed = !networks.is_empty()
+        && !networks
+            .iter()
+            .any(|n| matches!(n, hostcycle_bmc::destination::BmcNetwork::Any));
+    if narrowed && label.is_none() {
+        anyhow::bail!(
+            "--bmc-networks is set but --bmc-credentials-label is not: say which Secrets may \
+             be sent to BMCs — a label they carry (metal3's operator labels the Secrets it has \
+             used environment.metal3.io=baremetal; or e.g. hostcycle.io/bmc-credentials=true), \
+             or `none` for any Secret a host names (docs/security.md#where-bmc-credentials-may-go)"
+        );
+    }
+    Ok(())
 }
 
 /// A duration flag's value, in the one command-line grammar: not negative, at most
@@ -170,6 +211,7 @@ fn duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
 
 impl OperatorArgs {
     pub fn into_config(self) -> anyhow::Result<OperatorConfig> {
+        check_credentials_choice(&self.bmc_networks, self.bmc_credentials_label.as_ref())?;
         let identity = self
             .identity
             .or_else(|| std::env::var("POD_NAME").ok())
@@ -246,7 +288,12 @@ impl OperatorArgs {
                         networks: self.bmc_networks.clone(),
                         allow_plain_http: self.allow_plain_http_bmc,
                     },
-                    label: self.bmc_credentials_label.clone(),
+                    label: match &self.bmc_credentials_label {
+                        Some(CredentialsLabel::Label(key, value)) => {
+                            Some((key.clone(), value.clone()))
+                        }
+                        Some(CredentialsLabel::AnySecret) | None => None,
+                    },
                 },
                 ..BmhControllerConfig::default()
             },
@@ -330,6 +377,34 @@ mod tests {
             config.remediation.request_namespaces.to_string(),
             "same-as-host,operator-namespace,default"
         );
+        // Networks narrower than `any` need a choice of Secrets: a label, or `none`.
+        let refused = Cli::try_parse_from(["x", "--bmc-networks", "10.0.0.0/24"])
+            .unwrap()
+            .operator
+            .into_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("--bmc-credentials-label is not"),
+            "{refused}"
+        );
+        for ok in [
+            &["x", "--bmc-networks", "any"][..],
+            &[
+                "x",
+                "--bmc-networks",
+                "10.0.0.0/24",
+                "--bmc-credentials-label",
+                "none",
+            ][..],
+        ] {
+            let config = Cli::try_parse_from(ok)
+                .unwrap()
+                .operator
+                .into_config()
+                .unwrap();
+            assert_eq!(config.bmh.credentials.label, None, "{ok:?}");
+        }
         let config = Cli::try_parse_from([
             "x",
             "--bmc-networks",

@@ -511,8 +511,10 @@ mod tests {
 
     const HOSTS: &str = "/apis/metal3.io/v1alpha1/baremetalhosts";
     const SECRETS: &str = "/api/v1/secrets";
-    const LOOP_KINDS: [&str; 6] = [
-        // The annotation flow's records, in the operator's namespace only (by label).
+    const LOOP_KINDS: [&str; 7] = [
+        // ConfigMaps in the operator's namespace only, two sets: the annotation flow's
+        // records (by label) and the reboot queue's command sets (one, by name).
+        "/api/v1/namespaces/default/configmaps",
         "/api/v1/namespaces/default/configmaps",
         "/api/v1/nodes",
         "/apis/cluster.x-k8s.io/v1beta1/machines",
@@ -527,7 +529,10 @@ mod tests {
         expected.extend(LOOP_KINDS);
         expected.sort();
         let lists = lists_sent(&ControllerName::ALL, &expected).await;
-        assert_eq!(lists, expected, "one list per kind, then its one watch");
+        assert_eq!(
+            lists, expected,
+            "one list per kind (per selector), then its one watch"
+        );
     }
 
     #[tokio::test]

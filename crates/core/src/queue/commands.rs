@@ -141,6 +141,7 @@ fn check_command(field: &str, argv: Vec<String>) -> Result<Vec<String>, String> 
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn sets(pairs: &[(&str, &str)]) -> CommandSets {
@@ -167,27 +168,94 @@ mod tests {
             vec!["a"; MAX_COMMAND_ARGS + 1].join(", ")
         );
         #[rustfmt::skip]
-        let cases: Vec<(&str, CommandSets, Option<&str>, Result<CommandSet, Vec<&str>>)> = vec![
-            ("default set", sets(&[("default", good)]), None, Ok(set.clone())),
-            ("named set", sets(&[("ssh", good)]), Some("ssh"), Ok(set.clone())),
-            ("unset name reads default, which is missing", sets(&[("ssh", good)]), None,
-                Err(vec!["\"default\" is not in ConfigMap hostcycle-reboot-commands"])),
-            ("ConfigMap absent", CommandSets::Absent, Some("ssh"),
-                Err(vec!["no reboot commands are configured", "\"ssh\""])),
-            ("not read", CommandSets::Unknown, None, Err(vec!["not known here"])),
-            ("missing boot check", sets(&[("default", "rebootCommand: [a]\n")]), None,
-                Err(vec!["\"default\"", "is invalid", "bootCheckCommand"])),
-            ("empty reboot command", sets(&[("default", "rebootCommand: []\nbootCheckCommand: [b]\n")]), None,
-                Err(vec!["is invalid: rebootCommand is empty"])),
-            ("blank program", sets(&[("default", "rebootCommand: [\" \"]\nbootCheckCommand: [b]\n")]), None,
-                Err(vec!["rebootCommand names no program"])),
-            ("unknown field", sets(&[("default", "rebootCommand: [a]\nbootCheckCommand: [b]\nshell: true\n")]), None,
-                Err(vec!["is invalid"])),
-            ("a string, not a list", sets(&[("default", "rebootCommand: reboot now\nbootCheckCommand: [b]\n")]), None,
-                Err(vec!["is invalid"])),
-            ("huge argument", sets(&[("default", &huge_arg)]), None, Err(vec!["longer than 4096 bytes"])),
-            ("too many arguments", sets(&[("default", &many)]), None, Err(vec!["more than 64 arguments"])),
-            ("huge value", sets(&[("default", &"#".repeat(MAX_SET_BYTES + 1))]), None, Err(vec!["longer than 65536 bytes"])),
+        type Case<'a> = (&'a str, CommandSets, Option<&'a str>, Result<CommandSet, Vec<&'a str>>);
+        let cases: Vec<Case> = vec![
+            (
+                "default set",
+                sets(&[("default", good)]),
+                None,
+                Ok(set.clone()),
+            ),
+            (
+                "named set",
+                sets(&[("ssh", good)]),
+                Some("ssh"),
+                Ok(set.clone()),
+            ),
+            (
+                "unset name reads default, which is missing",
+                sets(&[("ssh", good)]),
+                None,
+                Err(vec![
+                    "\"default\" is not in ConfigMap hostcycle-reboot-commands",
+                ]),
+            ),
+            (
+                "ConfigMap absent",
+                CommandSets::Absent,
+                Some("ssh"),
+                Err(vec!["no reboot commands are configured", "\"ssh\""]),
+            ),
+            (
+                "not read",
+                CommandSets::Unknown,
+                None,
+                Err(vec!["not known here"]),
+            ),
+            (
+                "missing boot check",
+                sets(&[("default", "rebootCommand: [a]\n")]),
+                None,
+                Err(vec!["\"default\"", "is invalid", "bootCheckCommand"]),
+            ),
+            (
+                "empty reboot command",
+                sets(&[("default", "rebootCommand: []\nbootCheckCommand: [b]\n")]),
+                None,
+                Err(vec!["is invalid: rebootCommand is empty"]),
+            ),
+            (
+                "blank program",
+                sets(&[("default", "rebootCommand: [\" \"]\nbootCheckCommand: [b]\n")]),
+                None,
+                Err(vec!["rebootCommand names no program"]),
+            ),
+            (
+                "unknown field",
+                sets(&[(
+                    "default",
+                    "rebootCommand: [a]\nbootCheckCommand: [b]\nshell: true\n",
+                )]),
+                None,
+                Err(vec!["is invalid"]),
+            ),
+            (
+                "a string, not a list",
+                sets(&[(
+                    "default",
+                    "rebootCommand: reboot now\nbootCheckCommand: [b]\n",
+                )]),
+                None,
+                Err(vec!["is invalid"]),
+            ),
+            (
+                "huge argument",
+                sets(&[("default", &huge_arg)]),
+                None,
+                Err(vec!["longer than 4096 bytes"]),
+            ),
+            (
+                "too many arguments",
+                sets(&[("default", &many)]),
+                None,
+                Err(vec!["more than 64 arguments"]),
+            ),
+            (
+                "huge value",
+                sets(&[("default", &"#".repeat(MAX_SET_BYTES + 1))]),
+                None,
+                Err(vec!["longer than 65536 bytes"]),
+            ),
         ];
         for (name, sets, selected, want) in cases {
             let got = sets.select(selected);

@@ -154,6 +154,7 @@ fn secs(n: u64) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use hostcycle_api::queue::{DrainBackoffSpec, RebootSpec};
 

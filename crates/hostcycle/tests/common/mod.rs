@@ -103,11 +103,13 @@ pub struct LabOptions {
     pub bmc_policy_args: Vec<String>,
 }
 
-/// The emulators listen on loopback, over plain HTTP.
-pub const LOOPBACK_BMC_POLICY: [&str; 3] = [
+/// The emulators listen on loopback, over plain HTTP; any Secret a host names may be sent.
+pub const LOOPBACK_BMC_POLICY: [&str; 5] = [
     "--bmc-networks",
     "127.0.0.0/8,::1/128",
     "--allow-plain-http-bmc",
+    "--bmc-credentials-label",
+    "none",
 ];
 
 impl Default for LabOptions {
