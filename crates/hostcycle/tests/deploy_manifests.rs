@@ -893,21 +893,24 @@ async fn a_queue_user_queues_reboots_but_cannot_change_what_runs() {
         let name = RebootQueueEntry::name_for_index(if node == "worker-1" { 41 } else { 42 });
         entries.delete(&name, &Default::default()).await.unwrap();
     }
-    let mut emptied = false;
-    for _ in 0..50 {
-        if entries
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-        {
-            emptied = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(emptied, "the entries to be deleted");
+    wait_until(
+        "the queue's entries to be deleted",
+        Duration::from_secs(20),
+        || {
+            let entries = entries.clone();
+            async move {
+                entries
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
     let (ok, said) = rq(&as_user, &["add", "worker-2"]);
     assert!(ok, "rq add after the queue emptied: {said}");
     let again = entries.list(&ListParams::default()).await.unwrap().items;

@@ -334,15 +334,10 @@ pub const CAPI_AGGREGATION_LABEL: &str = "cluster.x-k8s.io/aggregate-to-manager"
 /// What a health checker needs to drive hostcycle's remediation: read the templates,
 /// create and delete the requests. Aggregated into the checker's own role by `label`.
 pub fn checker_role(name: &str, label: &str) -> ClusterRole {
-    let mut labels = labels();
-    labels.insert(label.to_string(), "true".to_string());
-    ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(labels),
-            ..Default::default()
-        },
-        rules: Some(vec![
+    labelled_cluster_role(
+        name,
+        &[label],
+        vec![
             rule(
                 &["hostcycle.io"],
                 &["hostremediationtemplates"],
@@ -355,7 +350,24 @@ pub fn checker_role(name: &str, label: &str) -> ClusterRole {
                     "get", "list", "watch", "create", "update", "patch", "delete",
                 ],
             ),
-        ]),
+        ],
+    )
+}
+
+/// A ClusterRole with hostcycle's labels plus `extra_labels` set to `"true"` (the labels
+/// that aggregate it into other roles).
+fn labelled_cluster_role(name: &str, extra_labels: &[&str], rules: Vec<PolicyRule>) -> ClusterRole {
+    let mut labels = labels();
+    for label in extra_labels {
+        labels.insert(label.to_string(), "true".to_string());
+    }
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        rules: Some(rules),
         ..Default::default()
     }
 }
@@ -382,21 +394,7 @@ pub const VIEW_AGGREGATION_LABEL: &str = "rbac.authorization.k8s.io/aggregate-to
 /// cluster can add rules to them. Neither is aggregated into `edit` or `admin`: those are
 /// bound per namespace, and rebooting Nodes is a cluster-wide power.
 pub fn queue_roles() -> Vec<ClusterRole> {
-    let piece = |name: &str, extra_labels: &[&str], rules: Vec<PolicyRule>| {
-        let mut labels = labels();
-        for label in extra_labels {
-            labels.insert(label.to_string(), "true".to_string());
-        }
-        ClusterRole {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(labels),
-                ..Default::default()
-            },
-            rules: Some(rules),
-            ..Default::default()
-        }
-    };
+    let piece = labelled_cluster_role;
     let aggregated = |name: &str, label: &str| ClusterRole {
         metadata: ObjectMeta {
             name: Some(name.into()),
