@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use hostcycle_api::{BareMetalHost, CredentialsStatus};
+use hostcycle_bmc::destination::DestinationRefused;
 use hostcycle_bmc::{
     BmcAddress, BmcConnector, BmcCredentials, BmcError, CredentialsError, HostConnectOptions,
     PowerDriver, PowerOutcome, PowerState, credentials_from_secret,
@@ -114,6 +115,8 @@ type DriverMap = HashMap<String, (DriverKey, Arc<dyn PowerDriver>, String)>;
 pub struct DriverCache {
     connector: BmcConnector,
     drivers: Mutex<DriverMap>,
+    /// The last networks refusal logged per host UID ([`DriverCache::log_networks_refusal`]).
+    refusals_logged: Mutex<HashMap<String, String>>,
 }
 
 /// A host's driver and the credentials it uses, or why there is none.
@@ -127,6 +130,7 @@ impl DriverCache {
         DriverCache {
             connector,
             drivers: Mutex::default(),
+            refusals_logged: Mutex::default(),
         }
     }
 
@@ -134,6 +138,14 @@ impl DriverCache {
     /// are never seen with a deletion timestamp.
     pub fn retain_hosts(&self, live: impl Fn(&str) -> bool) {
         self.lock().retain(|uid, _| live(uid));
+        self.refusals().retain(|uid, _| live(uid));
+    }
+
+    fn refusals(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        match self.refusals_logged.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 
     /// How many drivers are cached.
@@ -148,6 +160,7 @@ impl DriverCache {
     /// Forgets a deleted host's driver.
     pub fn forget(&self, uid: &str) {
         self.lock().remove(uid);
+        self.refusals().remove(uid);
     }
 
     /// Logs every cached driver out of its BMC (closes the Redfish sessions), all at once,
@@ -170,6 +183,30 @@ impl DriverCache {
                 "logging out of the BMCs timed out; their sessions expire on their own"
             );
         }
+    }
+
+    /// Logs a refusal by the BMC networks with what the host's status leaves out (the
+    /// configured networks), once per host and message: a reconcile repeats it every poll.
+    fn log_networks_refusal(
+        &self,
+        host: &BareMetalHost,
+        policy: &super::CredentialsPolicy,
+        message: &str,
+    ) {
+        let uid = host.uid().unwrap_or_default();
+        {
+            let mut logged = self.refusals();
+            if logged.get(&uid).is_some_and(|m| m == message) {
+                return;
+            }
+            logged.insert(uid, message.to_string());
+        }
+        tracing::warn!(
+            host = %format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any()),
+            bmc_networks = %policy.destinations.networks_text(),
+            refusal = %message,
+            "BMC credentials refused: the BMC address is outside --bmc-networks"
+        );
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, DriverMap> {
@@ -212,7 +249,12 @@ impl DriverCache {
                 });
             }
         };
-        check_credentials_use(policy, &secret, &bmc.address)?;
+        if let Err(refused) = check_credentials_use(policy, &secret, &bmc.address) {
+            if refused.outside_networks {
+                self.log_networks_refusal(host, policy, &refused.failure.message);
+            }
+            return Err(refused.failure);
+        }
         let key = DriverKey {
             address: bmc.address.clone(),
             disable_certificate_verification: bmc.disable_certificate_verification.unwrap_or(false),
@@ -256,6 +298,22 @@ impl DriverCache {
     }
 }
 
+/// Why `check_credentials_use` refused.
+struct CredentialsUseRefused {
+    failure: BmcFailure,
+    /// Refused by `--bmc-networks`: the operator logs the networks the status leaves out.
+    outside_networks: bool,
+}
+
+impl From<BmcFailure> for CredentialsUseRefused {
+    fn from(failure: BmcFailure) -> Self {
+        CredentialsUseRefused {
+            failure,
+            outside_networks: false,
+        }
+    }
+}
+
 /// Whether `secret`'s credentials may be sent to `address` (see
 /// `hostcycle_bmc::destination`). An address that does not parse is left to the driver,
 /// which refuses it with its own message.
@@ -263,7 +321,7 @@ fn check_credentials_use(
     policy: &super::CredentialsPolicy,
     secret: &Secret,
     address: &str,
-) -> Result<(), BmcFailure> {
+) -> Result<(), CredentialsUseRefused> {
     if let Some((key, value)) = &policy.label {
         let labelled = secret
             .metadata
@@ -272,14 +330,14 @@ fn check_credentials_use(
             .and_then(|l| l.get(key))
             .is_some_and(|v| v == value);
         if !labelled {
-            return Err(BmcFailure {
+            return Err(CredentialsUseRefused::from(BmcFailure {
                 kind: BmcFailureKind::Credentials,
                 message: format!(
                     "the credentials Secret is not labelled {key}={value}, which the operator \
                      requires of BMC credentials (--bmc-credentials-label): label it (someone \
                      who may edit the Secret)"
                 ),
-            });
+            }));
         }
     }
     let Ok(parsed) = BmcAddress::parse(address) else {
@@ -293,9 +351,15 @@ fn check_credentials_use(
     policy
         .destinations
         .check(&parsed, listed.map(String::as_str))
-        .map_err(|refused| BmcFailure {
-            kind: BmcFailureKind::Credentials,
-            message: refused.to_string(),
+        .map_err(|refused| CredentialsUseRefused {
+            outside_networks: matches!(
+                refused,
+                DestinationRefused::OutsideNetworks { .. } | DestinationRefused::NoNetworks { .. }
+            ),
+            failure: BmcFailure {
+                kind: BmcFailureKind::Credentials,
+                message: refused.to_string(),
+            },
         })
 }
 
@@ -331,7 +395,9 @@ pub fn failure_from(e: &BmcError) -> BmcFailure {
 
 fn failure_kind(e: &BmcError) -> BmcFailureKind {
     match e {
-        BmcError::AuthenticationFailed { .. } => BmcFailureKind::Credentials,
+        BmcError::AuthenticationFailed { .. } | BmcError::DestinationRefused(_) => {
+            BmcFailureKind::Credentials
+        }
         BmcError::Connection { .. } | BmcError::Certificate { .. } | BmcError::Timeout { .. } => {
             BmcFailureKind::Unreachable
         }
