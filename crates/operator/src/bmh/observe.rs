@@ -187,17 +187,18 @@ impl DriverCache {
 
     /// Logs a refusal by the BMC networks with what the host's status leaves out (the
     /// configured networks), once per host and message: a reconcile repeats it every poll.
+    /// Returns whether it logged.
     fn log_networks_refusal(
         &self,
         host: &BareMetalHost,
         policy: &super::CredentialsPolicy,
         message: &str,
-    ) {
+    ) -> bool {
         let uid = host.uid().unwrap_or_default();
         {
             let mut logged = self.refusals();
             if logged.get(&uid).is_some_and(|m| m == message) {
-                return;
+                return false;
             }
             logged.insert(uid, message.to_string());
         }
@@ -207,6 +208,7 @@ impl DriverCache {
             refusal = %message,
             "BMC credentials refused: the BMC address is outside --bmc-networks"
         );
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, DriverMap> {
@@ -251,7 +253,7 @@ impl DriverCache {
         };
         if let Err(refused) = check_credentials_use(policy, &secret, &bmc.address) {
             if refused.outside_networks {
-                self.log_networks_refusal(host, policy, &refused.failure.message);
+                let _logged = self.log_networks_refusal(host, policy, &refused.failure.message);
             }
             return Err(refused.failure);
         }
@@ -498,6 +500,13 @@ mod tests {
             (timeout, BmcFailureKind::Unreachable),
             (missing, BmcFailureKind::Other),
             (exhausted, BmcFailureKind::Unreachable),
+            (
+                BmcError::DestinationRefused(DestinationRefused::ResolvesOutsideNetworks {
+                    host: "r12.oob".into(),
+                    address: "10.96.4.7".into(),
+                }),
+                BmcFailureKind::Credentials,
+            ),
         ];
         for (error, kind) in cases {
             let failure = failure_from(&error);
@@ -655,6 +664,51 @@ mod tests {
         cache.close_all(std::time::Duration::from_secs(5)).await;
         assert_eq!(server.open_sessions(), 0);
         assert!(cache.is_empty());
+    }
+
+    /// The host's status names the refused address and the flag; the networks go to the
+    /// operator's log, once per host and message.
+    #[test]
+    fn a_networks_refusal_leaves_the_networks_out_of_the_status_and_is_logged_once() {
+        let policy = crate::bmh::CredentialsPolicy {
+            destinations: hostcycle_bmc::destination::CredentialDestinations {
+                networks: ["10.99.0.0/16", ".bmc.example"]
+                    .iter()
+                    .map(|n| n.parse().unwrap())
+                    .collect(),
+                allow_plain_http: false,
+            },
+            label: None,
+        };
+        let secret = Secret::default();
+        let refused =
+            check_credentials_use(&policy, &secret, "redfish://10.0.1.5/redfish/v1/Systems/1")
+                .err()
+                .unwrap();
+        assert!(refused.outside_networks);
+        assert_eq!(refused.failure.kind, BmcFailureKind::Credentials);
+        let message = &refused.failure.message;
+        assert!(message.contains("10.0.1.5"), "{message}");
+        assert!(message.contains("--bmc-networks"), "{message}");
+        assert!(!message.contains("10.99.0.0/16"), "{message}");
+        assert!(!message.contains(".bmc.example"), "{message}");
+        // Plain HTTP is not a networks refusal: nothing to log.
+        let plain = check_credentials_use(&policy, &secret, "redfish+http://10.99.0.5")
+            .err()
+            .unwrap();
+        assert!(!plain.outside_networks);
+
+        let cache = DriverCache::new(BmcConnector::new(ConnectorOptions::default()));
+        let mut host = BareMetalHost::new("h", Default::default());
+        host.metadata.namespace = Some("ns".into());
+        host.metadata.uid = Some("u1".into());
+        assert!(cache.log_networks_refusal(&host, &policy, message));
+        assert!(!cache.log_networks_refusal(&host, &policy, message), "once");
+        assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
+        cache.forget("u1");
+        assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
+        host.metadata.uid = Some("u2".into());
+        assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
     }
 
     #[test]
