@@ -166,8 +166,9 @@ impl IpmiDriver {
         args: &[&str],
         repeatable: bool,
     ) -> Result<String, BmcError> {
-        let operation = format!("{subcommand} {}", args.join(" "));
+        // Resolved and checked before anything runs: ipmitool gets the checked IP.
         let target = self.target_ip().await?;
+        let operation = format!("{subcommand} {}", args.join(" "));
         let mut command = tokio::process::Command::new(&self.options.ipmitool);
         command
             .args([
