@@ -167,7 +167,7 @@ impl IpmiDriver {
         repeatable: bool,
     ) -> Result<String, BmcError> {
         // Resolved and checked before anything runs: ipmitool gets the checked IP.
-        let target = self.target_ip().await?;
+        let checked_bmc_ip = self.target_ip().await?;
         let operation = format!("{subcommand} {}", args.join(" "));
         let mut command = tokio::process::Command::new(&self.options.ipmitool);
         command
@@ -177,7 +177,7 @@ impl IpmiDriver {
                 "-C",
                 &self.options.cipher_suite.to_string(),
             ])
-            .args(["-H", &target, "-p", &self.address.port.to_string()])
+            .args(["-H", &checked_bmc_ip, "-p", &self.address.port.to_string()])
             .args(["-U", self.credentials.username(), "-E"])
             .args(["-N", &self.options.packet_timeout_secs.to_string()])
             .args(["-R", &self.options.packet_retries.to_string()])
