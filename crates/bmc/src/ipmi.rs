@@ -128,9 +128,9 @@ impl IpmiDriver {
 
     /// The IP ipmitool is pointed at: the address itself, or what its name resolves to,
     /// checked against the BMC networks (every address; the first is used).
-    async fn target_ip(&self) -> Result<String, BmcError> {
+    async fn target_ip(&self) -> Result<std::net::IpAddr, BmcError> {
         let name = match &self.address.host {
-            BmcHost::Ip(ip) => return Ok(ip.to_string()),
+            BmcHost::Ip(ip) => return Ok(*ip),
             BmcHost::Name(name) => name,
         };
         let resolved = tokio::time::timeout(
@@ -144,7 +144,7 @@ impl IpmiDriver {
         })?;
         match resolved {
             Ok(addresses) => match addresses.first() {
-                Some(address) => Ok(address.ip().to_string()),
+                Some(address) => Ok(address.ip()),
                 None => Err(BmcError::Connection {
                     endpoint: self.endpoint.clone(),
                     detail: format!("{name} resolves to no address"),
@@ -177,7 +177,12 @@ impl IpmiDriver {
                 "-C",
                 &self.options.cipher_suite.to_string(),
             ])
-            .args(["-H", &checked_bmc_ip, "-p", &self.address.port.to_string()])
+            .args([
+                "-H",
+                &checked_bmc_ip.to_string(),
+                "-p",
+                &self.address.port.to_string(),
+            ])
             .args(["-U", self.credentials.username(), "-E"])
             .args(["-N", &self.options.packet_timeout_secs.to_string()])
             .args(["-R", &self.options.packet_retries.to_string()])
