@@ -96,7 +96,7 @@ impl BmcResolver {
     pub async fn resolve(&self, name: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
         let name = crate::destination::without_final_dot(name).to_ascii_lowercase();
         let addresses = if self.inner.rule.absolute() {
-            match self.from_hosts_file(&name).await {
+            match self.hosts_file_lookup(&name).await {
                 Some(found) => found,
                 None => lookup(&format!("{name}."), " (as an absolute name)", &name).await?,
             }
@@ -115,7 +115,7 @@ impl BmcResolver {
 
     /// The hosts file's addresses for `name`; `None` when it lists none or cannot be read
     /// (a pod always has one; without it, DNS answers).
-    async fn from_hosts_file(&self, name: &str) -> Option<Vec<IpAddr>> {
+    async fn hosts_file_lookup(&self, name: &str) -> Option<Vec<IpAddr>> {
         let file = tokio::fs::File::open(&self.inner.hosts_file).await.ok()?;
         let mut text = String::new();
         use tokio::io::AsyncReadExt;
