@@ -330,11 +330,15 @@ fn host_of(raw: &str, url: &Url) -> Result<BmcHost, AddressError> {
 }
 
 /// Validates a host name (schemes like `redfish` are not "special" to the URL parser, so
-/// their hosts arrive unchecked). Dotted-quad names are parsed as IPv4.
+/// their hosts arrive unchecked). Dotted-quad names are parsed as IPv4. An absolute name
+/// (`r12.oob.`) is kept without its final dot: hostcycle resolves every BMC name as an
+/// absolute name anyway (crate::resolve), and without the dot it is the same host for the
+/// operator's networks, a Secret's address list, the TLS name and the `Host` header.
 fn host_from_name(raw: &str, name: &str) -> Result<BmcHost, AddressError> {
     if name.is_empty() {
         return Err(AddressError::new(raw, "the host is missing"));
     }
+    let name = crate::destination::without_final_dot(name);
     if let Ok(ip) = name.parse::<IpAddr>() {
         return Ok(BmcHost::Ip(ip));
     }
@@ -467,6 +471,34 @@ mod tests {
         assert_eq!((i.host.to_string(), i.port), ("bmc-7.rack3".into(), 623));
         let i = ipmi("IPMI://Bmc-7:1623/");
         assert_eq!((i.host.to_string(), i.port), ("bmc-7".into(), 1623));
+    }
+
+    #[test]
+    fn absolute_names_are_accepted_without_their_final_dot() {
+        let r = redfish("redfish://R12.oob./redfish/v1/Systems/1");
+        assert_eq!(r.base_url.as_str(), "https://r12.oob/");
+        assert_eq!(r.endpoint(), "https://r12.oob:443");
+        let r = redfish("redfish+http://bmc.test.:8000");
+        assert_eq!(r.endpoint(), "http://bmc.test:8000");
+        let i = ipmi("ipmi://r12.oob.:6230");
+        assert_eq!((i.host.to_string(), i.port), ("r12.oob".into(), 6230));
+        let i = ipmi("r12.oob.");
+        assert_eq!((i.host.to_string(), i.port), ("r12.oob".into(), 623));
+        assert_eq!(
+            BmcAddress::parse("redfish://r12.oob.").unwrap(),
+            BmcAddress::parse("redfish://r12.oob").unwrap()
+        );
+        for raw in [
+            "redfish://./",
+            "redfish://r12.oob../",
+            "ipmi://..",
+            "r12..oob.",
+        ] {
+            assert!(
+                BmcAddress::parse(raw).is_err(),
+                "{raw:?} should be rejected"
+            );
+        }
     }
 
     #[test]

@@ -63,6 +63,9 @@ impl FromStr for BmcNetwork {
             Some(rest) => (true, rest),
             None => (false, value),
         };
+        // An absolute name (`r12.oob.`) is the name: hostcycle resolves every BMC name as
+        // an absolute one (crate::resolve), so the dot changes nothing.
+        let name = without_final_dot(name);
         if !is_dns_name(name) {
             return Err(format!(
                 "{:?} is not a BMC network: write a CIDR (10.0.0.0/24, fd00::/64), an IP, a DNS \
@@ -115,6 +118,15 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// `name` without the one final dot of an absolute name (`r12.oob.` → `r12.oob`); a lone
+/// `.` stays (it is no name).
+pub(crate) fn without_final_dot(name: &str) -> &str {
+    match name.strip_suffix('.') {
+        Some(head) if !head.is_empty() => head,
+        _ => name,
+    }
+}
+
 /// `host` is a DNS name: labels of letters, digits, `-` and `_`, not starting or ending
 /// with `-`, at most 63 bytes each and 253 in all.
 fn is_dns_name(host: &str) -> bool {
@@ -148,12 +160,10 @@ impl CredentialDestinations {
         }
     }
 
-    fn networks_text(&self) -> String {
-        if self.networks.is_empty() {
-            return "none are configured".into();
-        }
-        let list: Vec<String> = self.networks.iter().map(ToString::to_string).collect();
-        list.join(",")
+    /// The configured networks as `--bmc-networks` takes them, for the operator's log (never
+    /// for a host's status: a host editor learns only that their address was refused).
+    pub fn networks_text(&self) -> String {
+        networks_text(&self.networks)
     }
 
     /// May the credentials of a Secret annotated `secret_addresses` (the value of
@@ -172,10 +182,14 @@ impl CredentialDestinations {
                 endpoint: address.endpoint(),
             });
         }
+        if self.networks.is_empty() {
+            return Err(DestinationRefused::NoNetworks {
+                host: host.to_string(),
+            });
+        }
         if !self.networks.iter().any(|n| n.contains(&host)) {
             return Err(DestinationRefused::OutsideNetworks {
                 host: host.to_string(),
-                networks: self.networks_text(),
             });
         }
         if let Some(listed) = secret_addresses {
@@ -208,6 +222,97 @@ impl CredentialDestinations {
             }
         }
         Ok(())
+    }
+}
+
+/// `networks` as `--bmc-networks` takes them (`none are configured` when empty).
+pub fn networks_text(networks: &[BmcNetwork]) -> String {
+    if networks.is_empty() {
+        return "none are configured".into();
+    }
+    let list: Vec<String> = networks.iter().map(ToString::to_string).collect();
+    list.join(",")
+}
+
+/// How a BMC's DNS name becomes the addresses the drivers connect to, under `networks`
+/// (`--bmc-networks`); see [`crate::resolve`].
+///
+/// - With `any` among the networks (metal3's behaviour, and the `hostcycle bmc` CLI): the
+///   system resolver, the name as written, search list included; no address is checked.
+/// - Otherwise the name is resolved as an **absolute** name (never completed with the pod's
+///   DNS search list, where a cluster Service could answer for it), and when the networks
+///   hold CIDRs or IPs **every** address it resolves to must lie in one of them: a name
+///   admitted by a name or suffix entry still cannot lead the credentials out of the
+///   networks. With names and suffixes only, the administrator trusts those names' DNS:
+///   their addresses are not checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameResolution {
+    System,
+    Absolute {
+        /// The CIDR and IP entries; empty when only names or suffixes are configured.
+        cidrs: Vec<IpNet>,
+        /// No networks at all: no name may be resolved (nothing is sent anywhere).
+        none_configured: bool,
+    },
+}
+
+impl NameResolution {
+    /// The rule for `networks` (see the type's documentation).
+    pub fn for_networks(networks: &[BmcNetwork]) -> Self {
+        if networks.contains(&BmcNetwork::Any) {
+            return NameResolution::System;
+        }
+        NameResolution::Absolute {
+            cidrs: networks
+                .iter()
+                .filter_map(|n| match n {
+                    BmcNetwork::Cidr(net) => Some(*net),
+                    _ => None,
+                })
+                .collect(),
+            none_configured: networks.is_empty(),
+        }
+    }
+
+    /// Whether names are resolved as absolute names.
+    pub fn absolute(&self) -> bool {
+        matches!(self, NameResolution::Absolute { .. })
+    }
+
+    /// May a driver connect to `addresses`, what `name` resolved to? All of them must be
+    /// allowed: the resolver's order, or a connection attempt falling back to the next
+    /// address, must not decide where credentials go.
+    pub fn check_resolved(
+        &self,
+        name: &str,
+        addresses: &[IpAddr],
+    ) -> Result<(), DestinationRefused> {
+        let NameResolution::Absolute {
+            cidrs,
+            none_configured,
+        } = self
+        else {
+            return Ok(());
+        };
+        if *none_configured {
+            return Err(DestinationRefused::NoNetworks {
+                host: name.to_string(),
+            });
+        }
+        if cidrs.is_empty() {
+            return Ok(());
+        }
+        match addresses
+            .iter()
+            .map(|ip| canonical(*ip))
+            .find(|ip| !cidrs.iter().any(|net| net.contains(ip)))
+        {
+            Some(outside) => Err(DestinationRefused::ResolvesOutsideNetworks {
+                host: name.to_string(),
+                address: outside.to_string(),
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -261,6 +366,7 @@ fn parse_entry(entry: &str) -> Result<(BmcHost, Option<u16>), String> {
             Some((h, p)) => (h, Some(p)),
             None => (entry, None),
         };
+        let host = without_final_dot(host);
         let host = match host.parse::<IpAddr>() {
             Ok(ip) => BmcHost::Ip(canonical(ip)),
             Err(_) if is_dns_name(host) => BmcHost::Name(host.to_ascii_lowercase()),
@@ -281,14 +387,27 @@ fn parse_entry(entry: &str) -> Result<(BmcHost, Option<u16>), String> {
 }
 
 /// Why credentials were not sent. The messages name the flag or annotation to change and
-/// never anything from the Secret but the annotation's verdict.
+/// never anything from the Secret but the annotation's verdict. They go into a host's
+/// status, which every reader of hosts sees: they name the refused host, never the
+/// operator's networks (the operator logs those, see [`networks_text`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DestinationRefused {
     #[error(
-        "BMC credentials are not sent to {host}: it is outside the operator's BMC networks \
-         ({networks}); if this is a BMC, add its network to `hostcycle operator --bmc-networks`"
+        "BMC credentials are not sent to {host}: it is outside the operator's BMC networks; if \
+         this is a BMC, add its network to `hostcycle operator --bmc-networks`"
     )]
-    OutsideNetworks { host: String, networks: String },
+    OutsideNetworks { host: String },
+    #[error(
+        "BMC credentials are not sent to {host}: it resolves to {address}, outside the \
+         operator's BMC networks; if this is a BMC, add its network to `hostcycle operator \
+         --bmc-networks`"
+    )]
+    ResolvesOutsideNetworks { host: String, address: String },
+    #[error(
+        "BMC credentials are not sent to {host}: the operator has no BMC networks (none are \
+         configured); set `hostcycle operator --bmc-networks` to the BMCs' management network"
+    )]
+    NoNetworks { host: String },
     #[error(
         "BMC credentials are not sent over plain HTTP ({endpoint}): use redfish:// (HTTPS) or \
          start the operator with --allow-plain-http-bmc"
@@ -304,6 +423,22 @@ pub enum DestinationRefused {
          no credentials are sent until it is fixed"
     )]
     BadAnnotation { reason: String },
+}
+
+impl DestinationRefused {
+    /// Every text field, for scrubbing and bounding inside a [`crate::BmcError`].
+    pub(crate) fn text_fields(&mut self) -> Vec<&mut String> {
+        match self {
+            DestinationRefused::OutsideNetworks { host }
+            | DestinationRefused::NoNetworks { host } => {
+                vec![host]
+            }
+            DestinationRefused::ResolvesOutsideNetworks { host, address } => vec![host, address],
+            DestinationRefused::PlainHttp { endpoint }
+            | DestinationRefused::NotListedBySecret { endpoint } => vec![endpoint],
+            DestinationRefused::BadAnnotation { reason } => vec![reason],
+        }
+    }
 }
 
 #[cfg(test)]
@@ -334,6 +469,10 @@ mod tests {
             (".bmc.example.com", ".bmc.example.com"),
             ("*.bmc.example.com", ".bmc.example.com"),
             ("ANY", "any"),
+            // Absolute names are the same names.
+            ("r12.oob.", "r12.oob"),
+            (".oob.", ".oob"),
+            ("*.bmc.Example.com.", ".bmc.example.com"),
         ] {
             let network: BmcNetwork = raw.parse().unwrap();
             assert_eq!(network.to_string(), printed, "{raw}");
@@ -346,6 +485,9 @@ mod tests {
             "http://x",
             "*.",
             ".",
+            "..",
+            "r12.oob..",
+            ".oob..",
         ] {
             let err = bad.parse::<BmcNetwork>().unwrap_err();
             assert!(err.contains("is not a BMC network"), "{bad}: {err}");
@@ -453,6 +595,47 @@ mod tests {
                 "redfish://bmc.example",
                 None,
                 Some("outside"),
+            ),
+            // Absolute (trailing-dot) names, in the address, the networks or the Secret's
+            // list, are the names without the dot.
+            (
+                &[".oob"],
+                false,
+                "redfish://r12.oob./redfish/v1/Systems/1",
+                None,
+                None,
+            ),
+            (&[".oob."], false, "redfish://r12.oob", None, None),
+            (&["r12.oob."], false, "ipmi://r12.oob.:6230", None, None),
+            (&["r12.oob"], false, "r12.oob.", None, None),
+            (&[".oob"], false, "redfish://oob.", None, Some("outside")),
+            (
+                &[".oob"],
+                false,
+                "redfish://r12.oob.evil.",
+                None,
+                Some("outside"),
+            ),
+            (
+                &["any"],
+                false,
+                "redfish://r12.oob.",
+                Some("R12.oob."),
+                None,
+            ),
+            (
+                &["any"],
+                false,
+                "ipmi://r12.oob:623",
+                Some("r12.oob.:623"),
+                None,
+            ),
+            (
+                &["any"],
+                false,
+                "redfish://r12.oob.",
+                Some("r13.oob."),
+                Some("does not list"),
             ),
             // Plain HTTP only when allowed.
             (
@@ -571,6 +754,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A host's status is read by everyone who may read hosts: a refusal names the refused
+    /// host and the flag, never the operator's networks (those go to the operator's log).
+    #[test]
+    fn refusals_name_the_host_and_the_flag_but_not_the_networks() {
+        let configured = destinations(&["10.99.0.0/16", ".bmc.example", "bmc7.example.org"], false);
+        for raw in [
+            "redfish://10.0.1.5",
+            "ipmi://r12.oob",
+            "redfish://bmc8.example.org",
+        ] {
+            let refused = configured.check(&address(raw), None).unwrap_err();
+            assert!(
+                matches!(refused, DestinationRefused::OutsideNetworks { .. }),
+                "{raw}: {refused:?}"
+            );
+            let text = refused.to_string();
+            let host = raw.split("://").nth(1).unwrap();
+            assert!(text.contains(host), "{raw}: {text}");
+            assert!(text.contains("hostcycle operator --bmc-networks"), "{text}");
+            for network in ["10.99.0.0/16", ".bmc.example", "bmc7.example.org"] {
+                assert!(!text.contains(network), "{raw}: lists {network}: {text}");
+            }
+        }
+        assert_eq!(
+            configured.networks_text(),
+            "10.99.0.0/16,.bmc.example,bmc7.example.org"
+        );
+        // None configured is an install mistake, not a secret: the message says so.
+        let text = destinations(&[], false)
+            .check(&address("redfish://10.0.0.5"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("none are configured"), "{text}");
+        assert!(text.contains("--bmc-networks"), "{text}");
     }
 
     #[test]

@@ -63,6 +63,11 @@ pub enum BmcError {
     #[error("could not reach BMC {endpoint}: {detail}")]
     Connection { endpoint: String, detail: String },
 
+    /// The BMC's name resolved outside the operator's BMC networks (or there are none):
+    /// nothing was sent. Not transient: it lasts until DNS or `--bmc-networks` changes.
+    #[error(transparent)]
+    DestinationRefused(#[from] crate::destination::DestinationRefused),
+
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout { what: String, after: Duration },
 
@@ -236,6 +241,7 @@ impl BmcError {
                 reason,
             } => vec![driver, operation, reason],
             BmcError::Timeout { what, .. } | BmcError::OutcomeUnknown { what, .. } => vec![what],
+            BmcError::DestinationRefused(refused) => refused.text_fields(),
             BmcError::Http {
                 endpoint,
                 method,
@@ -304,6 +310,7 @@ impl BmcError {
             BmcError::Unsupported { .. } => "Unsupported",
             BmcError::Certificate { .. } => "CertificateError",
             BmcError::Connection { .. } => "ConnectionFailed",
+            BmcError::DestinationRefused(_) => "DestinationRefused",
             BmcError::Timeout { .. } => "Timeout",
             BmcError::OutcomeUnknown { .. } => "OutcomeUnknown",
             BmcError::Http { .. } => "HttpError",
@@ -373,6 +380,12 @@ mod tests {
             },
             BmcError::Timeout { what: t(), after },
             BmcError::OutcomeUnknown { what: t(), after },
+            BmcError::DestinationRefused(
+                crate::destination::DestinationRefused::ResolvesOutsideNetworks {
+                    host: t(),
+                    address: t(),
+                },
+            ),
             BmcError::Http {
                 endpoint: t(),
                 method: t(),

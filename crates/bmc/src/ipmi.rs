@@ -12,15 +12,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::Semaphore;
 
-use crate::address::IpmiAddress;
+use crate::address::{BmcHost, IpmiAddress};
 use crate::bounded::{MAX_CHILD_OUTPUT_BYTES, wait_with_capped_output};
 use crate::command::inherited_environment;
 use crate::credentials::BmcCredentials;
+use crate::destination::BmcNetwork;
 use crate::driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,
     PowerReading, PowerRequest, PowerState,
 };
 use crate::error::BmcError;
+use crate::resolve::{BmcResolver, ResolveError};
 use crate::retry::{RetryPolicy, with_retries};
 use crate::text;
 
@@ -64,6 +66,9 @@ pub struct IpmiDriver {
     credentials: BmcCredentials,
     options: IpmiOptions,
     permits: Arc<Semaphore>,
+    /// Resolves a BMC name to the checked IP given to ipmitool (`-H`), which then does no
+    /// lookup of its own.
+    resolver: BmcResolver,
     /// The BMC's System GUID (`mc guid`), read once per driver: a driver is made for one
     /// address and Secret. `None` until read; `Some(None)` when the BMC reports none.
     guid: tokio::sync::OnceCell<Option<String>>,
@@ -109,8 +114,48 @@ impl IpmiDriver {
             credentials,
             options,
             permits,
+            resolver: BmcResolver::new(&[BmcNetwork::Any]),
             guid: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The driver resolving BMC names with `resolver` (the connector's, which knows the
+    /// operator's BMC networks) instead of the system resolver as is.
+    pub fn with_resolver(mut self, resolver: BmcResolver) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// The IP ipmitool is pointed at: the address itself, or what its name resolves to,
+    /// checked against the BMC networks (every address; the first is used).
+    async fn target_ip(&self) -> Result<std::net::IpAddr, BmcError> {
+        let name = match &self.address.host {
+            BmcHost::Ip(ip) => return Ok(*ip),
+            BmcHost::Name(name) => name,
+        };
+        let resolved = tokio::time::timeout(
+            self.options.command_timeout,
+            self.resolver.resolve(name, self.address.port),
+        )
+        .await
+        .map_err(|_| BmcError::Timeout {
+            what: format!("resolving the name of {}", self.endpoint),
+            after: self.options.command_timeout,
+        })?;
+        match resolved {
+            Ok(addresses) => match addresses.first() {
+                Some(address) => Ok(address.ip()),
+                None => Err(BmcError::Connection {
+                    endpoint: self.endpoint.clone(),
+                    detail: format!("{name} resolves to no address"),
+                }),
+            },
+            Err(ResolveError::Refused(refused)) => Err(BmcError::DestinationRefused(refused)),
+            Err(lookup @ ResolveError::Lookup { .. }) => Err(BmcError::Connection {
+                endpoint: self.endpoint.clone(),
+                detail: lookup.to_string(),
+            }),
+        }
     }
 
     /// Runs `ipmitool … <subcommand> <args>` once (`chassis power status`, `mc guid`) and
@@ -121,6 +166,8 @@ impl IpmiDriver {
         args: &[&str],
         repeatable: bool,
     ) -> Result<String, BmcError> {
+        // Resolved and checked before anything runs: ipmitool gets the checked IP.
+        let checked_bmc_ip = self.target_ip().await?;
         let operation = format!("{subcommand} {}", args.join(" "));
         let password = self.credentials.password();
         // The password reaches ipmitool through a pipe on its stdin (`-f /dev/stdin`): not
@@ -138,7 +185,7 @@ impl IpmiDriver {
             ])
             .args([
                 "-H",
-                &self.address.host.bare(),
+                &checked_bmc_ip.to_string(),
                 "-p",
                 &self.address.port.to_string(),
             ])

@@ -32,6 +32,7 @@ pub mod error;
 pub mod ipmi;
 pub mod malloc;
 pub mod redfish;
+pub mod resolve;
 pub mod retry;
 pub mod soft_off;
 pub mod text;
@@ -141,6 +142,12 @@ pub struct ConnectorOptions {
     /// Largest Redfish response body read (1 MiB by default); larger ones are errors.
     pub max_response_bytes: usize,
     pub ipmi: IpmiOptions,
+    /// The operator's `--bmc-networks`: how BMC names are resolved and which addresses they
+    /// may resolve to ([`destination::NameResolution`], [`resolve`]). Default `any`: the
+    /// system resolver, nothing checked (the `hostcycle bmc` CLI and the simulators).
+    pub bmc_networks: Vec<destination::BmcNetwork>,
+    /// The hosts file read before DNS under restricted networks ([`resolve::HOSTS_FILE`]).
+    pub hosts_file: std::path::PathBuf,
 }
 
 impl Default for ConnectorOptions {
@@ -155,6 +162,8 @@ impl Default for ConnectorOptions {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_response_bytes: bounded::DEFAULT_MAX_BODY_BYTES,
             ipmi: IpmiOptions::default(),
+            bmc_networks: vec![destination::BmcNetwork::Any],
+            hosts_file: std::path::PathBuf::from(resolve::HOSTS_FILE),
         }
     }
 }
@@ -164,6 +173,8 @@ impl Default for ConnectorOptions {
 #[derive(Debug)]
 pub struct BmcConnector {
     options: ConnectorOptions,
+    /// Resolves BMC names for every driver (Redfish and IPMI), checked against the networks.
+    resolver: resolve::BmcResolver,
     clients: Mutex<HashMap<TlsVerification, reqwest::Client>>,
     permits: Mutex<HashMap<String, Weak<Semaphore>>>,
 }
@@ -171,6 +182,10 @@ pub struct BmcConnector {
 impl BmcConnector {
     pub fn new(options: ConnectorOptions) -> Self {
         BmcConnector {
+            resolver: resolve::BmcResolver::with_hosts_file(
+                &options.bmc_networks,
+                options.hosts_file.clone(),
+            ),
             options,
             clients: Mutex::default(),
             permits: Mutex::default(),
@@ -214,7 +229,8 @@ impl BmcConnector {
                 );
                 let mut options = self.options.ipmi.clone();
                 options.retry = self.options.retry.clone();
-                let driver = IpmiDriver::new(ipmi.clone(), credentials, permits, options)?;
+                let driver = IpmiDriver::new(ipmi.clone(), credentials, permits, options)?
+                    .with_resolver(self.resolver.clone());
                 Ok(Arc::new(driver))
             }
         }
@@ -250,6 +266,10 @@ impl BmcConnector {
             // BMCs sit on management networks; a proxy from the environment must not see
             // their credentials.
             .no_proxy()
+            // BMC names are resolved once, as absolute names, and every address checked
+            // against the BMC networks before the socket is opened to it; the URL keeps the
+            // name for TLS (SNI, certificate) and the Host header.
+            .dns_resolver(resolve::CheckedResolver(self.resolver.clone()))
             .user_agent(concat!("hostcycle-bmc/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| BmcError::Config(format!("building the HTTP client: {e}")))?;

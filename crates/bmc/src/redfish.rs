@@ -505,6 +505,18 @@ impl RedfishDriver {
     }
 
     fn transport_error(&self, method: &Method, path: &str, error: reqwest::Error) -> BmcError {
+        match find_in_chain::<crate::resolve::ResolveError>(&error) {
+            Some(crate::resolve::ResolveError::Refused(refused)) => {
+                return BmcError::DestinationRefused(refused.clone());
+            }
+            Some(lookup @ crate::resolve::ResolveError::Lookup { .. }) => {
+                return BmcError::Connection {
+                    endpoint: self.endpoint.clone(),
+                    detail: lookup.to_string(),
+                };
+            }
+            None => {}
+        }
         if let Some(redirect) = find_in_chain::<CrossHostRedirect>(&error) {
             return BmcError::RedirectRefused {
                 endpoint: self.endpoint.clone(),

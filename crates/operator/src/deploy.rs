@@ -12,9 +12,9 @@ use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    Namespace, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
-    ServicePort, ServiceSpec, WeightedPodAffinityTerm,
+    Namespace, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodDNSConfig,
+    PodDNSConfigOption, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -252,6 +252,21 @@ pub fn spread_over_nodes(selector: &BTreeMap<String, String>) -> Affinity {
     }
 }
 
+/// The pods' DNS options: `ndots:1` instead of Kubernetes' `ndots:5`, so that a name with a
+/// dot (`r12.oob`) is tried as written first and not as `r12.oob.svc.cluster.local` — a
+/// Service `r12` in a namespace `oob`, which whoever may create that namespace controls. The
+/// operator also resolves BMC names itself as absolute names (hostcycle_bmc::resolve); this
+/// covers every other lookup of the pods (reboot commands' ssh, for instance).
+pub fn pod_dns_config() -> PodDNSConfig {
+    PodDNSConfig {
+        options: Some(vec![PodDNSConfigOption {
+            name: Some("ndots".to_string()),
+            value: Some("1".to_string()),
+        }]),
+        ..Default::default()
+    }
+}
+
 /// The operator's Deployment: [`REPLICAS`] replicas spread over nodes where possible,
 /// non-root with a read-only root filesystem, no privilege escalation, no capabilities and
 /// the runtime's default seccomp profile; liveness on `/healthz`, readiness on `/readyz`.
@@ -303,6 +318,7 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
             ..Default::default()
         }),
         affinity: Some(spread_over_nodes(&selector)),
+        dns_config: Some(pod_dns_config()),
         termination_grace_period_seconds: Some(30),
         ..Default::default()
     };
@@ -576,6 +592,15 @@ mod tests {
             .map(|e| e.name.as_str())
             .collect();
         assert_eq!(env, ["POD_NAME", "POD_NAMESPACE"]);
+        let dns_options = pod.dns_config.clone().unwrap().options.unwrap();
+        assert_eq!(
+            dns_options,
+            [PodDNSConfigOption {
+                name: Some("ndots".into()),
+                value: Some("1".into()),
+            }],
+            "short names are not completed with the cluster's search list first"
+        );
         assert_eq!(
             container.image.as_deref(),
             Some(format!("ghcr.io/hostcycle/hostcycle:{}", env!("CARGO_PKG_VERSION")).as_str())

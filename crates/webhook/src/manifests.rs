@@ -431,6 +431,7 @@ pub fn deployment(install: &WebhookInstall) -> Deployment {
             ..Default::default()
         }),
         affinity: Some(hostcycle_operator::deploy::spread_over_nodes(&selector)),
+        dns_config: Some(hostcycle_operator::deploy::pod_dns_config()),
         termination_grace_period_seconds: Some(15),
         ..Default::default()
     };
@@ -795,6 +796,15 @@ mod tests {
         let spec = deployment.spec.unwrap();
         let pod = spec.template.spec.unwrap();
         assert_eq!(pod.automount_service_account_token, Some(false));
+        let ndots: Vec<(Option<&str>, Option<&str>)> = pod
+            .dns_config
+            .as_ref()
+            .and_then(|d| d.options.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|o| (o.name.as_deref(), o.value.as_deref()))
+            .collect();
+        assert_eq!(ndots, [(Some("ndots"), Some("1"))], "no search-list first");
         let [container] = pod.containers.as_slice() else {
             panic!("one container");
         };

@@ -344,7 +344,12 @@ async fn act(
     );
     let ctx = Arc::new(Context {
         client: client.clone(),
-        drivers: DriverCache::new(BmcConnector::new(config.bmc.clone())),
+        // The connector resolves BMC names under the same networks the credentials check
+        // uses: one flag, checked by name here and by resolved address at connect time.
+        drivers: DriverCache::new(BmcConnector::new(ConnectorOptions {
+            bmc_networks: config.credentials.destinations.networks.clone(),
+            ..config.bmc.clone()
+        })),
         secrets: SecretCache::new(secret_store),
         events,
         metrics: metrics.clone(),

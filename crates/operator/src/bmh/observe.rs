@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use hostcycle_api::{BareMetalHost, CredentialsStatus};
+use hostcycle_bmc::destination::DestinationRefused;
 use hostcycle_bmc::{
     BmcAddress, BmcConnector, BmcCredentials, BmcError, CredentialsError, HostConnectOptions,
     PowerDriver, PowerOutcome, PowerState, credentials_from_secret,
@@ -114,6 +115,8 @@ type DriverMap = HashMap<String, (DriverKey, Arc<dyn PowerDriver>, String)>;
 pub struct DriverCache {
     connector: BmcConnector,
     drivers: Mutex<DriverMap>,
+    /// The last networks refusal logged per host UID ([`DriverCache::log_networks_refusal`]).
+    refusals_logged: Mutex<HashMap<String, String>>,
 }
 
 /// A host's driver and the credentials it uses, or why there is none.
@@ -127,6 +130,7 @@ impl DriverCache {
         DriverCache {
             connector,
             drivers: Mutex::default(),
+            refusals_logged: Mutex::default(),
         }
     }
 
@@ -134,6 +138,14 @@ impl DriverCache {
     /// are never seen with a deletion timestamp.
     pub fn retain_hosts(&self, live: impl Fn(&str) -> bool) {
         self.lock().retain(|uid, _| live(uid));
+        self.refusals().retain(|uid, _| live(uid));
+    }
+
+    fn refusals(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        match self.refusals_logged.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 
     /// How many drivers are cached.
@@ -148,6 +160,7 @@ impl DriverCache {
     /// Forgets a deleted host's driver.
     pub fn forget(&self, uid: &str) {
         self.lock().remove(uid);
+        self.refusals().remove(uid);
     }
 
     /// Logs every cached driver out of its BMC (closes the Redfish sessions), all at once,
@@ -170,6 +183,32 @@ impl DriverCache {
                 "logging out of the BMCs timed out; their sessions expire on their own"
             );
         }
+    }
+
+    /// Logs a refusal by the BMC networks with what the host's status leaves out (the
+    /// configured networks), once per host and message: a reconcile repeats it every poll.
+    /// Returns whether it logged.
+    fn log_networks_refusal(
+        &self,
+        host: &BareMetalHost,
+        policy: &super::CredentialsPolicy,
+        message: &str,
+    ) -> bool {
+        let uid = host.uid().unwrap_or_default();
+        {
+            let mut logged = self.refusals();
+            if logged.get(&uid).is_some_and(|m| m == message) {
+                return false;
+            }
+            logged.insert(uid, message.to_string());
+        }
+        tracing::warn!(
+            host = %format!("{}/{}", host.namespace().unwrap_or_default(), host.name_any()),
+            bmc_networks = %policy.destinations.networks_text(),
+            refusal = %message,
+            "BMC credentials refused: the BMC address is outside --bmc-networks"
+        );
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, DriverMap> {
@@ -212,7 +251,12 @@ impl DriverCache {
                 });
             }
         };
-        check_credentials_use(policy, &secret, &bmc.address)?;
+        if let Err(refused) = check_credentials_use(policy, &secret, &bmc.address) {
+            if refused.outside_networks {
+                let _logged = self.log_networks_refusal(host, policy, &refused.failure.message);
+            }
+            return Err(refused.failure);
+        }
         let key = DriverKey {
             address: bmc.address.clone(),
             disable_certificate_verification: bmc.disable_certificate_verification.unwrap_or(false),
@@ -256,6 +300,22 @@ impl DriverCache {
     }
 }
 
+/// Why `check_credentials_use` refused.
+struct CredentialsUseRefused {
+    failure: BmcFailure,
+    /// Refused by `--bmc-networks`: the operator logs the networks the status leaves out.
+    outside_networks: bool,
+}
+
+impl From<BmcFailure> for CredentialsUseRefused {
+    fn from(failure: BmcFailure) -> Self {
+        CredentialsUseRefused {
+            failure,
+            outside_networks: false,
+        }
+    }
+}
+
 /// Whether `secret`'s credentials may be sent to `address` (see
 /// `hostcycle_bmc::destination`). An address that does not parse is left to the driver,
 /// which refuses it with its own message.
@@ -263,7 +323,7 @@ fn check_credentials_use(
     policy: &super::CredentialsPolicy,
     secret: &Secret,
     address: &str,
-) -> Result<(), BmcFailure> {
+) -> Result<(), CredentialsUseRefused> {
     if let Some((key, value)) = &policy.label {
         let labelled = secret
             .metadata
@@ -272,14 +332,14 @@ fn check_credentials_use(
             .and_then(|l| l.get(key))
             .is_some_and(|v| v == value);
         if !labelled {
-            return Err(BmcFailure {
+            return Err(CredentialsUseRefused::from(BmcFailure {
                 kind: BmcFailureKind::Credentials,
                 message: format!(
                     "the credentials Secret is not labelled {key}={value}, which the operator \
                      requires of BMC credentials (--bmc-credentials-label): label it (someone \
                      who may edit the Secret)"
                 ),
-            });
+            }));
         }
     }
     let Ok(parsed) = BmcAddress::parse(address) else {
@@ -293,9 +353,15 @@ fn check_credentials_use(
     policy
         .destinations
         .check(&parsed, listed.map(String::as_str))
-        .map_err(|refused| BmcFailure {
-            kind: BmcFailureKind::Credentials,
-            message: refused.to_string(),
+        .map_err(|refused| CredentialsUseRefused {
+            outside_networks: matches!(
+                refused,
+                DestinationRefused::OutsideNetworks { .. } | DestinationRefused::NoNetworks { .. }
+            ),
+            failure: BmcFailure {
+                kind: BmcFailureKind::Credentials,
+                message: refused.to_string(),
+            },
         })
 }
 
@@ -331,7 +397,9 @@ pub fn failure_from(e: &BmcError) -> BmcFailure {
 
 fn failure_kind(e: &BmcError) -> BmcFailureKind {
     match e {
-        BmcError::AuthenticationFailed { .. } => BmcFailureKind::Credentials,
+        BmcError::AuthenticationFailed { .. } | BmcError::DestinationRefused(_) => {
+            BmcFailureKind::Credentials
+        }
         BmcError::Connection { .. } | BmcError::Certificate { .. } | BmcError::Timeout { .. } => {
             BmcFailureKind::Unreachable
         }
@@ -432,6 +500,13 @@ mod tests {
             (timeout, BmcFailureKind::Unreachable),
             (missing, BmcFailureKind::Other),
             (exhausted, BmcFailureKind::Unreachable),
+            (
+                BmcError::DestinationRefused(DestinationRefused::ResolvesOutsideNetworks {
+                    host: "r12.oob".into(),
+                    address: "10.96.4.7".into(),
+                }),
+                BmcFailureKind::Credentials,
+            ),
         ];
         for (error, kind) in cases {
             let failure = failure_from(&error);
@@ -589,6 +664,51 @@ mod tests {
         cache.close_all(std::time::Duration::from_secs(5)).await;
         assert_eq!(server.open_sessions(), 0);
         assert!(cache.is_empty());
+    }
+
+    /// The host's status names the refused address and the flag; the networks go to the
+    /// operator's log, once per host and message.
+    #[test]
+    fn a_networks_refusal_leaves_the_networks_out_of_the_status_and_is_logged_once() {
+        let policy = crate::bmh::CredentialsPolicy {
+            destinations: hostcycle_bmc::destination::CredentialDestinations {
+                networks: ["10.99.0.0/16", ".bmc.example"]
+                    .iter()
+                    .map(|n| n.parse().unwrap())
+                    .collect(),
+                allow_plain_http: false,
+            },
+            label: None,
+        };
+        let secret = Secret::default();
+        let refused =
+            check_credentials_use(&policy, &secret, "redfish://10.0.1.5/redfish/v1/Systems/1")
+                .err()
+                .unwrap();
+        assert!(refused.outside_networks);
+        assert_eq!(refused.failure.kind, BmcFailureKind::Credentials);
+        let message = &refused.failure.message;
+        assert!(message.contains("10.0.1.5"), "{message}");
+        assert!(message.contains("--bmc-networks"), "{message}");
+        assert!(!message.contains("10.99.0.0/16"), "{message}");
+        assert!(!message.contains(".bmc.example"), "{message}");
+        // Plain HTTP is not a networks refusal: nothing to log.
+        let plain = check_credentials_use(&policy, &secret, "redfish+http://10.99.0.5")
+            .err()
+            .unwrap();
+        assert!(!plain.outside_networks);
+
+        let cache = DriverCache::new(BmcConnector::new(ConnectorOptions::default()));
+        let mut host = BareMetalHost::new("h", Default::default());
+        host.metadata.namespace = Some("ns".into());
+        host.metadata.uid = Some("u1".into());
+        assert!(cache.log_networks_refusal(&host, &policy, message));
+        assert!(!cache.log_networks_refusal(&host, &policy, message), "once");
+        assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
+        cache.forget("u1");
+        assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
+        host.metadata.uid = Some("u2".into());
+        assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
     }
 
     #[test]
