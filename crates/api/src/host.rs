@@ -171,10 +171,7 @@ const OBJECT_REFERENCE_MAX_LENGTHS: [(&str, u64); 7] = [
 ];
 
 fn bound_object_reference(schema: &mut schemars::Schema) {
-    let Some(properties) = schema
-        .get_mut("properties")
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
         return;
     };
     for (field, max) in OBJECT_REFERENCE_MAX_LENGTHS {

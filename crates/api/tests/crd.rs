@@ -575,7 +575,11 @@ fn crd_bounds_the_host_fields_hostcycle_reads() {
         ("resourceVersion", 256),
         ("fieldPath", 1024),
     ] {
-        assert_eq!(max(&["spec", "consumerRef", field]), Some(limit), "consumerRef.{field}");
+        assert_eq!(
+            max(&["spec", "consumerRef", field]),
+            Some(limit),
+            "consumerRef.{field}"
+        );
     }
     assert_eq!(
         (
@@ -605,15 +609,29 @@ fn an_over_long_bmc_field_is_refused_without_its_value() {
     let at_limit = format!("redfish://10.0.0.5/{}", "x".repeat(2048 - 19));
     assert_eq!(at_limit.len(), 2048);
     assert_eq!(bmc(at_limit.clone(), "creds").check_bounds(), Ok(()));
-    let over = bmc(format!("{at_limit}y"), "creds").check_bounds().unwrap_err();
+    let over = bmc(format!("{at_limit}y"), "creds")
+        .check_bounds()
+        .unwrap_err();
     assert_eq!(over, BmcSpecRefused::AddressTooLong);
     assert!(!over.to_string().contains("xxxx"), "{over}");
-    for name in ["Creds", "creds/../x", "-creds", &"c".repeat(254), "creds..x"] {
-        let refused = bmc("ipmi://10.0.0.5".into(), name).check_bounds().unwrap_err();
+    for name in [
+        "Creds",
+        "creds/../x",
+        "-creds",
+        &"c".repeat(254),
+        "creds..x",
+    ] {
+        let refused = bmc("ipmi://10.0.0.5".into(), name)
+            .check_bounds()
+            .unwrap_err();
         assert_eq!(refused, BmcSpecRefused::BadCredentialsName, "{name}");
         assert!(!refused.to_string().contains(name), "{refused}");
     }
     for name in ["creds", "bmc-0.creds", &"c".repeat(253), ""] {
-        assert_eq!(bmc("ipmi://10.0.0.5".into(), name).check_bounds(), Ok(()), "{name}");
+        assert_eq!(
+            bmc("ipmi://10.0.0.5".into(), name).check_bounds(),
+            Ok(()),
+            "{name}"
+        );
     }
 }

@@ -311,7 +311,10 @@ struct KeptKey<K>(PhantomData<K>);
 
 impl<'de, K: KeptKeys> DeserializeSeed<'de> for KeptKey<K> {
     type Value = Option<&'static str>;
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_str(self)
     }
 }
@@ -719,7 +722,10 @@ mod tests {
             Some(("hostcycle.io/bmc-credentials", "true")),
         )
         .unwrap();
-        assert_eq!((kept.namespace.as_str(), kept.name.as_str()), ("hosts", "bmc-creds"));
+        assert_eq!(
+            (kept.namespace.as_str(), kept.name.as_str()),
+            ("hosts", "bmc-creds")
+        );
         assert_eq!(kept.resource_version.as_deref(), Some("42"));
         assert!(kept.labelled);
         assert_eq!(
@@ -730,7 +736,9 @@ mod tests {
         assert_eq!((creds.username(), creds.password()), ("admin", "hunter2"));
         let debug = format!("{kept:?}");
         assert!(debug.len() < 400, "{debug}");
-        for gone in ["Qz7x", "dcy-Lq7v", "team", "note", "kubectl", "u-1", "hunter2"] {
+        for gone in [
+            "Qz7x", "dcy-Lq7v", "team", "note", "kubectl", "u-1", "hunter2",
+        ] {
             assert!(!debug.contains(gone), "{gone} kept: {debug}");
         }
 
@@ -772,14 +780,24 @@ mod tests {
         let long_password = read(&secret_json("admin", &"Hj8-".repeat(300), "10.0.0.5"));
         let err = long_password.credentials.unwrap_err();
         assert!(
-            matches!(err, CredentialsError::TooLong { key: "password", max: MAX_PASSWORD_BYTES, .. }),
+            matches!(
+                err,
+                CredentialsError::TooLong {
+                    key: "password",
+                    max: MAX_PASSWORD_BYTES,
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(!err.to_string().contains("Hj8-"), "{err}");
         let long_user = read(&secret_json(&"a".repeat(MAX_USERNAME_BYTES + 1), "p", ""));
         assert!(matches!(
             long_user.credentials,
-            Err(CredentialsError::TooLong { key: "username", .. })
+            Err(CredentialsError::TooLong {
+                key: "username",
+                ..
+            })
         ));
 
         let long_list = "10.0.0.5,".repeat(MAX_ADDRESSES_ANNOTATION / 9 + 1);
@@ -791,7 +809,10 @@ mod tests {
         assert_eq!(none.addresses, AddressesAnnotation::Absent);
         assert!(matches!(
             none.credentials,
-            Err(CredentialsError::MissingKey { key: "username", .. })
+            Err(CredentialsError::MissingKey {
+                key: "username",
+                ..
+            })
         ));
     }
 

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 fn repo_file(path: &str) -> (PathBuf, String) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     (path, text)
@@ -26,7 +28,7 @@ fn requirements(text: &str) -> Vec<String> {
         }
         match line.strip_suffix('\\') {
             Some(head) => {
-                current.push_str(head);
+                current.push_str(head.trim_end());
                 current.push(' ');
             }
             None => {
@@ -72,21 +74,27 @@ fn pinned(entry: &str) -> Result<(String, String), String> {
     for word in words {
         match word.strip_prefix("--hash=sha256:") {
             Some(hex) if is_sha256(hex) => hashes += 1,
-            _ => return Err(format!("{requirement}: {word:?} is not --hash=sha256:<64 hex>")),
+            _ => {
+                return Err(format!(
+                    "{requirement}: {word:?} is not --hash=sha256:<64 hex>"
+                ));
+            }
         }
     }
     if hashes == 0 {
         return Err(format!("{requirement} has no --hash=sha256:"));
     }
-    Ok((name.to_ascii_lowercase().replace(['_', '.'], "-"), version.to_string()))
+    Ok((
+        name.to_ascii_lowercase().replace(['_', '.'], "-"),
+        version.to_string(),
+    ))
 }
 
 fn pins() -> BTreeMap<String, String> {
     let (path, text) = repo_file("scripts/python-requirements.txt");
     let mut pins = BTreeMap::new();
     for entry in requirements(&text) {
-        let (name, version) =
-            pinned(&entry).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (name, version) = pinned(&entry).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(
             pins.insert(name.clone(), version).is_none(),
             "{name} is listed twice"
@@ -103,10 +111,16 @@ fn every_python_package_is_pinned_by_version_and_hash() {
         ("sushy-tools", "the Redfish emulator"),
         ("pyghmi", "the IPMI BMC"),
         ("bcrypt", "sushy-emulator's basic auth"),
-        ("flask", "sushy-tools' dependency, so transitive ones are pinned too"),
+        (
+            "flask",
+            "sushy-tools' dependency, so transitive ones are pinned too",
+        ),
         ("cryptography", "pyghmi's dependency"),
     ] {
-        assert!(pins.contains_key(needed), "{needed} ({why}) is pinned: {pins:?}");
+        assert!(
+            pins.contains_key(needed),
+            "{needed} ({why}) is pinned: {pins:?}"
+        );
     }
     // What scripts/python-requirements.in asks for is what is pinned.
     let (_, wanted) = repo_file("scripts/python-requirements.in");
@@ -195,7 +209,11 @@ fn the_test_venv_holds_only_pinned_versions() {
                 pip.display()
             )
         });
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pins = pins();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Some((name, version)) = line.split_once("==") else {

@@ -244,7 +244,9 @@ fn the_runtime_stage_applies_debians_updates_before_it_installs() {
         "the upgrade is non-interactive: {upgrade_words:?}"
     );
     assert!(
-        commands[install].iter().any(|w| w == "--no-install-recommends"),
+        commands[install]
+            .iter()
+            .any(|w| w == "--no-install-recommends"),
         "{:?}",
         commands[install]
     );

@@ -181,7 +181,10 @@ async fn every_unusable_secret_gets_one_message() {
         ),
         (
             "password not UTF-8",
-            Some(secret_with(&[("username", USERNAME), ("password", b"Hj8-\xfeZv2q")])),
+            Some(secret_with(&[
+                ("username", USERNAME),
+                ("password", b"Hj8-\xfeZv2q"),
+            ])),
         ),
         (
             "password too long",
@@ -190,16 +193,29 @@ async fn every_unusable_secret_gets_one_message() {
                 ("password", long_password.as_bytes()),
             ])),
         ),
-        ("lists another BMC", Some(annotated("10.0.0.7, 10.0.0.8:443"))),
+        (
+            "lists another BMC",
+            Some(annotated("10.0.0.7, 10.0.0.8:443")),
+        ),
         ("annotation unreadable", Some(annotated("-oProxyCommand=x"))),
-        ("annotation too long", Some(annotated(&"10.0.0.7,".repeat(2000)))),
+        (
+            "annotation too long",
+            Some(annotated(&"10.0.0.7,".repeat(2000))),
+        ),
     ];
     let expected = unusable(None);
     assert!(expected.contains("hosts/creds"), "{expected}");
-    assert!(expected.contains("hostcycle.io/bmc-addresses"), "{expected}");
+    assert!(
+        expected.contains("hostcycle.io/bmc-addresses"),
+        "{expected}"
+    );
     for (case, secret) in cases {
         let failure = failure(secret, REDFISH).await;
-        assert_eq!(failure.kind, BmcFailureKind::Credentials, "{case}: {failure:?}");
+        assert_eq!(
+            failure.kind,
+            BmcFailureKind::Credentials,
+            "{case}: {failure:?}"
+        );
         assert_eq!(failure.message, expected, "{case}");
         assert_reveals_nothing(
             &failure.message,

@@ -350,7 +350,11 @@ mod bounds_tests {
         let consumer = host_facts(&host).consumer.unwrap();
         assert_eq!(consumer.kind, "Machine");
         assert_eq!(consumer.namespace, "hosts");
-        assert!(consumer.name.len() <= 48 && consumer.name.ends_with('…'), "{}", consumer.name);
+        assert!(
+            consumer.name.len() <= 48 && consumer.name.ends_with('…'),
+            "{}",
+            consumer.name
+        );
         let at_limit: BareMetalHost = serde_json::from_value(serde_json::json!({
             "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
             "metadata": { "name": "h", "namespace": "hosts", "uid": "u" },
@@ -359,6 +363,9 @@ mod bounds_tests {
             } },
         }))
         .unwrap();
-        assert_eq!(host_facts(&at_limit).consumer.unwrap().name.len(), MAX_NAME_LEN);
+        assert_eq!(
+            host_facts(&at_limit).consumer.unwrap().name.len(),
+            MAX_NAME_LEN
+        );
     }
 }
