@@ -4,7 +4,8 @@
 #   - Debian packages: etcd-server, golang-go, rsync, ipmitool, python3-venv, build helpers,
 #     and the rest of deploy/Dockerfile's runtime packages (openssh-client, ca-certificates),
 #     which crates/hostcycle/tests/runtime_image.rs runs as the image would
-#   - a Python venv with sushy-tools (Redfish emulator) and pyghmi (IPMI BMC)
+#   - a Python venv with sushy-tools (Redfish emulator) and pyghmi (IPMI BMC), every package
+#     pinned by version and sha256 in scripts/python-requirements.txt
 #   - kube-apiserver / kube-controller-manager / kube-scheduler v1.20.2 built from Debian's
 #     `kubernetes` source package (scripts/build-k8s.sh), cached under $HOSTCYCLE_K8S_BIN.
 #   - the install tools the deploy/ tests render with (scripts/install-tools.sh), cached under
@@ -41,11 +42,16 @@ if command -v systemctl >/dev/null && systemctl is-active --quiet etcd 2>/dev/nu
 fi
 
 VENV="$CACHE/venv"
-if [ ! -x "$VENV/bin/sushy-emulator" ] || ! "$VENV/bin/python" -c 'import pyghmi.ipmi.bmc' 2>/dev/null; then
-  log "creating Python venv at $VENV with sushy-tools 2.2.0 and pyghmi"
-  /usr/bin/python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-  "$VENV/bin/pip" install -q "sushy-tools==2.2.0" pyghmi bcrypt
+# Only through the pinned list: pip's hash-checking mode refuses any package (a dependency
+# too) whose version or file hash is not in it; wheels only, so no package's build code runs.
+# The venv's own pip (Debian's) is used as it is: upgrading it would fetch an unpinned pip.
+REQUIREMENTS="$(dirname "$0")/python-requirements.txt"
+if [ ! -x "$VENV/bin/sushy-emulator" ] || ! "$VENV/bin/python" -c 'import pyghmi.ipmi.bmc' 2>/dev/null \
+  || ! cmp -s "$REQUIREMENTS" "$VENV/.requirements"; then
+  log "installing the Python venv at $VENV (sushy-tools, pyghmi) from scripts/python-requirements.txt"
+  [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --require-hashes --only-binary=:all: -r "$REQUIREMENTS"
+  cp "$REQUIREMENTS" "$VENV/.requirements"
 fi
 
 bash "$(dirname "$0")/build-k8s.sh"

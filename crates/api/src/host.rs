@@ -107,10 +107,12 @@ pub struct BareMetalHostSpec {
         rename = "bootMACAddress",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(length(max = 128))]
     pub boot_mac_address: Option<String>,
 
     /// The object (usually a Machine) using this host. Its presence makes the host `provisioned`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = bound_object_reference)]
     pub consumer_ref: Option<ObjectReference>,
 
     /// The host was provisioned by something other than metal3 (and other than us).
@@ -135,13 +137,94 @@ pub struct BareMetalHostSpec {
 pub struct BmcDetails {
     /// BMC URL, e.g. `redfish://10.0.0.5/redfish/v1/Systems/1` or `ipmi://10.0.0.5`.
     #[serde(default)]
+    #[schemars(length(max = 2048))]
     pub address: String,
     /// Name of the Secret (same namespace) holding `username` and `password`.
     #[serde(default)]
+    #[schemars(length(max = 253))]
     pub credentials_name: String,
     /// Skip TLS verification of the BMC's certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_certificate_verification: Option<bool>,
+}
+
+/// The longest `spec.bmc.address` hostcycle reads, in bytes (the CRD's `maxLength`).
+/// metal3's own CRD sets no limit; URLs longer than this are refused by common HTTP stacks.
+pub const MAX_BMC_ADDRESS_LEN: usize = 2048;
+/// The longest Kubernetes object name (a DNS-1123 subdomain): `credentialsName`,
+/// `consumerRef.name`.
+pub const MAX_NAME_LEN: usize = 253;
+/// The longest namespace name (a DNS-1123 label): `consumerRef.namespace`.
+pub const MAX_NAMESPACE_LEN: usize = 63;
+
+/// `maxLength` of each field of `spec.consumerRef` (an `ObjectReference`), in the CRD: names
+/// and namespaces as Kubernetes allows them, an API version as a group (253) and a version
+/// (63), a kind as a name; generous limits for the fields hostcycle does not read.
+const OBJECT_REFERENCE_MAX_LENGTHS: [(&str, u64); 7] = [
+    ("apiVersion", 317),
+    ("kind", 253),
+    ("name", MAX_NAME_LEN as u64),
+    ("namespace", MAX_NAMESPACE_LEN as u64),
+    ("uid", 128),
+    ("resourceVersion", 256),
+    ("fieldPath", 1024),
+];
+
+fn bound_object_reference(schema: &mut schemars::Schema) {
+    let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (field, max) in OBJECT_REFERENCE_MAX_LENGTHS {
+        if let Some(property) = properties.get_mut(field).and_then(Value::as_object_mut) {
+            property.insert("maxLength".into(), Value::from(max));
+        }
+    }
+}
+
+/// Why hostcycle does not use a host's `spec.bmc`: a value beyond the CRD's limits (a host
+/// written before them, or under metal3's own CRD, which has none) or a `credentialsName`
+/// that cannot name a Secret. The message names the field and the limit, never the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BmcSpecRefused {
+    #[error(
+        "spec.bmc.address is longer than the {MAX_BMC_ADDRESS_LEN} bytes hostcycle reads; \
+         use the BMC's URL"
+    )]
+    AddressTooLong,
+    #[error(
+        "spec.bmc.credentialsName is not a Secret name (lowercase letters, digits, `-` and \
+         `.`, at most {MAX_NAME_LEN} characters); fix it"
+    )]
+    BadCredentialsName,
+}
+
+impl BmcDetails {
+    /// Whether hostcycle may read this `spec.bmc` (see [`BmcSpecRefused`]). An empty
+    /// `credentialsName` is left to the caller, which names what is missing.
+    pub fn check_bounds(&self) -> Result<(), BmcSpecRefused> {
+        if self.address.len() > MAX_BMC_ADDRESS_LEN {
+            return Err(BmcSpecRefused::AddressTooLong);
+        }
+        let name = self.credentials_name.trim();
+        if !name.is_empty() && !is_object_name(name) {
+            return Err(BmcSpecRefused::BadCredentialsName);
+        }
+        Ok(())
+    }
+}
+
+/// A DNS-1123 subdomain: what Kubernetes allows as the name of a Secret.
+pub fn is_object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 // `extra` keeps metal3 status fields we do not use (`hardware`, `hardwareProfile`,

@@ -554,3 +554,84 @@ fn metal3_empty_good_credentials_are_no_evidence_of_power() {
         .unwrap();
     assert_eq!(worked.observed_powered_on(), Some(false));
 }
+
+/// The host fields hostcycle reads are bounded in the schema, with limits metal3's and
+/// Kubernetes' own values fit in (object names 253, namespaces 63, a group/version 317), so
+/// a host cannot make both replicas hold megabytes per field.
+#[test]
+fn crd_bounds_the_host_fields_hostcycle_reads() {
+    let crd = crd();
+    let root = schema_root(&crd);
+    let max = |path: &[&str]| -> Option<i64> { prop(root, path).max_length };
+    assert_eq!(max(&["spec", "bmc", "address"]), Some(2048));
+    assert_eq!(max(&["spec", "bmc", "credentialsName"]), Some(253));
+    assert_eq!(max(&["spec", "bootMACAddress"]), Some(128));
+    for (field, limit) in [
+        ("name", 253),
+        ("namespace", 63),
+        ("kind", 253),
+        ("apiVersion", 317),
+        ("uid", 128),
+        ("resourceVersion", 256),
+        ("fieldPath", 1024),
+    ] {
+        assert_eq!(
+            max(&["spec", "consumerRef", field]),
+            Some(limit),
+            "consumerRef.{field}"
+        );
+    }
+    assert_eq!(
+        (
+            hostcycle_api::host::MAX_BMC_ADDRESS_LEN,
+            hostcycle_api::host::MAX_NAME_LEN,
+            hostcycle_api::host::MAX_NAMESPACE_LEN
+        ),
+        (2048, 253, 63),
+        "the code checks what the schema says"
+    );
+    // metal3's example host, as metal3 writes it, is within every limit.
+    let host: BareMetalHost = serde_saphyr::from_str(METAL3_FIXTURE).unwrap();
+    let bmc = host.spec.bmc.as_ref().unwrap();
+    assert!(bmc.check_bounds().is_ok());
+}
+
+/// A host written before the limits (or under metal3's CRD) with a longer value: refused by
+/// name of the field, the value never in the message.
+#[test]
+fn an_over_long_bmc_field_is_refused_without_its_value() {
+    use hostcycle_api::host::{BmcDetails, BmcSpecRefused};
+    let bmc = |address: String, credentials_name: &str| BmcDetails {
+        address,
+        credentials_name: credentials_name.into(),
+        disable_certificate_verification: None,
+    };
+    let at_limit = format!("redfish://10.0.0.5/{}", "x".repeat(2048 - 19));
+    assert_eq!(at_limit.len(), 2048);
+    assert_eq!(bmc(at_limit.clone(), "creds").check_bounds(), Ok(()));
+    let over = bmc(format!("{at_limit}y"), "creds")
+        .check_bounds()
+        .unwrap_err();
+    assert_eq!(over, BmcSpecRefused::AddressTooLong);
+    assert!(!over.to_string().contains("xxxx"), "{over}");
+    for name in [
+        "Creds",
+        "creds/../x",
+        "-creds",
+        &"c".repeat(254),
+        "creds..x",
+    ] {
+        let refused = bmc("ipmi://10.0.0.5".into(), name)
+            .check_bounds()
+            .unwrap_err();
+        assert_eq!(refused, BmcSpecRefused::BadCredentialsName, "{name}");
+        assert!(!refused.to_string().contains(name), "{refused}");
+    }
+    for name in ["creds", "bmc-0.creds", &"c".repeat(253), ""] {
+        assert_eq!(
+            bmc("ipmi://10.0.0.5".into(), name).check_bounds(),
+            Ok(()),
+            "{name}"
+        );
+    }
+}

@@ -29,7 +29,7 @@ pub const ADDRESSES_ANNOTATION: &str = "hostcycle.io/bmc-addresses";
 
 /// Longest annotation value read; a longer one is refused as a whole (it cannot be a list an
 /// administrator wrote by hand, and it is never echoed).
-const MAX_ADDRESSES_ANNOTATION: usize = 16 * 1024;
+pub const MAX_ADDRESSES_ANNOTATION: usize = 16 * 1024;
 
 /// One entry of `--bmc-networks`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -47,7 +47,8 @@ use tokio::sync::Semaphore;
 pub use address::{AddressError, BmcAddress, BmcHost, IpmiAddress, RedfishAddress, RedfishFlavor};
 pub use command::{CommandDriver, CommandDriverConfig};
 pub use credentials::{
-    BmcCredentials, CredentialsError, credentials_from_secret, load_credentials,
+    AddressesAnnotation, BmcCredentials, CredentialsError, CredentialsSecret,
+    credentials_from_secret, load_credentials, read_credentials_secret,
 };
 pub use driver::{
     BmcOperations, DriverDescription, DriverKind, PowerDriver, PowerOffMode, PowerOutcome,

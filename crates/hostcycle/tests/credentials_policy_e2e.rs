@@ -135,12 +135,21 @@ async fn credentials_go_only_where_the_operator_and_the_secret_allow() {
         json!({"metadata": {"annotations": {"hostcycle.io/bmc-addresses": "127.0.0.2, 10.99.0.7"}}}),
     )
     .await;
-    wait_refused(
+    // The host's status says only that its Secret cannot be used (the reason is in the
+    // operator's log): the same message a missing or unlabelled Secret gives.
+    let refused = wait_refused(
         &lab,
         "credentials refused: the Secret lists other BMC addresses",
-        "does not list 127.0.0.1",
+        "cannot be used for this host",
     )
     .await;
+    let message = error_message(&refused);
+    assert!(
+        message.contains("cannot be used for this host")
+            && !message.contains("127.0.0.1")
+            && !message.contains("10.99.0.7"),
+        "{message}"
+    );
     let port = lab
         .redfish
         .system_address(0)

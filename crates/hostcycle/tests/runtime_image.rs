@@ -202,6 +202,75 @@ fn the_runtime_stage_installs_what_the_operator_runs_and_runs_as_65532() {
     assert_eq!(runtime.all("CMD"), ["[\"operator\"]"]);
 }
 
+/// The shell commands of a stage's `RUN`s, in order (split at `&&` and `;`), each as words.
+fn run_commands(stage: &Stage) -> Vec<Vec<String>> {
+    stage
+        .all("RUN")
+        .iter()
+        .flat_map(|run| run.split("&&").flat_map(|c| c.split(';')))
+        .map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter(|words| !words.is_empty())
+        .collect()
+}
+
+/// Where the first command running `apt-get [options] <verb>` is, if any.
+fn apt_get_position(commands: &[Vec<String>], verb: &str) -> Option<usize> {
+    commands
+        .iter()
+        .position(|words| words.iter().any(|w| w == "apt-get") && words.iter().any(|w| w == verb))
+}
+
+/// The pinned base grows old; the build applies Debian's updates to it: `apt-get update`,
+/// then a non-interactive `apt-get -y upgrade`, before the packages are installed (without
+/// recommends); then apt's lists and downloads are removed. The stage refuses a base that is
+/// not Debian bookworm.
+#[test]
+fn the_runtime_stage_applies_debians_updates_before_it_installs() {
+    let text = dockerfile();
+    let runtime = runtime_stage(&text);
+    let commands = run_commands(&runtime);
+    let at = |verb: &str| {
+        apt_get_position(&commands, verb)
+            .unwrap_or_else(|| panic!("the runtime stage runs apt-get {verb}: {commands:?}"))
+    };
+    let (update, upgrade, install) = (at("update"), at("upgrade"), at("install"));
+    assert!(
+        update < upgrade && upgrade < install,
+        "update, then upgrade, then install: {commands:?}"
+    );
+    let upgrade_words = &commands[upgrade];
+    assert!(
+        upgrade_words.iter().any(|w| w == "-y"),
+        "the upgrade is non-interactive: {upgrade_words:?}"
+    );
+    assert!(
+        commands[install]
+            .iter()
+            .any(|w| w == "--no-install-recommends"),
+        "{:?}",
+        commands[install]
+    );
+    let clean = commands
+        .iter()
+        .position(|w| w.join(" ").starts_with("rm -rf /var/lib/apt/lists"))
+        .expect("the package lists are removed");
+    assert!(clean > install, "{commands:?}");
+    let runs = runtime.all("RUN").join(" && ");
+    assert!(runs.contains("/etc/os-release"), "{runs}");
+    assert!(runs.contains(r#""$VERSION_CODENAME" = bookworm"#), "{runs}");
+
+    // The checker itself: a stage that installs first, or never upgrades, fails it.
+    let stale = runtime_stage(
+        "FROM c:d@sha256:11\nRUN apt-get update && apt-get install -y x && apt-get -y upgrade\n",
+    );
+    let stale = run_commands(&stale);
+    assert!(apt_get_position(&stale, "install") < apt_get_position(&stale, "upgrade"));
+    let never = run_commands(&runtime_stage(
+        "FROM c:d@sha256:11\nRUN apt-get update && apt-get install -y x\n",
+    ));
+    assert_eq!(apt_get_position(&never, "upgrade"), None);
+}
+
 #[test]
 fn the_dockerfile_parser_reads_continuations_and_options() {
     let stage = runtime_stage(

@@ -242,6 +242,8 @@ pub fn run(
             .map(Ok::<BareMetalHost, watcher::Error>)
             .predicate_filter(spec_or_annotations, PredicateConfig::default());
         let (secrets_listed, mut secrets_listed_rx) = tokio::sync::watch::channel(false);
+        // The Secret cache waits for it before it says a Secret is not labelled.
+        let secrets_listed_for_cache = secrets_listed.subscribe();
         let secret_events = crate::cluster::watch::note_listed(
             reflector(
                 secret_writer,
@@ -285,7 +287,7 @@ pub fn run(
                 metrics,
                 &identity,
                 (hosts, host_events),
-                (secret_store, secret_events),
+                (secret_store, secrets_listed_for_cache, secret_events),
                 shutdown,
             )
             .await;
@@ -331,8 +333,9 @@ async fn act(
     metrics: Arc<Metrics>,
     identity: &str,
     (hosts, host_events): (Feed<BareMetalHost>, Forwarded<BareMetalHost>),
-    (secret_store, secret_events): (
+    (secret_store, secrets_listed, secret_events): (
         Store<PartialObjectMeta<Secret>>,
+        tokio::sync::watch::Receiver<bool>,
         Forwarded<PartialObjectMeta<Secret>>,
     ),
     shutdown: CancellationToken,
@@ -350,7 +353,7 @@ async fn act(
             bmc_networks: config.credentials.destinations.networks.clone(),
             ..config.bmc.clone()
         })),
-        secrets: SecretCache::new(secret_store),
+        secrets: SecretCache::watching(secret_store, secrets_listed),
         events,
         metrics: metrics.clone(),
         lanes: Lanes {

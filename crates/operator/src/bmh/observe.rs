@@ -6,43 +6,93 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use hostcycle_api::{BareMetalHost, CredentialsStatus};
-use hostcycle_bmc::destination::DestinationRefused;
+use hostcycle_bmc::destination::{
+    ADDRESSES_ANNOTATION, DestinationRefused, MAX_ADDRESSES_ANNOTATION,
+};
 use hostcycle_bmc::{
-    BmcAddress, BmcConnector, BmcCredentials, BmcError, CredentialsError, HostConnectOptions,
-    PowerDriver, PowerOutcome, PowerState, credentials_from_secret,
+    AddressesAnnotation, BmcAddress, BmcConnector, BmcCredentials, BmcError, CredentialsError,
+    CredentialsSecret, HostConnectOptions, PowerDriver, PowerOutcome, PowerState,
+    read_credentials_secret,
 };
 use hostcycle_core::bmh::{
     BmcFailure, BmcFailureKind, BmcObservation, ObservedPower, PowerCallResult,
 };
 use k8s_openapi::api::core::v1::{Secret, SecretReference};
-use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::metrics::{BmcErrorLabels, BmcRequestLabels, Metrics};
 
-/// The credentials Secrets hosts name, fetched once per `resourceVersion`.
+/// The credentials Secrets hosts name, fetched once per `resourceVersion`, of which only
+/// what hostcycle uses is kept ([`CredentialsSecret`]: the username and password, the
+/// addresses annotation, the label's verdict, the identity).
 ///
 /// The operator watches only the *metadata* of Secrets (no Secret's data is streamed to it),
 /// and GETs a Secret only when a host names it and the watch shows a `resourceVersion` the
 /// cache does not hold yet. A fixed Secret therefore takes effect at once (its metadata event
 /// triggers its hosts' reconciles and the changed `resourceVersion` a fresh GET), while a
-/// steady-state reconcile reads the Secret from memory.
+/// steady-state reconcile reads the Secret from memory. With `--bmc-credentials-label` the
+/// watch lists only labelled Secrets, and a Secret it does not show is never fetched: an
+/// unlabelled Secret costs no GET, however often its hosts are reconciled.
 pub struct SecretCache {
     watched: Store<PartialObjectMeta<Secret>>,
-    fetched: Mutex<HashMap<(String, String), Arc<Secret>>>,
+    /// Whether the metadata watch has listed once (`true` from the start for a cache built
+    /// on a filled store).
+    listed: tokio::sync::watch::Receiver<bool>,
+    fetched: Mutex<HashMap<(String, String), Arc<CredentialsSecret>>>,
+}
+
+/// A Secret as the cache finds it.
+#[derive(Debug)]
+pub enum SecretLookup {
+    Found(Arc<CredentialsSecret>),
+    /// The API server has no Secret of that name.
+    NotFound,
+    /// Not among the labelled Secrets the watch lists (absent or unlabelled); not fetched.
+    NotLabelled,
+}
+
+/// How long a reconcile waits for the Secret watch's first list before it gives up (the
+/// host is read again after its backoff).
+const SECRET_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why the cache could not say.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretCacheError {
+    #[error(
+        "the operator has not listed the labelled BMC credentials Secrets yet (waited {}s; \
+         its log says why its Secret watch fails); the host is read again shortly",
+        SECRET_LIST_WAIT.as_secs()
+    )]
+    NotListedYet,
+    // Described by `text::api_error`: a parse error's own message may quote the Secret.
+    #[error("reading the Secret: {}", crate::text::api_error(.0, "get", "secrets", ""))]
+    Read(#[from] kube::Error),
 }
 
 impl SecretCache {
+    /// A cache over `watched`, a store the watch has already filled (tests).
     pub fn new(watched: Store<PartialObjectMeta<Secret>>) -> Self {
+        let (_, listed) = tokio::sync::watch::channel(true);
+        Self::watching(watched, listed)
+    }
+
+    /// A cache over `watched`, filled by a watch that sets `listed` once it has listed.
+    pub fn watching(
+        watched: Store<PartialObjectMeta<Secret>>,
+        listed: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         SecretCache {
             watched,
+            listed,
             fetched: Mutex::default(),
         }
     }
 
-    fn fetched(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Secret>>> {
+    fn fetched(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<CredentialsSecret>>> {
         match self.fetched.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -56,7 +106,7 @@ impl SecretCache {
             .retain(|(ns, name), _| watched.get(&ObjectRef::new(name).within(ns)).is_some());
     }
 
-    /// How many Secrets are held with their data.
+    /// How many Secrets are held with their credentials.
     pub fn len(&self) -> usize {
         self.fetched().len()
     }
@@ -66,35 +116,55 @@ impl SecretCache {
     }
 
     /// Secret `namespace/name`: from memory when the watch shows the `resourceVersion` held,
-    /// else by one GET (a Secret the watch has not shown yet, or one that changed).
+    /// else by one GET (a Secret the watch has not shown yet, or one that changed). With
+    /// `label` (`--bmc-credentials-label`, which the watch selects by), a Secret the watch
+    /// does not show is [`SecretLookup::NotLabelled`] without a GET.
     pub async fn get(
         &self,
         client: &Client,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<Arc<Secret>>, kube::Error> {
+        label: Option<(&str, &str)>,
+    ) -> Result<SecretLookup, SecretCacheError> {
         let key = (namespace.to_string(), name.to_string());
+        if label.is_some() {
+            self.wait_listed().await?;
+        }
         let watched_version = self
             .watched
             .get(&ObjectRef::new(name).within(namespace))
-            .and_then(|m| m.metadata.resource_version.clone());
-        if let Some(version) = &watched_version
-            && let Some(secret) = self.fetched().get(&key)
-            && secret.metadata.resource_version.as_ref() == Some(version)
-        {
-            return Ok(Some(secret.clone()));
+            .map(|m| m.metadata.resource_version.clone());
+        if label.is_some() && watched_version.is_none() {
+            self.fetched().remove(&key);
+            return Ok(SecretLookup::NotLabelled);
         }
-        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        match api.get_opt(name).await? {
+        if let Some(Some(version)) = &watched_version
+            && let Some(secret) = self.fetched().get(&key)
+            && secret.resource_version.as_ref() == Some(version)
+        {
+            return Ok(SecretLookup::Found(secret.clone()));
+        }
+        match read_credentials_secret(client, namespace, name, label).await? {
             Some(secret) => {
                 let secret = Arc::new(secret);
                 self.fetched().insert(key, secret.clone());
-                Ok(Some(secret))
+                Ok(SecretLookup::Found(secret))
             }
             None => {
                 self.fetched().remove(&key);
-                Ok(None)
+                Ok(SecretLookup::NotFound)
             }
+        }
+    }
+
+    async fn wait_listed(&self) -> Result<(), SecretCacheError> {
+        if *self.listed.borrow() {
+            return Ok(());
+        }
+        let mut listed = self.listed.clone();
+        match tokio::time::timeout(SECRET_LIST_WAIT, listed.wait_for(|l| *l)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(SecretCacheError::NotListedYet),
         }
     }
 }
@@ -232,16 +302,46 @@ impl DriverCache {
             message: "spec.bmc is not set; set spec.bmc.address and spec.bmc.credentialsName"
                 .into(),
         })?;
+        bmc.check_bounds().map_err(|refused| BmcFailure {
+            kind: BmcFailureKind::Credentials,
+            message: refused.to_string(),
+        })?;
         let secret_name = bmc.credentials_name.trim();
-        let secret = match secrets.get(client, &ns, secret_name).await {
-            Ok(Some(s)) => s,
-            Ok(None) => {
-                return Err(credentials_failure(CredentialsError::SecretNotFound {
-                    namespace: ns.clone(),
-                    name: secret_name.to_string(),
-                }));
+        if secret_name.is_empty() {
+            return Err(credentials_failure(CredentialsError::NoSecretName));
+        }
+        // Where the credentials would go is checked before the Secret is read: a refusal
+        // that depends on the address alone needs no GET and says nothing about the Secret.
+        let parsed_address = BmcAddress::parse(&bmc.address).ok();
+        if let Some(address) = &parsed_address
+            && let Err(refused) = check_destination(policy, address)
+        {
+            if refused.outside_networks {
+                let _logged = self.log_networks_refusal(host, policy, &refused.failure.message);
             }
-            Err(e) => {
+            return Err(refused.failure);
+        }
+        let label = policy.label.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
+        let host_label = format!("{ns}/{}", host.name_any());
+        let unusable =
+            |reason: String| unusable_secret(policy, &host_label, &ns, secret_name, &reason);
+        let secret = match secrets.get(client, &ns, secret_name, label).await {
+            Ok(SecretLookup::Found(s)) => s,
+            Ok(SecretLookup::NotFound) => return Err(unusable("no Secret of that name".into())),
+            Ok(SecretLookup::NotLabelled) => {
+                let (key, value) = label.unwrap_or_default();
+                return Err(unusable(format!(
+                    "no Secret of that name is labelled {key}={value} (--bmc-credentials-label): \
+                     it does not exist or lacks the label"
+                )));
+            }
+            Err(SecretCacheError::NotListedYet) => {
+                return Err(BmcFailure {
+                    kind: BmcFailureKind::Other,
+                    message: SecretCacheError::NotListedYet.to_string(),
+                });
+            }
+            Err(SecretCacheError::Read(e)) => {
                 return Err(BmcFailure {
                     kind: BmcFailureKind::Other,
                     message: format!(
@@ -251,23 +351,39 @@ impl DriverCache {
                 });
             }
         };
-        if let Err(refused) = check_credentials_use(policy, &secret, &bmc.address) {
-            if refused.outside_networks {
-                let _logged = self.log_networks_refusal(host, policy, &refused.failure.message);
-            }
-            return Err(refused.failure);
+        if !secret.labelled {
+            let (key, value) = label.unwrap_or_default();
+            return Err(unusable(format!(
+                "it is not labelled {key}={value} (--bmc-credentials-label)"
+            )));
+        }
+        if let Some(address) = &parsed_address {
+            let listed = match &secret.addresses {
+                AddressesAnnotation::Absent => None,
+                AddressesAnnotation::Listed(list) => Some(list.as_str()),
+                AddressesAnnotation::TooLong => {
+                    return Err(unusable(format!(
+                        "its {ADDRESSES_ANNOTATION} annotation is longer than \
+                         {MAX_ADDRESSES_ANNOTATION} bytes"
+                    )));
+                }
+            };
+            policy
+                .destinations
+                .check(address, listed)
+                .map_err(|refused| unusable(refused.to_string()))?;
         }
         let key = DriverKey {
             address: bmc.address.clone(),
             disable_certificate_verification: bmc.disable_certificate_verification.unwrap_or(false),
-            secret_resource_version: secret.metadata.resource_version.clone(),
+            secret_resource_version: secret.resource_version.clone(),
         };
         let credentials = CredentialsStatus {
             credentials: Some(SecretReference {
                 name: Some(secret_name.to_string()),
                 namespace: Some(ns.clone()),
             }),
-            credentials_version: secret.metadata.resource_version.clone(),
+            credentials_version: secret.resource_version.clone(),
         };
         let uid = host.uid().unwrap_or_default();
         if let Some((cached_key, driver, _)) = self.lock().get(&uid)
@@ -278,8 +394,10 @@ impl DriverCache {
                 credentials,
             });
         }
-        let creds: BmcCredentials =
-            credentials_from_secret(&secret).map_err(credentials_failure)?;
+        let creds: BmcCredentials = match &secret.credentials {
+            Ok(creds) => creds.clone(),
+            Err(e) => return Err(unusable(e.to_string())),
+        };
         let options = HostConnectOptions {
             disable_certificate_verification: key.disable_certificate_verification,
             ..HostConnectOptions::default()
@@ -300,60 +418,24 @@ impl DriverCache {
     }
 }
 
-/// Why `check_credentials_use` refused.
-struct CredentialsUseRefused {
+/// Why `check_destination` refused.
+struct DestinationCheckRefused {
     failure: BmcFailure,
     /// Refused by `--bmc-networks`: the operator logs the networks the status leaves out.
     outside_networks: bool,
 }
 
-impl From<BmcFailure> for CredentialsUseRefused {
-    fn from(failure: BmcFailure) -> Self {
-        CredentialsUseRefused {
-            failure,
-            outside_networks: false,
-        }
-    }
-}
-
-/// Whether `secret`'s credentials may be sent to `address` (see
-/// `hostcycle_bmc::destination`). An address that does not parse is left to the driver,
-/// which refuses it with its own message.
-fn check_credentials_use(
+/// Whether credentials may be sent to `address` at all, before any Secret is read (see
+/// `hostcycle_bmc::destination`); the Secret's own `hostcycle.io/bmc-addresses` narrowing is
+/// checked once it is read.
+fn check_destination(
     policy: &super::CredentialsPolicy,
-    secret: &Secret,
-    address: &str,
-) -> Result<(), CredentialsUseRefused> {
-    if let Some((key, value)) = &policy.label {
-        let labelled = secret
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(key))
-            .is_some_and(|v| v == value);
-        if !labelled {
-            return Err(CredentialsUseRefused::from(BmcFailure {
-                kind: BmcFailureKind::Credentials,
-                message: format!(
-                    "the credentials Secret is not labelled {key}={value}, which the operator \
-                     requires of BMC credentials (--bmc-credentials-label): label it (someone \
-                     who may edit the Secret)"
-                ),
-            }));
-        }
-    }
-    let Ok(parsed) = BmcAddress::parse(address) else {
-        return Ok(());
-    };
-    let listed = secret
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(hostcycle_bmc::destination::ADDRESSES_ANNOTATION));
+    address: &BmcAddress,
+) -> Result<(), DestinationCheckRefused> {
     policy
         .destinations
-        .check(&parsed, listed.map(String::as_str))
-        .map_err(|refused| CredentialsUseRefused {
+        .check(address, None)
+        .map_err(|refused| DestinationCheckRefused {
             outside_networks: matches!(
                 refused,
                 DestinationRefused::OutsideNetworks { .. } | DestinationRefused::NoNetworks { .. }
@@ -363,6 +445,51 @@ fn check_credentials_use(
                 message: refused.to_string(),
             },
         })
+}
+
+/// A credentials Secret that cannot be used for a host, whatever the reason (absent, not
+/// labelled, missing or unusable keys, an addresses annotation that does not list the BMC):
+/// the host's status gets one message for all of them, so that someone who may edit hosts
+/// but not read Secrets learns nothing of a Secret by naming it; the operator's log gets
+/// `reason` (which names keys and the annotation's verdict, never a value).
+fn unusable_secret(
+    policy: &super::CredentialsPolicy,
+    host: &str,
+    namespace: &str,
+    secret: &str,
+    reason: &str,
+) -> BmcFailure {
+    tracing::warn!(
+        %host,
+        secret = %format_args!("{namespace}/{secret}"),
+        %reason,
+        "BMC credentials Secret cannot be used"
+    );
+    BmcFailure {
+        kind: BmcFailureKind::Credentials,
+        message: unusable_secret_message(policy, namespace, secret),
+    }
+}
+
+/// The status message of [`unusable_secret`]: the Secret's name, what a usable one is, and
+/// the flag and annotation involved.
+pub fn unusable_secret_message(
+    policy: &super::CredentialsPolicy,
+    namespace: &str,
+    secret: &str,
+) -> String {
+    let label = match &policy.label {
+        Some((key, value)) => {
+            format!(", not labelled {key}={value} (hostcycle operator --bmc-credentials-label)")
+        }
+        None => String::new(),
+    };
+    format!(
+        "BMC credentials Secret {namespace}/{secret} cannot be used for this host: it is \
+         missing, incomplete{label}, or its {ADDRESSES_ANNOTATION} annotation does not list \
+         this BMC. The operator's log says which; fix the Secret (someone who may edit it) or \
+         spec.bmc.credentialsName"
+    )
 }
 
 fn credentials_failure(e: CredentialsError) -> BmcFailure {
@@ -600,9 +727,16 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(meta("1")));
         let cache = SecretCache::new(store);
 
+        let get = || async {
+            match cache.get(&client, "ns1", "creds", None).await.unwrap() {
+                SecretLookup::Found(secret) => Some(secret),
+                SecretLookup::NotFound => None,
+                SecretLookup::NotLabelled => panic!("no label asked for"),
+            }
+        };
         for _ in 0..5 {
-            let secret = cache.get(&client, "ns1", "creds").await.unwrap().unwrap();
-            assert_eq!(secret.metadata.resource_version.as_deref(), Some("1"));
+            let secret = get().await.unwrap();
+            assert_eq!(secret.resource_version.as_deref(), Some("1"));
         }
         assert_eq!(
             gets.load(Ordering::SeqCst),
@@ -614,15 +748,15 @@ mod tests {
         *version.lock().unwrap() = Some("2".into());
         writer.apply_watcher_event(&watcher::Event::Apply(meta("2")));
         for _ in 0..3 {
-            let secret = cache.get(&client, "ns1", "creds").await.unwrap().unwrap();
-            assert_eq!(secret.metadata.resource_version.as_deref(), Some("2"));
+            let secret = get().await.unwrap();
+            assert_eq!(secret.resource_version.as_deref(), Some("2"));
         }
         assert_eq!(gets.load(Ordering::SeqCst), 2);
 
         // Deleted: the watch drops it, the cache asks the API server (which says 404).
         *version.lock().unwrap() = None;
         writer.apply_watcher_event(&watcher::Event::Delete(meta("2")));
-        assert!(cache.get(&client, "ns1", "creds").await.unwrap().is_none());
+        assert!(get().await.is_none());
         cache.retain_watched();
         assert!(
             cache.is_empty(),
@@ -680,11 +814,12 @@ mod tests {
             },
             label: None,
         };
-        let secret = Secret::default();
-        let refused =
-            check_credentials_use(&policy, &secret, "redfish://10.0.1.5/redfish/v1/Systems/1")
-                .err()
-                .unwrap();
+        let refused = check_destination(
+            &policy,
+            &BmcAddress::parse("redfish://10.0.1.5/redfish/v1/Systems/1").unwrap(),
+        )
+        .err()
+        .unwrap();
         assert!(refused.outside_networks);
         assert_eq!(refused.failure.kind, BmcFailureKind::Credentials);
         let message = &refused.failure.message;
@@ -693,9 +828,12 @@ mod tests {
         assert!(!message.contains("10.99.0.0/16"), "{message}");
         assert!(!message.contains(".bmc.example"), "{message}");
         // Plain HTTP is not a networks refusal: nothing to log.
-        let plain = check_credentials_use(&policy, &secret, "redfish+http://10.99.0.5")
-            .err()
-            .unwrap();
+        let plain = check_destination(
+            &policy,
+            &BmcAddress::parse("redfish+http://10.99.0.5").unwrap(),
+        )
+        .err()
+        .unwrap();
         assert!(!plain.outside_networks);
 
         let cache = DriverCache::new(BmcConnector::new(ConnectorOptions::default()));

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 
 use hostcycle_api::BareMetalHost;
+use hostcycle_api::host::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 use hostcycle_api::queue::HostReference;
 use hostcycle_api::remediation::{
     EXTERNAL_REMEDIATION_ANNOTATION, HostRemediation, NODE_ANNOTATIONS_BACKUP_ANNOTATION,
@@ -109,10 +110,25 @@ pub fn host_facts(host: &BareMetalHost) -> HostFacts {
         reference: host_reference(host),
         uid: host.uid().unwrap_or_default(),
         consumer: host.spec.consumer_ref.as_ref().map(|c| ObjectKey {
-            kind: c.kind.clone().unwrap_or_default(),
-            namespace: c.namespace.clone().unwrap_or_else(|| namespace.clone()),
-            name: c.name.clone().unwrap_or_default(),
+            kind: reference_field(c.kind.as_deref().unwrap_or_default(), MAX_NAME_LEN),
+            namespace: reference_field(
+                c.namespace.as_deref().unwrap_or(&namespace),
+                MAX_NAMESPACE_LEN,
+            ),
+            name: reference_field(c.name.as_deref().unwrap_or_default(), MAX_NAME_LEN),
         }),
+    }
+}
+
+/// A field of a host's `consumerRef`, clipped when it is longer than any Kubernetes object's
+/// (a host written before the CRD's `maxLength`, or under metal3's CRD, which has none): the
+/// clipped text (ending in `…`, which no object name holds) links no Machine yet still claims
+/// its host, and messages that name the consumer stay short.
+fn reference_field(value: &str, max: usize) -> String {
+    if value.len() <= max {
+        value.to_string()
+    } else {
+        hostcycle_core::text::bounded(value, 48)
     }
 }
 
@@ -312,4 +328,44 @@ pub fn request_node(r: &HostRemediation, machines: &[MachineObject]) -> Option<S
                 .and_then(MachineObject::node_ref),
             None => Some(r.name_any()),
         })
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A consumerRef beyond any object name's length (a host from before the CRD's limits)
+    /// still claims its host, is short wherever it is named, and links no Machine.
+    #[test]
+    fn an_over_long_consumer_ref_is_clipped_and_links_nothing() {
+        let host: BareMetalHost = serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": { "name": "h", "namespace": "hosts", "uid": "u" },
+            "spec": { "online": true, "consumerRef": {
+                "kind": "Machine", "name": "m".repeat(100_000), "namespace": "hosts",
+            } },
+        }))
+        .unwrap();
+        let consumer = host_facts(&host).consumer.unwrap();
+        assert_eq!(consumer.kind, "Machine");
+        assert_eq!(consumer.namespace, "hosts");
+        assert!(
+            consumer.name.len() <= 48 && consumer.name.ends_with('…'),
+            "{}",
+            consumer.name
+        );
+        let at_limit: BareMetalHost = serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": { "name": "h", "namespace": "hosts", "uid": "u" },
+            "spec": { "online": true, "consumerRef": {
+                "kind": "Machine", "name": "m".repeat(MAX_NAME_LEN),
+            } },
+        }))
+        .unwrap();
+        assert_eq!(
+            host_facts(&at_limit).consumer.unwrap().name.len(),
+            MAX_NAME_LEN
+        );
+    }
 }
