@@ -387,6 +387,10 @@ async fn one_namespaces_hung_bmcs_delay_no_other_namespaces_power_off() {
             .and_then(|s| s.last_power_action.as_ref())
             .expect("a recorded power action");
         let decided = action.requested_at.duration_since(requested);
+        eprintln!(
+            "{ns}/{name}: decided after {decided:#}, seen off after {:#}",
+            Timestamp::now().duration_since(requested)
+        );
         assert!(
             decided < jiff::SignedDuration::try_from(DECIDED_BOUND).unwrap(),
             "{ns}/{name}: the power-off was decided {decided:#} after its request, behind 64 \
