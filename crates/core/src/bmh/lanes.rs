@@ -80,8 +80,7 @@ impl LaneLimits {
     ) -> LaneLimits {
         let capacity = [fencing.max(1), action.max(1), steady.max(1)];
         let percent = usize::from(namespace_share_percent.clamp(1, 100));
-        let per_namespace =
-            capacity.map(|c| (c.saturating_mul(percent).div_ceil(100)).clamp(1, c));
+        let per_namespace = capacity.map(|c| (c.saturating_mul(percent).div_ceil(100)).clamp(1, c));
         LaneLimits {
             capacity,
             per_namespace,
@@ -290,7 +289,13 @@ impl<W> LaneBook<W> {
         Err(refusal)
     }
 
-    fn grant(&mut self, class: Lane, namespace: String, at: usize, lane: Lane) -> Option<(W, Slot)> {
+    fn grant(
+        &mut self,
+        class: Lane,
+        namespace: String,
+        at: usize,
+        lane: Lane,
+    ) -> Option<(W, Slot)> {
         let queues = &mut self.waiting[class.index()];
         let queue = queues.get_mut(&namespace)?;
         let waiter = queue.remove(at)?;
@@ -299,9 +304,7 @@ impl<W> LaneBook<W> {
         }
         self.waiting_count[class.index()] -= 1;
         self.held[lane.index()] += 1;
-        self.held_by_namespace
-            .entry(namespace.clone())
-            .or_default()[lane.index()] += 1;
+        self.held_by_namespace.entry(namespace.clone()).or_default()[lane.index()] += 1;
         if let Some(bmc) = &waiter.bmc {
             self.held_by_bmc.entry(bmc.clone()).or_default()[lane.index()] += 1;
         }

@@ -1108,8 +1108,8 @@ mod tests {
     #[test]
     fn only_the_read_before_an_action_has_the_short_deadline() {
         use hostcycle_api::{
-            LastPowerAction, ObservedBmc, ObservedPowerState, PowerActionState,
-            PowerActionTrigger, PowerObservation, PowerTarget,
+            LastPowerAction, ObservedBmc, ObservedPowerState, PowerActionState, PowerActionTrigger,
+            PowerObservation, PowerTarget,
         };
         let config = BmhControllerConfig::default();
         let (short, long) = (config.action_read_deadline, config.read_deadline);

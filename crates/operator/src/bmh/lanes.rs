@@ -261,9 +261,15 @@ mod tests {
         }
         assert_eq!((hung.len(), waiting.len()), (32, 32));
         let in_time = |c| tokio::time::timeout(Duration::from_millis(100), lanes.acquire(c));
-        let other = in_time(claim(Lane::Action, "other")).await.unwrap().unwrap();
+        let other = in_time(claim(Lane::Action, "other"))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(other.lane(), Some(Lane::Action));
-        let fence = in_time(claim(Lane::Fencing, "fenced")).await.unwrap().unwrap();
+        let fence = in_time(claim(Lane::Fencing, "fenced"))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(fence.lane(), Some(Lane::Fencing));
     }
 
