@@ -258,10 +258,12 @@ async fn a_reboot_is_not_queued_behind_hung_bmcs() {
         let address = format!("redfish+http://127.0.0.1:{port}/redfish/v1/Systems/1");
         rig.host("default", &format!("hung-{i}"), &address).await;
     }
-    // Every polling slot is taken by a read that will never be answered.
+    // Every polling slot namespace default may hold (its share of the steady lane) is taken by
+    // a read that will never be answered, and the healthy host's next steady poll waits behind
+    // 200 hung ones of its own namespace.
     let accepted = hung.accepted.clone();
     wait_until(
-        "64 connections to hung BMCs (every polling slot busy)",
+        "64 connections to hung BMCs (every polling slot of the namespace busy)",
         Duration::from_secs(60),
         || {
             let accepted = accepted.clone();
@@ -293,6 +295,127 @@ async fn a_reboot_is_not_queued_behind_hung_bmcs() {
         "ForceOff took {latency:#} behind {} hung BMCs (operator log {:?})",
         hung.ports.len(),
         rig.operators[0].log_path()
+    );
+}
+
+/// How long a hard power-off through sushy-tools takes when nothing stands in its way: the
+/// reconcile (a power-state read, the write-ahead status, the ForceOff) takes well under a
+/// second; sushy's fake driver applies the change 1–11 s after the request; the operator then
+/// sees it at its next transition poll (`--transition-poll 500ms`) and records it. 11 s +
+/// 4 s for the rest and a loaded CI machine.
+const POWER_OFF_BOUND: Duration = Duration::from_secs(15);
+
+/// How soon after its request a power-off is decided and recorded (`lastPowerAction`) when
+/// a slot is free: one reconcile, a read of a healthy BMC and a status write (< 1 s), with
+/// room for a loaded machine. Behind hung BMCs holding every action slot it is 13 s or more.
+const DECIDED_BOUND: Duration = Duration::from_secs(3);
+
+/// One namespace's 64 hosts aimed at BMCs that accept and never answer (inside the allowed
+/// networks), each asked to reboot so that each claims an action slot, delay neither another
+/// namespace's reboot nor a remediation's power-off of a third namespace's host: both are
+/// decided within `DECIDED_BOUND` and done within `POWER_OFF_BOUND`. Before the fair lanes,
+/// the 64 reads held all 64 action slots for 15 s each and both waited for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_namespaces_hung_bmcs_delay_no_other_namespaces_power_off() {
+    use hostcycle_api::remediation::MACHINE_POWER_OFF_ANNOTATION;
+    use hostcycle_testkit::bmc_emulators::{FakeSystem, RedfishEmulator, RedfishEmulatorOptions};
+    let mut rig = Rig::start(1, &rbac::RbacOptions::cluster_wide("default")).await;
+    for ns in ["tenant", "other", "fenced"] {
+        ensure_namespace(&rig.client, ns).await;
+        rig.secret(ns).await;
+    }
+    let sushy = RedfishEmulator::start(RedfishEmulatorOptions {
+        systems: vec![
+            FakeSystem::new("rebooted", hostcycle_testkit::bmc_emulators::FakePower::On),
+            FakeSystem::new("fenced", hostcycle_testkit::bmc_emulators::FakePower::On),
+        ],
+        basic_auth: Some(("u".into(), "p".into())),
+        ..RedfishEmulatorOptions::default()
+    })
+    .await
+    .unwrap();
+    rig.host("other", "rebooted", &sushy.system_address(0).unwrap())
+        .await;
+    rig.host("fenced", "fenced", &sushy.system_address(1).unwrap())
+        .await;
+    // Default lanes (64 action slots); production BMC deadlines.
+    let metrics_port =
+        rig.start_operator(&["--leader-elect", "false", "--controllers", "baremetalhost"]);
+    rig.wait_registered("other", "rebooted", Duration::from_secs(60))
+        .await;
+    rig.wait_registered("fenced", "fenced", Duration::from_secs(60))
+        .await;
+
+    // The tenant's hosts: each asks for a reboot, so each claims an action slot and holds it
+    // while its power-state read waits on a BMC that never answers.
+    let hung = HungBmcs::start(64).await;
+    for (i, port) in hung.ports.iter().enumerate() {
+        let address = format!("redfish+http://127.0.0.1:{port}/redfish/v1/Systems/1");
+        let mut bmh = BareMetalHost::externally_provisioned(&format!("hung-{i}"), &address, SECRET);
+        bmh.metadata.annotations = Some([("reboot.metal3.io/tenant".into(), HARD.into())].into());
+        rig.hosts("tenant")
+            .create(&PostParams::default(), &bmh)
+            .await
+            .unwrap();
+    }
+    let accepted = hung.accepted.clone();
+    wait_until(
+        "64 connections to the tenant's hung BMCs (each a reboot's read)",
+        Duration::from_secs(60),
+        || {
+            let accepted = accepted.clone();
+            async move { (accepted.load(Ordering::SeqCst) >= 64).then_some(()) }
+        },
+    )
+    .await
+    .unwrap();
+
+    // A reboot in another namespace, and a remediation's power-off (the annotation flow's key,
+    // as the remediation controller writes it) in a third.
+    let requested = Timestamp::now();
+    rig.annotate("other", "rebooted", "reboot.metal3.io/maintenance", HARD)
+        .await;
+    rig.annotate("fenced", "fenced", MACHINE_POWER_OFF_ANNOTATION, HARD)
+        .await;
+    for (ns, name) in [("other", "rebooted"), ("fenced", "fenced")] {
+        let off = rig
+            .wait_host(ns, name, "powered off", POWER_OFF_BOUND, |h| {
+                h.status.as_ref().and_then(|s| s.powered_on) == Some(false)
+            })
+            .await;
+        let action = off
+            .status
+            .as_ref()
+            .and_then(|s| s.last_power_action.as_ref())
+            .expect("a recorded power action");
+        let decided = action.requested_at.duration_since(requested);
+        eprintln!(
+            "{ns}/{name}: decided after {decided:#}, seen off after {:#}",
+            Timestamp::now().duration_since(requested)
+        );
+        assert!(
+            decided < jiff::SignedDuration::try_from(DECIDED_BOUND).unwrap(),
+            "{ns}/{name}: the power-off was decided {decided:#} after its request, behind 64 \
+             hung BMCs of namespace tenant (operator log {:?})",
+            rig.operators[0].log_path()
+        );
+    }
+    // The operator's view: the tenant holds at most its share of the action lane (32 of 64;
+    // one more slot may be the held host of namespace other, polled while it stays off).
+    let (_, metrics) = get_text(metrics_port, "/metrics").await.unwrap();
+    let gauge = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+    };
+    let waiting = gauge("hostcycle_lane_waiting{lane=\"action\"}");
+    let in_use = gauge("hostcycle_lane_slots_in_use{lane=\"action\"}");
+    assert!(
+        in_use <= 33.0,
+        "action lane: {in_use} slots in use, {waiting} waiting"
     );
 }
 

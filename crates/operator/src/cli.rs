@@ -61,10 +61,25 @@ pub struct OperatorArgs {
     /// never wait behind polls of hung BMCs.
     #[arg(long, default_value_t = 64)]
     pub action_concurrency: u16,
+    /// Slots kept for remediation power-offs (fencing), which ordinary reboots and steady
+    /// polls never take; a power-off for remediation also takes a free action slot.
+    #[arg(long, default_value_t = 16)]
+    pub fencing_concurrency: u16,
+    /// Percentage (1-100) of each lane the hosts of one namespace may hold at once (at least
+    /// one slot), so one namespace's hung BMCs never hold every slot.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub namespace_lane_share: u8,
+    /// Slots of each lane the hosts of one BMC endpoint (scheme, host, port) may hold at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub lane_slots_per_bmc: u16,
     /// Deadline of one power-state read (retries included): a hung BMC holds a polling slot
     /// no longer than this.
     #[arg(long, default_value = "15s")]
     pub bmc_read_deadline: jiff::SignedDuration,
+    /// Deadline of the power-state read that precedes a power action not sent yet: a
+    /// black-holed BMC holds an action slot no longer than this (at most --bmc-read-deadline).
+    #[arg(long, default_value = "5s", value_parser = flag_duration)]
+    pub bmc_action_read_deadline: jiff::SignedDuration,
     /// Timeout of one HTTP request to a BMC.
     #[arg(long, default_value = "30s", value_parser = flag_duration)]
     pub bmc_request_timeout: jiff::SignedDuration,
@@ -281,7 +296,14 @@ impl OperatorArgs {
                 decide,
                 concurrency: self.concurrency,
                 action_concurrency: self.action_concurrency,
+                fencing_concurrency: self.fencing_concurrency,
+                namespace_lane_share: self.namespace_lane_share,
+                lane_slots_per_bmc: self.lane_slots_per_bmc,
                 read_deadline: duration(self.bmc_read_deadline, "bmc-read-deadline")?,
+                action_read_deadline: duration(
+                    self.bmc_action_read_deadline,
+                    "bmc-action-read-deadline",
+                )?,
                 bmc,
                 credentials: CredentialsPolicy {
                     destinations: hostcycle_bmc::destination::CredentialDestinations {
@@ -514,5 +536,51 @@ mod tests {
             idle(&["--steady-poll", "20s", "--transition-poll", "5s"]),
             Duration::from_secs(15)
         );
+    }
+
+    /// The lane flags reach the host controller; out-of-range values are refused at start.
+    #[test]
+    fn lane_flags() {
+        use hostcycle_core::bmh::lanes::Lane;
+        let parse = |flags: &[&str]| {
+            let mut argv = vec!["operator"];
+            argv.extend_from_slice(flags);
+            Cli::try_parse_from(argv).map(|cli| cli.operator.into_config().unwrap().bmh)
+        };
+        let defaults = parse(&[]).unwrap();
+        let limits = defaults.lane_limits();
+        assert_eq!(
+            Lane::ALL.map(|l| (limits.capacity(l), limits.per_namespace(l))),
+            [(16, 8), (64, 32), (64, 32)]
+        );
+        assert_eq!(limits.per_bmc(), 8);
+        assert_eq!(defaults.action_read_deadline, Duration::from_secs(5));
+        let set = parse(&[
+            "--fencing-concurrency",
+            "4",
+            "--namespace-lane-share",
+            "100",
+            "--lane-slots-per-bmc",
+            "2",
+            "--bmc-action-read-deadline",
+            "2s",
+        ])
+        .unwrap();
+        let limits = set.lane_limits();
+        assert_eq!(
+            Lane::ALL.map(|l| limits.per_namespace(l)),
+            [4, 64, 64],
+            "a namespace may take whole lanes"
+        );
+        assert_eq!(limits.per_bmc(), 2);
+        assert_eq!(set.action_read_deadline, Duration::from_secs(2));
+        for refused in [
+            &["--namespace-lane-share", "0"][..],
+            &["--namespace-lane-share", "101"],
+            &["--lane-slots-per-bmc", "0"],
+            &["--bmc-action-read-deadline", "-1s"],
+        ] {
+            assert!(parse(refused).is_err(), "{refused:?} accepted");
+        }
     }
 }

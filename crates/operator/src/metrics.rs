@@ -59,6 +59,12 @@ pub struct ControllerLabels {
 }
 
 #[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LaneLabels {
+    /// `fencing`, `action` or `steady` (the host controller's lanes).
+    pub lane: String,
+}
+
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     /// `Queued`, `Draining`, `Rebooting`, `Cancelled`.
     pub phase: String,
@@ -300,6 +306,10 @@ pub struct Metrics {
     pub reboot_pending_since: Family<HostConditionLabels, Gauge>,
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
+    /// Host reconciles waiting for a slot, by the lane they claim.
+    pub lane_waiting: Family<LaneLabels, Gauge>,
+    /// Slots of each lane held by running reconciles.
+    pub lane_slots_in_use: Family<LaneLabels, Gauge>,
     pub leader: Gauge,
     /// The API server's clock minus this replica's, as last measured (seconds).
     pub clock_skew: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -322,6 +332,8 @@ impl Metrics {
             reboot_pending_since: Family::default(),
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
+            lane_waiting: Family::default(),
+            lane_slots_in_use: Family::default(),
             leader: Gauge::default(),
             clock_skew: Gauge::default(),
             queue: QueueMetrics::new(),
@@ -373,6 +385,16 @@ impl Metrics {
             "reconcile_errors",
             "Failed reconciliations by controller",
             m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "lane_waiting",
+            "BareMetalHost reconciles waiting for a slot, by the lane they claim (fencing, action, steady)",
+            m.lane_waiting.clone(),
+        );
+        registry.register(
+            "lane_slots_in_use",
+            "Slots of each BareMetalHost controller lane held by running reconciles",
+            m.lane_slots_in_use.clone(),
         );
         registry.register(
             "leader",

@@ -21,6 +21,7 @@
 mod config;
 mod decide;
 mod decision;
+pub mod lanes;
 pub mod observation;
 mod snapshot;
 mod status;

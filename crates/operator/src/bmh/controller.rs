@@ -17,6 +17,7 @@ use hostcycle_api::{
     is_paused,
 };
 use hostcycle_bmc::{BmcConnector, BmcError, ConnectorOptions, PowerDriver, PowerOutcome};
+use hostcycle_core::bmh::lanes::{Lane, LaneLimits};
 use hostcycle_core::bmh::{
     Action, BmcObservation, DecideConfig, Decision, EventType, HostSnapshot, StatusUpdate,
     after_power_call, apply_status_updates, decide_with_config, observation,
@@ -32,11 +33,11 @@ use kube::runtime::watcher;
 use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::host_metrics;
+use super::lanes::{LaneSlot, Lanes, LanesClosed, claim_for};
 use super::observe::{DriverCache, HostBmc, SecretCache, power_call_result, read_power};
 use crate::backoff::{ErrorBackoff, FailureCounts};
 use crate::cluster::ClusterView;
@@ -60,9 +61,21 @@ pub struct BmhControllerConfig {
     /// Hosts with a requested power action handled at once. A lane of its own: requested
     /// actions never wait behind steady-state reads of hung BMCs.
     pub action_concurrency: u16,
+    /// Slots kept for remediation power-offs (hosts carrying a remediation power-off
+    /// annotation), which ordinary actions and steady polls never take; such a host also
+    /// takes a free action slot when these are full.
+    pub fencing_concurrency: u16,
+    /// Percentage of each lane the hosts of one namespace may hold at once (at least one
+    /// slot): one tenant's hung BMCs never hold every slot.
+    pub namespace_lane_share: u8,
+    /// Slots of each lane the hosts of one BMC endpoint may hold at once.
+    pub lane_slots_per_bmc: u16,
     /// Deadline of one power-state read, retries included: a hung BMC holds its slot no
     /// longer than this. Power calls keep the BMC call deadline of `bmc`.
     pub read_deadline: Duration,
+    /// Deadline of the read that precedes a power action not sent yet ([`read_deadline_for`]):
+    /// a black-holed BMC holds an action slot no longer than this.
+    pub action_read_deadline: Duration,
     /// Retry delays of failed reconciles (status writes, annotation patches).
     pub error_backoff: ErrorBackoff,
     /// Retry delays after a conflict (the cache lagged a write).
@@ -84,6 +97,19 @@ pub struct CredentialsPolicy {
     pub label: Option<(String, String)>,
 }
 
+impl BmhControllerConfig {
+    /// The lanes' sizes and caps.
+    pub fn lane_limits(&self) -> LaneLimits {
+        LaneLimits::new(
+            usize::from(self.fencing_concurrency),
+            usize::from(self.action_concurrency),
+            usize::from(self.concurrency),
+            self.namespace_lane_share,
+            usize::from(self.lane_slots_per_bmc),
+        )
+    }
+}
+
 impl Default for BmhControllerConfig {
     fn default() -> Self {
         BmhControllerConfig {
@@ -91,7 +117,11 @@ impl Default for BmhControllerConfig {
             bmc: ConnectorOptions::default(),
             concurrency: 64,
             action_concurrency: 64,
+            fencing_concurrency: 16,
+            namespace_lane_share: 50,
+            lane_slots_per_bmc: 8,
             read_deadline: Duration::from_secs(15),
+            action_read_deadline: Duration::from_secs(5),
             error_backoff: ErrorBackoff::ERRORS,
             conflict_backoff: ErrorBackoff::CONFLICTS,
             unreachable_backoff: ErrorBackoff::API_UNREACHABLE,
@@ -108,7 +138,8 @@ pub struct Context {
     events: EventSink,
     metrics: Arc<Metrics>,
     config: BmhControllerConfig,
-    lanes: Lanes,
+    /// The fencing, action and steady lanes every reconcile waits in (`super::lanes`).
+    lanes: Arc<Lanes>,
     failures: FailureCounts<ObjectRef<BareMetalHost>>,
     /// Consecutive failures to reach the API server at all, counted apart: an outage must not
     /// grow the backoff of the refusals that may follow it (a restarted API server answers
@@ -119,15 +150,6 @@ pub struct Context {
     /// The hosts as watched: a steady poll waiting for its slot looks here for an action the
     /// host asks for meanwhile.
     hosts: Store<BareMetalHost>,
-}
-
-/// Slots of the two lanes a reconcile runs in.
-struct Lanes {
-    /// Hosts with a requested power action (reboot annotation, action in flight, spec.online
-    /// differing from the power state).
-    action: Arc<Semaphore>,
-    /// Steady-state polling.
-    steady: Arc<Semaphore>,
 }
 
 /// Whether a host has a power action requested or under way: it then reconciles in the
@@ -356,12 +378,7 @@ async fn act(
         secrets: SecretCache::watching(secret_store, secrets_listed),
         events,
         metrics: metrics.clone(),
-        lanes: Lanes {
-            action: Arc::new(Semaphore::new(usize::from(
-                config.action_concurrency.max(1),
-            ))),
-            steady: Arc::new(Semaphore::new(usize::from(config.concurrency.max(1)))),
-        },
+        lanes: Lanes::new(config.lane_limits(), metrics.clone()),
         failures: FailureCounts::default(),
         unreachable: FailureCounts::default(),
         work: shutdown.clone(),
@@ -372,7 +389,8 @@ async fn act(
         hosts = store.state().len(),
         "leading: reconciling every host"
     );
-    // Reconciles are not limited here: each waits for a slot of its lane (action or steady).
+    // Reconciles are not limited here: each waits for a slot of its lane (fencing, action or
+    // steady; `super::lanes`).
     let controller = Controller::for_stream(host_events, store.clone())
         .with_config(controller::Config::default().concurrency(0))
         // Every cached host once the hosts are listed (at once if they are): what changed
@@ -575,30 +593,27 @@ async fn reconcile(
     host: Arc<BareMetalHost>,
     ctx: Arc<Context>,
 ) -> Result<controller::Action, ReconcileError> {
-    let (host, slot) = if wants_action(&host) {
-        let slot = unless_stopped(&ctx, &host, ctx.lanes.action.clone().acquire_owned()).await?;
-        (host, slot)
-    } else {
-        // A steady poll waiting for its slot yields to an action the host asks for meanwhile
-        // (a reboot annotation added while every steady slot is held by hung BMCs): kube-rs
-        // runs one reconcile per host at a time, so the action's trigger would otherwise wait
-        // for this one. The action is decided on the host as it is now.
-        let waiting = {
-            let ctx = ctx.clone();
-            let host = host.clone();
-            async move {
-                tokio::select! {
-                    slot = ctx.lanes.steady.clone().acquire_owned() => (host, slot),
-                    promoted = promoted_to_action(&ctx, &host) => promoted,
-                }
+    // A reconcile waiting for its slot yields to a more urgent claim its host makes meanwhile
+    // (a reboot annotation added while every steady slot is held by hung BMCs, a remediation
+    // power-off while an ordinary action waits): kube-rs runs one reconcile per host at a
+    // time, so the new trigger would otherwise wait for this one. The promoted reconcile is
+    // decided on the host as it is now.
+    let claim = claim_for(&host);
+    let waiting = {
+        let ctx = ctx.clone();
+        let host = host.clone();
+        async move {
+            let class = claim.class;
+            tokio::select! {
+                slot = ctx.lanes.acquire(claim) => (host, slot),
+                promoted = promoted(&ctx, &host, class) => promoted,
             }
-        };
-        let (latest, slot) = unless_stopped(&ctx, &host, Box::pin(waiting)).await?;
-        (latest, slot)
+        }
     };
+    let (host, slot) = unless_stopped(&ctx, &host, Box::pin(waiting)).await?;
     let _slot = match slot {
         Ok(slot) => slot,
-        Err(_closed) => {
+        Err(LanesClosed) => {
             return Err(ReconcileError::Stopped {
                 host: host_id(&host),
             });
@@ -617,27 +632,54 @@ async fn reconcile(
     result
 }
 
-/// Resolves once the watched host wants an action (see [`wants_action`]) and an action slot
-/// is free: the latest host and its slot.
-async fn promoted_to_action(
-    ctx: &Context,
+/// Resolves once the watched host makes a claim more urgent than `waiting_as` (see
+/// [`claim_for`]: a requested action outranks a steady poll, a remediation power-off any
+/// other action) and that claim is served: the latest host and its slot.
+async fn promoted(
+    ctx: &Arc<Context>,
     host: &Arc<BareMetalHost>,
-) -> (
-    Arc<BareMetalHost>,
-    Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
-) {
+    waiting_as: Lane,
+) -> (Arc<BareMetalHost>, Result<LaneSlot, LanesClosed>) {
+    if waiting_as == Lane::Fencing {
+        // Nothing outranks a power-off for remediation.
+        return std::future::pending().await;
+    }
     let key = ObjectRef::from_obj(&**host);
     loop {
         tokio::time::sleep(PROMOTION_CHECK).await;
-        if let Some(latest) = ctx.hosts.get(&key).filter(|h| wants_action(h)) {
-            let slot = ctx.lanes.action.clone().acquire_owned().await;
+        let Some(latest) = ctx.hosts.get(&key) else {
+            continue;
+        };
+        let claim = claim_for(&latest);
+        if claim.class < waiting_as {
+            let slot = ctx.lanes.acquire(claim).await;
             return (latest, slot);
         }
     }
 }
 
-/// How often a steady poll waiting for its slot looks for an action its host asks for.
+/// How often a reconcile waiting for its slot looks for a more urgent claim of its host.
 const PROMOTION_CHECK: Duration = Duration::from_millis(100);
+
+/// The deadline of the power-state read a reconcile of `host` makes. The read that precedes
+/// a power action not sent yet gets the short `action_read_deadline`: a black-holed BMC then
+/// holds an action slot no longer than that. Reads that follow a power call (an action in
+/// flight, a reading awaiting its confirming second) and steady polls keep `read_deadline`:
+/// a slow BMC must still be seen reaching the state it was asked for.
+pub fn read_deadline_for(host: &BareMetalHost, config: &BmhControllerConfig) -> Duration {
+    let status = host.status.as_ref();
+    let in_flight = status
+        .and_then(|s| s.last_power_action.as_ref())
+        .is_some_and(|a| a.is_requested());
+    let confirming = status
+        .and_then(|s| s.power_observation.as_ref())
+        .is_some_and(|o| o.readings == 1 && observation::unconfirmed(Some(o)));
+    if wants_action(host) && !in_flight && !confirming {
+        config.action_read_deadline.min(config.read_deadline)
+    } else {
+        config.read_deadline
+    }
+}
 
 async fn reconcile_in_lane(
     host: &Arc<BareMetalHost>,
@@ -717,7 +759,8 @@ async fn observe_bmc(
             driver,
             credentials,
         }) => {
-            let read = read_power(driver.as_ref(), &ctx.metrics, ctx.config.read_deadline);
+            let deadline = read_deadline_for(host, &ctx.config);
+            let read = read_power(driver.as_ref(), &ctx.metrics, deadline);
             let (obs, identity) = unless_stopped(ctx, host, read).await?;
             Ok((obs, identity, Some(credentials), Some(driver)))
         }
@@ -1068,6 +1111,74 @@ mod tests {
         assert!(!wants_action(&host(1, ObservedPowerState::Unknown)));
     }
 
+    /// The read before a power action not sent yet has the short deadline; reads following a
+    /// power call and steady polls the long one.
+    #[test]
+    fn only_the_read_before_an_action_has_the_short_deadline() {
+        use hostcycle_api::{
+            LastPowerAction, ObservedBmc, ObservedPowerState, PowerActionState, PowerActionTrigger,
+            PowerObservation, PowerTarget,
+        };
+        let config = BmhControllerConfig::default();
+        let (short, long) = (config.action_read_deadline, config.read_deadline);
+        assert!(short < long);
+        let host = |annotation: Option<&str>, action: Option<PowerActionState>, readings: u32| {
+            let mut h = BareMetalHost::externally_provisioned("h", "redfish://192.0.2.1", "bmc");
+            h.spec.online = true;
+            if let Some(key) = annotation {
+                h.metadata.annotations = Some([(key.to_string(), String::new())].into());
+            }
+            h.status = Some(hostcycle_api::BareMetalHostStatus {
+                powered_on: Some(true),
+                last_power_action: action.map(|state| LastPowerAction {
+                    action: PowerTarget::Off,
+                    mode: None,
+                    trigger: PowerActionTrigger::RebootRequested,
+                    state,
+                    requested_at: Timestamp::now(),
+                    last_attempt_at: Timestamp::now(),
+                    attempts: 1,
+                    completed_at: None,
+                    hard_fallback: None,
+                    failure: None,
+                    restart: false,
+                }),
+                power_observation: Some(PowerObservation {
+                    state: ObservedPowerState::On,
+                    bmc: ObservedBmc::default(),
+                    readings,
+                    since: (readings > 0).then(Timestamp::now),
+                    confirmed_at: None,
+                }),
+                ..Default::default()
+            });
+            h
+        };
+        let fence = hostcycle_api::remediation::MACHINE_POWER_OFF_ANNOTATION;
+        #[rustfmt::skip]
+        let cases = [
+            ("steady poll", host(None, None, 2), long),
+            ("reboot requested", host(Some("reboot.metal3.io"), None, 2), short),
+            ("power-off for remediation requested", host(Some(fence), None, 2), short),
+            ("previous action failed", host(Some("reboot.metal3.io"), Some(PowerActionState::Failed), 0), short),
+            ("power call in flight", host(Some("reboot.metal3.io"), Some(PowerActionState::Requested), 0), long),
+            ("a reading awaiting its confirmation", host(None, None, 1), long),
+        ];
+        for (what, h, expected) in cases {
+            assert_eq!(read_deadline_for(&h, &config), expected, "{what}");
+        }
+        let mut longer_than_reads = BmhControllerConfig {
+            action_read_deadline: Duration::from_secs(60),
+            ..BmhControllerConfig::default()
+        };
+        longer_than_reads.read_deadline = Duration::from_secs(10);
+        assert_eq!(
+            read_deadline_for(&host(Some("reboot.metal3.io"), None, 2), &longer_than_reads),
+            Duration::from_secs(10),
+            "never longer than --bmc-read-deadline"
+        );
+    }
+
     #[test]
     fn steady_polls_end_on_a_tick_boundary() {
         let ms = Duration::from_millis;
@@ -1285,10 +1396,10 @@ mod tests {
             secrets: SecretCache::new(secrets),
             events,
             metrics: Metrics::register(&mut crate::metrics::new_registry()),
-            lanes: Lanes {
-                action: Arc::new(Semaphore::new(1)),
-                steady: Arc::new(Semaphore::new(1)),
-            },
+            lanes: Lanes::new(
+                LaneLimits::new(1, 1, 1, 100, 1),
+                Metrics::register(&mut crate::metrics::new_registry()),
+            ),
             failures: FailureCounts::default(),
             unreachable: FailureCounts::default(),
             work: CancellationToken::new(),
