@@ -162,7 +162,10 @@ fn metrics_response(request: &Request<Incoming>, registry: &Registry) -> Respons
             }
         }
         (_, "/metrics") => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
-        _ => text(StatusCode::NOT_FOUND, "not found (probes are on --probe-addr)"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found (probes are on --probe-addr)",
+        ),
     }
 }
 
@@ -280,7 +283,10 @@ mod tests {
         let mut slow = Vec::new();
         for _ in 0..8 {
             let mut socket = TcpStream::connect(addr).await.unwrap();
-            socket.write_all(b"GET /metrics HTTP/1.1\r\nx-slow: ").await.unwrap();
+            socket
+                .write_all(b"GET /metrics HTTP/1.1\r\nx-slow: ")
+                .await
+                .unwrap();
             slow.push(socket);
         }
         let dripping = tokio::spawn(async move {
@@ -294,8 +300,15 @@ mod tests {
         });
 
         let started = Instant::now();
-        assert_eq!(get(addr, "/metrics").await, Some(200), "the scrape was not answered");
-        println!("a scrape with 300 idle and 8 slowloris sockets open took {:?}", started.elapsed());
+        assert_eq!(
+            get(addr, "/metrics").await,
+            Some(200),
+            "the scrape was not answered"
+        );
+        println!(
+            "a scrape with 300 idle and 8 slowloris sockets open took {:?}",
+            started.elapsed()
+        );
         // Sockets on the metrics port do not reach the probes.
         let started = Instant::now();
         assert_eq!(get(probe_addr, "/healthz").await, Some(200));

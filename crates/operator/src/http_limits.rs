@@ -147,7 +147,10 @@ impl Slot {
     /// Whether eviction drops the connection at once: it has sent no request yet, or the
     /// request it is serving was marked evictable.
     fn drop_at_once(&self) -> bool {
-        matches!(self.shared.state.load(Ordering::Relaxed), WAITING | EVICTABLE)
+        matches!(
+            self.shared.state.load(Ordering::Relaxed),
+            WAITING | EVICTABLE
+        )
     }
 }
 
@@ -390,13 +393,14 @@ pub async fn serve_plain<F, Fut>(
             shutdown.clone(),
         );
         tasks.spawn(async move {
-            match serve_connection(tcp, slot, first_header_by, &limits, handler, &shutdown).await
-            {
+            match serve_connection(tcp, slot, first_header_by, &limits, handler, &shutdown).await {
                 Ended::NoRequest => {
                     events.closed(Closed::NoRequest);
                     tracing::debug!(%peer, "no complete request header within the header timeout");
                 }
-                Ended::Error(e) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+                Ended::Error(e) => {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error")
+                }
                 Ended::Done | Ended::Closed => {}
             }
         });

@@ -973,13 +973,19 @@ mod tests {
         ];
         // Body 4 asks: the oldest other slow one is 2, then 1; 3 is young.
         assert_eq!(slow_bodies_to_end(&bodies, 1, slow_after, now, 4), [2]);
-        assert_eq!(slow_bodies_to_end(&bodies, 4_001, slow_after, now, 4), [2, 1]);
+        assert_eq!(
+            slow_bodies_to_end(&bodies, 4_001, slow_after, now, 4),
+            [2, 1]
+        );
         assert_eq!(
             slow_bodies_to_end(&bodies, 1_000_000, slow_after, now, 4),
             [2, 1],
             "never a young body, never the one asking"
         );
-        assert_eq!(slow_bodies_to_end(&bodies, 0, slow_after, now, 4), [] as [u64; 0]);
+        assert_eq!(
+            slow_bodies_to_end(&bodies, 0, slow_after, now, 4),
+            [] as [u64; 0]
+        );
     }
 
     #[test]
@@ -1007,10 +1013,17 @@ mod tests {
     fn body_deadlines_are_a_grace_plus_the_transfer_at_the_minimum_rate() {
         let cap = Duration::from_secs(10);
         let mib = 1024 * 1024;
-        assert_eq!(body_deadline_after(4 * mib, mib, cap), Duration::from_secs(5));
+        assert_eq!(
+            body_deadline_after(4 * mib, mib, cap),
+            Duration::from_secs(5)
+        );
         assert_eq!(body_deadline_after(0, mib, cap), BODY_GRACE);
         assert!(body_deadline_after(2048, mib, cap) < Duration::from_millis(1_010));
-        assert_eq!(body_deadline_after(64 * mib, mib, cap), cap, "at most the cap");
+        assert_eq!(
+            body_deadline_after(64 * mib, mib, cap),
+            cap,
+            "at most the cap"
+        );
         assert_eq!(body_deadline_after(4 * mib, 0, cap), cap, "0: no rate");
     }
 }

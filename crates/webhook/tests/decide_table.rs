@@ -1270,14 +1270,27 @@ fn a_denial_names_no_allowed_identity() {
     let mut paused = host(&[(PAUSED, "")], true);
     paused["spec"]["bmc"] = json!({"address": "redfish://10.9.9.9/redfish/v1/Systems/1"});
     let requests = [
-        ("power request", update(mallory(), host(&[], true), host(&[(KEYED, HARD)], true))),
-        ("online false", update(mallory(), host(&[], true), host(&[], false))),
+        (
+            "power request",
+            update(mallory(), host(&[], true), host(&[(KEYED, HARD)], true)),
+        ),
+        (
+            "online false",
+            update(mallory(), host(&[], true), host(&[], false)),
+        ),
         ("bmc and paused", update(mallory(), host(&[], true), paused)),
-        ("everything", update(mallory(), host(&[], true), consumed.clone())),
+        (
+            "everything",
+            update(mallory(), host(&[], true), consumed.clone()),
+        ),
         ("create", create(mallory(), consumed)),
         (
             "invalid value too",
-            update(mallory(), host(&[], true), host(&[(KEYED, "{not json")], true)),
+            update(
+                mallory(),
+                host(&[], true),
+                host(&[(KEYED, "{not json")], true),
+            ),
         ),
     ];
     let identities = [
@@ -1290,7 +1303,11 @@ fn a_denial_names_no_allowed_identity() {
     ];
     for (case, request) in requests {
         let verdict = decide(&policy, &request);
-        assert_eq!(verdict.outcome, Outcome::Unauthorized, "{case}: {verdict:?}");
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Unauthorized,
+            "{case}: {verdict:?}"
+        );
         let message = &verdict.message;
         for identity in identities {
             assert!(
