@@ -39,7 +39,7 @@ pub struct ManifestsArgs {
     /// the monitoring namespace (`kubectl label namespace monitoring
     /// hostcycle.io/metrics-scraper=true`): not a namespace's name, which whoever creates it
     /// chooses.
-    #[arg(long, default_value = hostcycle_operator::deploy::DEFAULT_METRICS_SCRAPER_LABEL,
+    #[arg(long, default_value = hostcycle_operator::deploy::DEFAULT_METRICS_SCRAPERS,
           value_parser = hostcycle_operator::cli::label_requirement, requires = "deploy")]
     pub metrics_scraper_label: (String, String),
     /// The operator's `--bmc-networks`: where BMC credentials may be sent (CIDRs, IPs,

@@ -44,11 +44,13 @@ pub const PROBE_PORT_NAME: &str = "probes";
 pub const RUN_AS_USER: i64 = 65532;
 /// Replicas of the Deployment: one leads, the other stands by with warm caches.
 pub const REPLICAS: i32 = 2;
-/// Default label (`KEY=VALUE`) of the namespaces whose pods may scrape `/metrics`
-/// (`hostcycle manifests --metrics-scraper-label`). An administrator sets it on the
-/// monitoring namespace; a namespace's *name* would not do — whoever may create a namespace
+/// The label an administrator sets (to `true`) on the monitoring namespace so that its pods
+/// may scrape `/metrics`; a namespace's *name* would not do — whoever may create a namespace
 /// chooses it.
-pub const DEFAULT_METRICS_SCRAPER_LABEL: &str = "hostcycle.io/metrics-scraper=true";
+pub const METRICS_SCRAPER_LABEL: &str = "hostcycle.io/metrics-scraper";
+/// Default of `hostcycle manifests --metrics-scraper-label` (`KEY=VALUE`):
+/// [`METRICS_SCRAPER_LABEL`]`=true`.
+pub const DEFAULT_METRICS_SCRAPERS: &str = "hostcycle.io/metrics-scraper=true";
 
 /// The default image: [`IMAGE_REPOSITORY`] tagged with this crate's version. A placeholder:
 /// nothing here builds or publishes it.
@@ -116,12 +118,9 @@ impl DeployOptions {
     }
 }
 
-/// [`DEFAULT_METRICS_SCRAPER_LABEL`] as (key, value).
+/// [`DEFAULT_METRICS_SCRAPERS`] as (key, value).
 pub fn default_metrics_scraper_label() -> (String, String) {
-    let (key, value) = DEFAULT_METRICS_SCRAPER_LABEL
-        .split_once('=')
-        .unwrap_or((DEFAULT_METRICS_SCRAPER_LABEL, ""));
-    (key.to_string(), value.to_string())
+    (METRICS_SCRAPER_LABEL.to_string(), "true".to_string())
 }
 
 fn labels() -> BTreeMap<String, String> {
@@ -732,6 +731,11 @@ mod tests {
     /// no NetworkPolicy rule opens to pods.
     #[test]
     fn metrics_scrapers_are_chosen_by_an_administrators_label_and_probes_have_their_own_port() {
+        assert_eq!(
+            crate::cli::label_requirement(DEFAULT_METRICS_SCRAPERS),
+            Ok(default_metrics_scraper_label()),
+            "the flag's default is the label the install selects by"
+        );
         let objects = operator_objects(&DeployOptions::standard()).unwrap();
         let policy = objects
             .iter()
