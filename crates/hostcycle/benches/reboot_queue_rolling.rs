@@ -152,6 +152,8 @@ async fn main() {
         .args([
             "--metrics-addr",
             &format!("127.0.0.1:{metrics_port}"),
+            "--probe-addr",
+            &format!("127.0.0.1:{}", free_port().unwrap()),
             "--lease-namespace",
             "default",
             "--transition-poll",

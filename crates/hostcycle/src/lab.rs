@@ -127,7 +127,7 @@ async fn run_lab() -> anyhow::Result<()> {
     let operator_stop = tokio_util::sync::CancellationToken::new();
     let operator = tokio::spawn(hostcycle_operator::run(
         client.clone(),
-        lab_operator_config(metrics_port)?,
+        lab_operator_config(metrics_port, hostcycle_testkit::free_port()?)?,
         operator_stop.clone(),
     ));
     // 5. Simulated nodes, Ready, with a sample workload.
@@ -204,11 +204,16 @@ async fn start_redfish() -> anyhow::Result<RedfishEmulator> {
     .context("starting the Redfish emulator")
 }
 
-/// Every controller, leader election on a Lease, metrics on `metrics_port`; BMC credentials
-/// may go to loopback over plain HTTP, where the lab's emulators listen.
-fn lab_operator_config(metrics_port: u16) -> anyhow::Result<hostcycle_operator::OperatorConfig> {
+/// Every controller, leader election on a Lease, metrics on `metrics_port` and probes on
+/// `probe_port`; BMC credentials may go to loopback over plain HTTP, where the lab's
+/// emulators listen.
+fn lab_operator_config(
+    metrics_port: u16,
+    probe_port: u16,
+) -> anyhow::Result<hostcycle_operator::OperatorConfig> {
     Ok(hostcycle_operator::OperatorConfig {
         metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+        probe_addr: std::net::SocketAddr::from(([127, 0, 0, 1], probe_port)),
         leader_election: Some(hostcycle_operator::LeaderElection {
             namespace: LAB_NAMESPACE.into(),
             lease_name: "hostcycle-operator".into(),

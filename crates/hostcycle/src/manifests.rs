@@ -34,10 +34,14 @@ pub struct ManifestsArgs {
     /// a placeholder: no image is built or published from this repository).
     #[arg(long, requires = "deploy")]
     pub image: Option<String>,
-    /// The namespace whose pods the NetworkPolicy admits to the operator's metrics port
-    /// (by its `kubernetes.io/metadata.name` label); every other ingress is denied.
-    #[arg(long, default_value = hostcycle_operator::deploy::DEFAULT_METRICS_NAMESPACE, requires = "deploy")]
-    pub metrics_namespace: String,
+    /// The label (`KEY=VALUE`) of the namespaces whose pods the NetworkPolicy admits to the
+    /// operator's metrics port; every other ingress is denied. An administrator sets it on
+    /// the monitoring namespace (`kubectl label namespace monitoring
+    /// hostcycle.io/metrics-scraper=true`): not a namespace's name, which whoever creates it
+    /// chooses.
+    #[arg(long, default_value = hostcycle_operator::deploy::DEFAULT_METRICS_SCRAPERS,
+          value_parser = hostcycle_operator::cli::label_requirement, requires = "deploy")]
+    pub metrics_scraper_label: (String, String),
     /// The operator's `--bmc-networks`: where BMC credentials may be sent (CIDRs, IPs,
     /// DNS names, `.suffix`es, or `any`). Without it the installed operator manages no
     /// host until it is set (docs/security.md).
@@ -69,7 +73,7 @@ pub fn run(args: ManifestsArgs) -> anyhow::Result<()> {
         lease_name,
         deploy,
         image,
-        metrics_namespace,
+        metrics_scraper_label,
         bmc_networks,
         allow_plain_http_bmc,
         bmc_credentials_label,
@@ -95,7 +99,7 @@ pub fn run(args: ManifestsArgs) -> anyhow::Result<()> {
             &DeployOptions {
                 rbac,
                 image: image.unwrap_or_else(default_image),
-                metrics_namespace,
+                metrics_scraper_label,
                 policy: OperatorPolicy {
                     bmc_networks: bmc_networks.iter().map(ToString::to_string).collect(),
                     allow_plain_http_bmc,

@@ -91,14 +91,15 @@ impl Rig {
             .unwrap();
     }
 
-    /// Starts an operator replica; returns its metrics port.
-    fn start_operator(&mut self, args: &[&str]) -> u16 {
+    /// Starts an operator replica; returns its metrics port and its probe port.
+    fn start_operator(&mut self, args: &[&str]) -> (u16, u16) {
         self.starts += 1;
-        let port = free_port().unwrap();
+        let (port, probe_port) = (free_port().unwrap(), free_port().unwrap());
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"));
         cmd.args(["operator", "--kubeconfig"])
             .arg(&self.kubeconfig)
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(["--probe-addr", &format!("127.0.0.1:{probe_port}")])
             .args(["--identity", &format!("replica-{}", self.starts)])
             .args(["--steady-poll", "5s", "--transition-poll", "500ms"])
             // The emulators listen on loopback, over plain HTTP.
@@ -117,7 +118,7 @@ impl Rig {
         let name = format!("hostcycle-operator-{}", self.starts);
         self.operators
             .push(ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap());
-        port
+        (port, probe_port)
     }
 
     fn log(&self, replica: usize) -> String {
@@ -524,7 +525,7 @@ async fn both_replicas_are_ready_and_one_leads() {
     rig.wait_registered("default", "h", Duration::from_secs(60))
         .await;
     let second = rig.start_operator(&args);
-    for port in [first, second] {
+    for (_, port) in [first, second] {
         wait_until(
             &format!("/readyz of the replica on port {port} to answer 200"),
             Duration::from_secs(30),
@@ -534,7 +535,7 @@ async fn both_replicas_are_ready_and_one_leads() {
         .unwrap();
     }
     let mut leaders = Vec::new();
-    for port in [first, second] {
+    for (port, _) in [first, second] {
         let (_, metrics) = get_text(port, "/metrics").await.unwrap();
         leaders.push(leader_gauge(&metrics));
     }

@@ -124,20 +124,20 @@ fn chart_options_render_what_hostcycle_manifests_renders() {
             cases.push((set, flags));
         }
     }
-    // The operator's namespace, the image, the Lease and the metrics namespace.
+    // The operator's namespace, the image, the Lease and the metrics scrapers' label.
     cases.push((
         vec![
             "namespace.name=ops".into(),
             "image.repository=registry.example/hostcycle".into(),
             "image.tag=1.2.3".into(),
             "leaseName=other-lease".into(),
-            "metricsNamespace=prometheus".into(),
+            "metricsScraperLabel=example.com/scrapers=platform".into(),
         ],
         vec![
             "--operator-namespace=ops".into(),
             "--image=registry.example/hostcycle:1.2.3".into(),
             "--lease-name=other-lease".into(),
-            "--metrics-namespace=prometheus".into(),
+            "--metrics-scraper-label=example.com/scrapers=platform".into(),
         ],
     ));
     // The security flags (docs/security.md).
@@ -335,7 +335,9 @@ fn the_chart_refuses_bad_values() {
             "replica=2",
             "namespace.name=Not_A_Namespace",
             "watchNamespace=Not_A_Namespace",
-            "metricsNamespace=",
+            "metricsScraperLabel=",
+            "metricsScraperLabel=monitoring",
+            "metricsScraperLabel=Not A Label=true",
             // The hosts' namespace is never the operator's (its ServiceAccount would be there).
             "watchNamespace=hostcycle-system",
             // BMC networks need a choice of credentials Secrets (a label, or `none`).

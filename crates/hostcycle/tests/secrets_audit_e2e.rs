@@ -772,7 +772,7 @@ fn watch_operator(lab: &RemediationLab, processes: &ProcessWatch, what: &str) {
 
 async fn wait_operator_ready(lab: &RemediationLab) {
     let http = hostcycle_testkit::http::client(None).unwrap();
-    let url = format!("http://127.0.0.1:{}/readyz", lab.lab.metrics_port);
+    let url = format!("http://127.0.0.1:{}/readyz", lab.lab.probe_port);
     wait_until(
         "the restarted operator to be ready",
         Duration::from_secs(60),

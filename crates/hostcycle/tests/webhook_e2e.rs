@@ -512,9 +512,12 @@ async fn webhook_limits_power_requests_to_listed_identities() {
     let other = service_account_client(&cluster, "tenant", "other").await;
     let operator = service_account_client(&cluster, "hostcycle-system", OPERATOR_NAME).await;
 
-    let allowed_to = "adding, removing or changing reboot.metal3.io annotations and setting \
-         spec.online to false are allowed only to users [alice], groups [power-admins], \
-         ServiceAccounts [hostcycle-system:hostcycle-operator, tenant:rebooter]";
+    // Who may is named by its flags, never by the identities (the webhook's log has them).
+    let allowed_to = format!(
+        "adding, removing or changing reboot.metal3.io annotations and setting spec.online to \
+         false are allowed only to {}",
+        hostcycle_webhook::decide::ALLOWED_BY_FLAGS
+    );
     let refused = |user: &str, what: &str, name: &str| {
         format!("user \"{user}\" may not {what} on BareMetalHost {NS}/{name}: {allowed_to}")
     };
@@ -627,10 +630,12 @@ async fn webhook_limits_power_requests_to_listed_identities() {
 
     // The host's BMC and metal3's paused / detached annotations are guarded too: an
     // unlisted user may neither point the host at another BMC nor pause it; a listed one may.
-    let control = "changing spec.bmc and adding, removing or changing the \
+    let control = format!(
+        "changing spec.bmc and adding, removing or changing the \
          baremetalhost.metal3.io/paused and baremetalhost.metal3.io/detached annotations are \
-         allowed only to users [alice], groups [power-admins], ServiceAccounts \
-         [hostcycle-system:hostcycle-operator, tenant:rebooter]";
+         allowed only to {}",
+        hostcycle_webhook::decide::ALLOWED_BY_FLAGS
+    );
     let message = denied(
         merge(
             &mallory,
@@ -695,9 +700,10 @@ async fn webhook_limits_power_requests_to_listed_identities() {
     // So is the host's consumerRef (which Machine, so which node's remediation, the host
     // belongs to): an unlisted user may neither give the host a consumer nor change or remove
     // it; a listed one may.
-    let consumer = "adding, changing or removing spec.consumerRef are allowed only to users \
-         [alice], groups [power-admins], ServiceAccounts [hostcycle-system:hostcycle-operator, \
-         tenant:rebooter]";
+    let consumer = format!(
+        "adding, changing or removing spec.consumerRef are allowed only to {}",
+        hostcycle_webhook::decide::ALLOWED_BY_FLAGS
+    );
     let metal3_machine = |name: &str| {
         json!({"spec": {"consumerRef": {
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",

@@ -28,9 +28,13 @@ pub struct OperatorArgs {
     /// managed by metal3's baremetal-operator runs `--controllers reboot-queue`.
     #[arg(long, value_delimiter = ',', default_values_t = ControllerName::ALL.to_vec())]
     pub controllers: Vec<ControllerName>,
-    /// Address of /metrics, /healthz and /readyz.
+    /// Address of /metrics (plain HTTP; at most 64 connections, 5 s for a request header).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+    /// Address of the kubelet's probes, /healthz and /readyz: a port of their own, so
+    /// scrapers never hold a probe up.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub probe_addr: SocketAddr,
     /// Campaign for a leader Lease before running controllers.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -182,9 +186,9 @@ fn flag_duration(text: &str) -> Result<jiff::SignedDuration, hostcycle_duration:
     hostcycle_duration::parse_signed_duration(text)
 }
 
-/// `KEY=VALUE` of `--bmc-credentials-label`: a label key (optional DNS prefix and `/`) and
+/// `KEY=VALUE` of `--bmc-credentials-label` and `hostcycle manifests --metrics-scraper-label`: a label key (optional DNS prefix and `/`) and
 /// a label value.
-fn label_requirement(text: &str) -> Result<(String, String), String> {
+pub fn label_requirement(text: &str) -> Result<(String, String), String> {
     let (key, value) = text
         .split_once('=')
         .ok_or_else(|| "write KEY=VALUE, e.g. hostcycle.io/bmc-credentials=true".to_string())?;
@@ -268,6 +272,7 @@ impl OperatorArgs {
         });
         Ok(OperatorConfig {
             metrics_addr: self.metrics_addr,
+            probe_addr: self.probe_addr,
             leader_election,
             identity,
             controllers: self.controllers.clone(),

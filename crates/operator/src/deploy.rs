@@ -1,6 +1,6 @@
 //! The whole install as typed objects (`hostcycle manifests --deploy`): the CRDs, the
 //! operator's Namespace, ServiceAccount and least-privilege RBAC ([`crate::rbac`]), a
-//! NetworkPolicy that admits only the monitoring namespace to the metrics port, a
+//! NetworkPolicy that admits only namespaces an administrator labelled to the metrics port, a
 //! PodDisruptionBudget, a Deployment of two replicas (only the Lease holder acts) and a
 //! Service for its metrics.
 //! The files under `deploy/` are this module's output, checked in; a test fails when they
@@ -31,19 +31,26 @@ use crate::rbac::{self, OPERATOR_NAME, RbacOptions};
 /// Registry and repository of the operator image. No image is built or pushed from this
 /// repository: build one with `deploy/Dockerfile` and set `--image` (see `deploy/README.md`).
 pub const IMAGE_REPOSITORY: &str = "ghcr.io/hostcycle/hostcycle";
-/// Port of `/metrics`, `/healthz` and `/readyz` (`hostcycle operator --metrics-addr`).
+/// Port of `/metrics` (`hostcycle operator --metrics-addr`).
 pub const METRICS_PORT: i32 = 8080;
 /// Name of the container port and of the Service port.
 pub const METRICS_PORT_NAME: &str = "metrics";
+/// Port of the kubelet's probes, `/healthz` and `/readyz` (`hostcycle operator
+/// --probe-addr`): no Service and no NetworkPolicy rule opens it to pods.
+pub const PROBE_PORT: i32 = 8081;
+/// Name of the probe container port.
+pub const PROBE_PORT_NAME: &str = "probes";
 /// User and group the container runs as: `nonroot` of `deploy/Dockerfile`'s runtime image.
 pub const RUN_AS_USER: i64 = 65532;
 /// Replicas of the Deployment: one leads, the other stands by with warm caches.
 pub const REPLICAS: i32 = 2;
-/// Default namespace whose pods may scrape `/metrics` (`hostcycle manifests
-/// --metrics-namespace`): kube-prometheus-stack's usual one.
-pub const DEFAULT_METRICS_NAMESPACE: &str = "monitoring";
-/// The label the API server puts on every namespace (Kubernetes 1.21 on) with its name.
-pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+/// The label an administrator sets (to `true`) on the monitoring namespace so that its pods
+/// may scrape `/metrics`; a namespace's *name* would not do — whoever may create a namespace
+/// chooses it.
+pub const METRICS_SCRAPER_LABEL: &str = "hostcycle.io/metrics-scraper";
+/// Default of `hostcycle manifests --metrics-scraper-label` (`KEY=VALUE`):
+/// [`METRICS_SCRAPER_LABEL`]`=true`.
+pub const DEFAULT_METRICS_SCRAPERS: &str = "hostcycle.io/metrics-scraper=true";
 
 /// The default image: [`IMAGE_REPOSITORY`] tagged with this crate's version. A placeholder:
 /// nothing here builds or publishes it.
@@ -58,8 +65,9 @@ pub struct DeployOptions {
     pub rbac: RbacOptions,
     /// Container image of the operator.
     pub image: String,
-    /// The namespace whose pods the NetworkPolicy admits to the metrics port.
-    pub metrics_namespace: String,
+    /// The label (key, value) of the namespaces whose pods the NetworkPolicy admits to the
+    /// metrics port.
+    pub metrics_scraper_label: (String, String),
     /// Who may make the operator act, and where credentials go (docs/security.md).
     pub policy: OperatorPolicy,
 }
@@ -104,10 +112,15 @@ impl DeployOptions {
         DeployOptions {
             rbac: RbacOptions::cluster_wide("hostcycle-system"),
             image: default_image(),
-            metrics_namespace: DEFAULT_METRICS_NAMESPACE.to_string(),
+            metrics_scraper_label: default_metrics_scraper_label(),
             policy: OperatorPolicy::default(),
         }
     }
+}
+
+/// [`DEFAULT_METRICS_SCRAPERS`] as (key, value).
+pub fn default_metrics_scraper_label() -> (String, String) {
+    (METRICS_SCRAPER_LABEL.to_string(), "true".to_string())
 }
 
 fn labels() -> BTreeMap<String, String> {
@@ -156,6 +169,7 @@ pub fn operator_args(options: &RbacOptions) -> Vec<String> {
         "--leader-elect=true".to_string(),
         format!("--lease-name={}", options.lease_name),
         format!("--metrics-addr=0.0.0.0:{METRICS_PORT}"),
+        format!("--probe-addr=0.0.0.0:{PROBE_PORT}"),
     ];
     if let Some(watched) = &options.watch_namespace {
         args.push(format!("--namespace={watched}"));
@@ -192,7 +206,7 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
-            port: IntOrString::String(METRICS_PORT_NAME.to_string()),
+            port: IntOrString::String(PROBE_PORT_NAME.to_string()),
             ..Default::default()
         }),
         period_seconds: Some(period),
@@ -269,7 +283,8 @@ pub fn pod_dns_config() -> PodDNSConfig {
 
 /// The operator's Deployment: [`REPLICAS`] replicas spread over nodes where possible,
 /// non-root with a read-only root filesystem, no privilege escalation, no capabilities and
-/// the runtime's default seccomp profile; liveness on `/healthz`, readiness on `/readyz`.
+/// the runtime's default seccomp profile; liveness on `/healthz`, readiness on `/readyz`, both
+/// on the probe port.
 pub fn deployment(options: &DeployOptions) -> Deployment {
     let namespace = options.rbac.namespace.clone();
     let selector = labels();
@@ -286,14 +301,23 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
         ]),
-        ports: Some(vec![ContainerPort {
-            name: Some(METRICS_PORT_NAME.to_string()),
-            container_port: METRICS_PORT,
-            protocol: Some("TCP".to_string()),
-            ..Default::default()
-        }]),
-        // /healthz answers as soon as the HTTP server is up; a process that stops answering
-        // for 30 s is restarted. /readyz waits for the API server and synced caches.
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(METRICS_PORT_NAME.to_string()),
+                container_port: METRICS_PORT,
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some(PROBE_PORT_NAME.to_string()),
+                container_port: PROBE_PORT,
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            },
+        ]),
+        // On the probe port: /healthz answers as soon as the HTTP server is up; a process
+        // that stops answering for 30 s is restarted. /readyz waits for the API server and
+        // synced caches.
         liveness_probe: Some(Probe {
             initial_delay_seconds: Some(5),
             ..http_probe("/healthz", 10, 3)
@@ -356,12 +380,13 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
     }
 }
 
-/// Ingress to the operator's pods: only pods of the namespace `metrics_namespace` (by the
-/// name label the API server sets), only to the metrics port; everything else is denied.
-/// `/metrics` has no authentication of its own, so this is what keeps other tenants out.
-/// Probes still work: NetworkPolicy implementations admit the kubelet on the pod's own node.
-/// Egress is left alone (the API server and the BMCs are wherever they are).
-pub fn metrics_network_policy(namespace: &str, metrics_namespace: &str) -> NetworkPolicy {
+/// Ingress to the operator's pods: only pods of namespaces labelled `scraper_label` (a label
+/// an administrator sets, not the namespace's name, which whoever creates it chooses), only
+/// to the metrics port; everything else is denied — the probe port included. `/metrics` has
+/// no authentication of its own, so this is what keeps other tenants out. Probes still work:
+/// NetworkPolicy implementations admit the kubelet on the pod's own node. Egress is left
+/// alone (the API server and the BMCs are wherever they are).
+pub fn metrics_network_policy(namespace: &str, scraper_label: &(String, String)) -> NetworkPolicy {
     NetworkPolicy {
         metadata: ObjectMeta {
             name: Some(format!("{OPERATOR_NAME}-metrics")),
@@ -378,10 +403,7 @@ pub fn metrics_network_policy(namespace: &str, metrics_namespace: &str) -> Netwo
             ingress: Some(vec![NetworkPolicyIngressRule {
                 from: Some(vec![NetworkPolicyPeer {
                     namespace_selector: Some(LabelSelector {
-                        match_labels: Some(BTreeMap::from([(
-                            NAMESPACE_NAME_LABEL.to_string(),
-                            metrics_namespace.to_string(),
-                        )])),
+                        match_labels: Some(BTreeMap::from([scraper_label.clone()])),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -450,18 +472,14 @@ pub fn metrics_service(namespace: &str) -> Service {
 /// pods), the Deployment, the Service.
 pub fn operator_objects(options: &DeployOptions) -> anyhow::Result<Vec<serde_json::Value>> {
     let ns = options.rbac.namespace.as_str();
-    if !rbac::is_dns_label(&options.metrics_namespace) {
-        anyhow::bail!(
-            "--metrics-namespace {:?} is not a valid namespace name (lower-case letters, \
-             digits and '-', at most 63 characters)",
-            options.metrics_namespace
-        );
-    }
+    let (key, value) = &options.metrics_scraper_label;
+    crate::cli::label_requirement(&format!("{key}={value}"))
+        .map_err(|why| anyhow::anyhow!("--metrics-scraper-label {key}={value}: {why}"))?;
     let mut objects =
         vec![serde_json::to_value(namespace(ns)).context("serializing the Namespace")?];
     objects.extend(rbac::rbac_objects(&options.rbac)?);
     objects.push(
-        serde_json::to_value(metrics_network_policy(ns, &options.metrics_namespace))
+        serde_json::to_value(metrics_network_policy(ns, &options.metrics_scraper_label))
             .context("serializing the NetworkPolicy")?,
     );
     objects.push(
@@ -546,6 +564,7 @@ mod tests {
         assert!(args.leader_elect);
         assert_eq!(args.lease_name, rbac::DEFAULT_LEASE_NAME);
         assert_eq!(args.metrics_addr.port(), METRICS_PORT as u16);
+        assert_eq!(args.probe_addr.port(), PROBE_PORT as u16);
         assert_eq!(args.namespace, None);
         assert_eq!(args.controllers, ControllerName::ALL);
         assert_eq!(
@@ -631,10 +650,12 @@ mod tests {
 
     /// `/metrics` is unauthenticated: only the monitoring namespace's pods may reach it, and
     /// only that port; the policy isolates the operator's pods (Ingress) and nothing else.
+    /// The monitoring namespace is the one an administrator labelled (issue 25 changed the
+    /// rule from the namespace's name, which whoever creates it chooses, to that label).
     #[test]
     fn metrics_are_admitted_only_from_the_monitoring_namespace() {
         let mut options = DeployOptions::standard();
-        options.metrics_namespace = "prometheus".into();
+        options.metrics_scraper_label = ("example.com/scrapes".into(), "hostcycle".into());
         let objects = operator_objects(&options).unwrap();
         let policy = objects
             .iter()
@@ -661,15 +682,15 @@ mod tests {
             spec["ingress"],
             serde_json::json!([{
                 "from": [{ "namespaceSelector": { "matchLabels": {
-                    "kubernetes.io/metadata.name": "prometheus"
+                    "example.com/scrapes": "hostcycle"
                 } } }],
                 "ports": [{ "port": "metrics", "protocol": "TCP" }],
             }]),
             "one rule: the monitoring namespace, the metrics port; nothing else"
         );
-        options.metrics_namespace = "Not A Namespace".into();
+        options.metrics_scraper_label = ("Not A Label".into(), "true".into());
         let error = operator_objects(&options).unwrap_err().to_string();
-        assert!(error.contains("--metrics-namespace"), "{error}");
+        assert!(error.contains("--metrics-scraper-label"), "{error}");
     }
 
     /// Drains evict one replica at a time and are never blocked, whatever the replicas.
@@ -726,6 +747,74 @@ mod tests {
                 .iter()
                 .any(|a| a == "--namespace=tenant-a"),
             "{args}"
+        );
+    }
+
+    /// Issue 25, point 6: a namespace's name is chosen by whoever creates it, so the metrics
+    /// port must be admitted by a label an administrator sets — never by
+    /// `kubernetes.io/metadata.name` — and the kubelet's probes get a port of their own, which
+    /// no NetworkPolicy rule opens to pods.
+    #[test]
+    fn metrics_scrapers_are_chosen_by_an_administrators_label_and_probes_have_their_own_port() {
+        assert_eq!(
+            crate::cli::label_requirement(DEFAULT_METRICS_SCRAPERS),
+            Ok(default_metrics_scraper_label()),
+            "the flag's default is the label the install selects by"
+        );
+        let objects = operator_objects(&DeployOptions::standard()).unwrap();
+        let policy = objects
+            .iter()
+            .find(|o| o["kind"] == "NetworkPolicy")
+            .expect("a NetworkPolicy");
+        let text = policy.to_string();
+        assert!(
+            !text.contains("kubernetes.io/metadata.name"),
+            "the policy selects a namespace by its name: {text}"
+        );
+        assert_eq!(
+            policy["spec"]["ingress"][0]["from"],
+            serde_json::json!([{ "namespaceSelector": { "matchLabels": {
+                "hostcycle.io/metrics-scraper": "true"
+            } } }]),
+        );
+        assert_eq!(
+            policy["spec"]["ingress"][0]["ports"],
+            serde_json::json!([{ "port": "metrics", "protocol": "TCP" }]),
+            "only the metrics port is opened, not the probe port"
+        );
+
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let ports = container["ports"].as_array().unwrap();
+        let port_of = |name: &str| {
+            ports
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap_or_else(|| panic!("no container port {name}: {ports:?}"))["containerPort"]
+                .as_i64()
+                .unwrap()
+        };
+        assert_ne!(port_of("probes"), port_of("metrics"));
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(
+                container[probe]["httpGet"]["port"], "probes",
+                "{probe} uses the probe port: {container}"
+            );
+        }
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            args.contains(&format!("--probe-addr=0.0.0.0:{}", port_of("probes")).as_str()),
+            "{args:?}"
+        );
+        let service = objects.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert!(
+            !service.to_string().contains("probes"),
+            "the Service exposes metrics only: {service}"
         );
     }
 }

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod deploy;
 pub mod events;
 pub mod http;
+pub mod http_limits;
 pub mod interest;
 pub mod leader;
 pub mod metrics;
@@ -80,7 +81,10 @@ pub fn client_config(mut config: kube::Config) -> kube::Config {
 /// Everything the operator process needs.
 #[derive(Debug, Clone)]
 pub struct OperatorConfig {
+    /// `/metrics` (`--metrics-addr`).
     pub metrics_addr: SocketAddr,
+    /// `/healthz` and `/readyz` (`--probe-addr`).
+    pub probe_addr: SocketAddr,
     /// `None` runs without leader election (a single replica, tests).
     pub leader_election: Option<LeaderElection>,
     pub identity: String,
@@ -105,7 +109,7 @@ pub async fn run(
     config: OperatorConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    // 1. Serve /metrics, /healthz and /readyz.
+    // 1. Serve /metrics, and /healthz and /readyz on their own port.
     let (registry, metrics) = metrics::operator_registry();
     let ready = Arc::new(http::Readiness::default());
     let http_task = serve_endpoints(&config, registry, &ready, &shutdown).await?;
@@ -150,23 +154,29 @@ struct Campaign {
     >,
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `--metrics-addr` until `shutdown`.
+/// Serves `/metrics` on `--metrics-addr` and `/healthz`, `/readyz` on `--probe-addr` until
+/// `shutdown`.
 async fn serve_endpoints(
     config: &OperatorConfig,
     registry: prometheus_client::registry::Registry,
     ready: &Arc<http::Readiness>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let (addr, http_task) = http::serve(
-        config.metrics_addr,
+    let serving = http::serve(
+        http::HttpOptions::new(config.metrics_addr, config.probe_addr),
         Arc::new(registry),
         ready.clone(),
         shutdown.clone(),
     )
     .await
-    .with_context(|| format!("binding the metrics endpoint on {}", config.metrics_addr))?;
-    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-    Ok(http_task)
+    .with_context(|| {
+        format!(
+            "binding the metrics endpoint on {} and the probes on {}",
+            config.metrics_addr, config.probe_addr
+        )
+    })?;
+    tracing::info!(metrics = %serving.metrics_addr, probes = %serving.probe_addr, "serving /metrics, and /healthz and /readyz on the probe address");
+    Ok(serving.task)
 }
 
 /// Starts campaigning for the leader Lease, or opens the gate at once without election.
@@ -470,9 +480,11 @@ mod tests {
         })
     }
 
-    fn test_config(controllers: &[ControllerName], metrics_addr: SocketAddr) -> OperatorConfig {
+    /// `probe_addr` serves `/readyz`; the metrics port is any free one.
+    fn test_config(controllers: &[ControllerName], probe_addr: SocketAddr) -> OperatorConfig {
         OperatorConfig {
-            metrics_addr,
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            probe_addr,
             leader_election: None,
             identity: "test".into(),
             controllers: controllers.to_vec(),

@@ -132,9 +132,18 @@ pub struct ServeArgs {
     /// Largest AdmissionReview body accepted.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_request_bytes: usize,
-    /// Deadline to receive a request's body.
+    /// The longest a request's body may take to arrive.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// Bytes per second a request's body must arrive at, after 1 s of grace (so a 4 MiB
+    /// body gets 5 s, a 2 KiB one about 1 s; at most `--request-timeout`). 0: no rate.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub min_body_rate: u64,
+    /// The API server sends a review at once: a body still arriving after this long gives
+    /// its budget up (HTTP 408) when a body that arrives needs it, and its connection may be
+    /// taken by a new one at `--max-connections`.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub slow_body_after: Duration,
     /// A new connection must finish its TLS handshake and send a complete request header
     /// within this long, or it is closed.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -236,6 +245,8 @@ async fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         probe_listen: Some(args.probe_addr),
         max_body_bytes: args.max_request_bytes,
         request_timeout: args.request_timeout,
+        min_body_rate: args.min_body_rate,
+        slow_body_after: args.slow_body_after,
         tls_reload_interval: args.tls_reload_interval,
         max_connections: args.max_connections.max(1),
         header_timeout: args.header_timeout,

@@ -79,6 +79,9 @@ pub struct Verdict {
     pub warnings: Vec<String>,
     /// The power requests the change makes (for the log).
     pub changes: Vec<PowerChange>,
+    /// Who the allow-list lets make a refused change: for the webhook's log only, never
+    /// for the client (any host editor reads a denial). Empty when none was refused.
+    pub allowed_identities: String,
 }
 
 impl Verdict {
@@ -88,6 +91,7 @@ impl Verdict {
             message: String::new(),
             warnings,
             changes,
+            allowed_identities: String::new(),
         }
     }
 
@@ -97,6 +101,7 @@ impl Verdict {
             message,
             warnings: Vec::new(),
             changes: Vec::new(),
+            allowed_identities: String::new(),
         }
     }
 
@@ -396,15 +401,15 @@ fn listed<T: ToString>(items: &[T]) -> String {
     words.join(", ")
 }
 
-/// Why `user` may not make `changes`, and who may: the changes, then what the allow-list
-/// covers of the kinds refused.
-fn refusal(
-    user: &str,
-    changes: &[PowerChange],
-    host: &str,
-    policy: &Policy,
-    allowed: &str,
-) -> String {
+/// Who may, in a denial: the flags that list them, not the identities (the webhook's log
+/// names them).
+pub const ALLOWED_BY_FLAGS: &str = "identities on the webhook's allow-list (--allow-user, \
+     --allow-group, --allow-service-account; the webhook's log names them)";
+
+/// Why `user` may not make `changes`: the changes, then what the allow-list covers of the
+/// kinds refused, and the flags that list who may.
+fn refusal(user: &str, changes: &[PowerChange], host: &str, policy: &Policy) -> String {
+    let allowed = ALLOWED_BY_FLAGS;
     let refused = |kind: ChangeKind| changes.iter().any(|c| c.kind() == kind);
     if changes.iter().all(|c| c.kind() == ChangeKind::PowerRequest) {
         // The refusal most users meet, in the words troubleshooting.md quotes.
@@ -532,13 +537,7 @@ pub fn decide(policy: &Policy, request: &AdmissionRequest) -> Verdict {
         .as_ref()
         .filter(|list| !changes.is_empty() && !list.allows(&request.user_info));
     if let Some(list) = refused_by {
-        let mut message = refusal(
-            &request.user_info.username,
-            &changes,
-            &host,
-            policy,
-            &list.describe(),
-        );
+        let mut message = refusal(&request.user_info.username, &changes, &host, policy);
         if !invalid.is_empty() {
             message.push_str(&format!(
                 "; invalid reboot annotation values too: {}",
@@ -550,6 +549,7 @@ pub fn decide(policy: &Policy, request: &AdmissionRequest) -> Verdict {
             message,
             warnings,
             changes,
+            allowed_identities: list.describe(),
         };
     }
     if !invalid.is_empty() {
@@ -561,6 +561,7 @@ pub fn decide(policy: &Policy, request: &AdmissionRequest) -> Verdict {
             ),
             warnings,
             changes,
+            allowed_identities: String::new(),
         };
     }
     Verdict::allowed(Outcome::Allowed, warnings, changes)

@@ -11,34 +11,46 @@
 //!   one that is not serving a request (first those that never sent one, then idle
 //!   keep-alive ones), and is closed at once when every one is serving a request — refused,
 //!   never left in the listen backlog;
-//! - request bodies being received share a budget of `max_concurrent_reviews` ×
-//!   `max_body_bytes`, taken as bytes arrive (a slow sender holds only what it sent), and at
-//!   most `max_concurrent_reviews` reviews are parsed and decided at once, off the async
-//!   workers; a review that gets neither within [`OVERLOAD_WAIT`] is answered HTTP 503;
-//! - bodies have a size limit and a deadline; an idle keep-alive connection is closed after
-//!   `idle_timeout`, longer than the API server's own (90 s), so the client closes idle
-//!   connections first and never posts onto one being closed.
+//! - a connection holds at most one body of at most `max_body_bytes` (HTTP/1.1 serves one
+//!   request at a time); bodies being received share a budget of `max_concurrent_reviews` ×
+//!   `max_body_bytes`, taken as bytes arrive (a sender holds only what it sent), and at most
+//!   `max_concurrent_reviews` reviews are parsed and decided at once, off the async workers;
+//!   a review that gets neither within [`OVERLOAD_WAIT`] is answered HTTP 503;
+//! - a body must arrive at `min_body_rate` after a [`BODY_GRACE`], within `request_timeout`
+//!   at most ([`body_deadline_after`]);
+//! - the API server sends a review at once, so the budget is kept for bodies that arrive so:
+//!   one still arriving after `slow_body_after` is ended (HTTP 408) when a body that needs
+//!   budget finds none free ([`slow_bodies_to_end`]), and its connection may be taken by a new
+//!   one at the connection limit;
+//! - an idle keep-alive connection is closed after `idle_timeout`, longer than the API
+//!   server's own (90 s), so the client closes idle connections first and never posts onto
+//!   one being closed.
+//!
+//! The connection limits are [`hostcycle_operator::http_limits`], shared with the operator's
+//! metrics and probe ports.
 //!
 //! The certificate files are read again every `tls_reload_interval` and swapped in when they
 //! changed (cert-manager rotation); a pair that does not load (a key not matching the
 //! certificate while the files are being replaced) keeps the previous one in use.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
+use hostcycle_operator::http_limits::{
+    Closed, ConnectionEvents, ConnectionLimits, ConnectionTable, Ended, NoEvents,
+    PROBE_CONNECTIONS, RequestSlot, Slot, respond, serve_connection as serve_http, serve_plain,
+    text,
+};
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject as _;
@@ -65,10 +77,12 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How long a review waits for body budget or a decision slot before HTTP 503: a burst from
 /// the API server rides it out, a flood is refused well within the API server's 5 s.
 pub const OVERLOAD_WAIT: Duration = Duration::from_secs(1);
-/// Probe connections served at once (the kubelet makes one per probe); more are closed.
-const PROBE_CONNECTIONS: usize = 8;
-/// How long a probe connection may take to send its request and get the answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How late a body may be on its transfer at `--min-body-rate`: round trips, a busy node.
+pub const BODY_GRACE: Duration = Duration::from_secs(1);
+/// How often a body waiting for budget looks again for slow bodies to end.
+const BUDGET_RECHECK: Duration = Duration::from_millis(50);
+/// Largest request header on the review port (the API server's are a few hundred bytes).
+const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// How to serve.
 #[derive(Debug, Clone)]
@@ -81,8 +95,14 @@ pub struct ServerOptions {
     pub key_file: PathBuf,
     /// Largest request body accepted (HTTP 413 beyond).
     pub max_body_bytes: usize,
-    /// Deadline to receive a request's body (HTTP 408 beyond).
+    /// The longest a request's body may take to arrive (HTTP 408 beyond).
     pub request_timeout: Duration,
+    /// Bytes per second a body must arrive at, after [`BODY_GRACE`] (HTTP 408 beyond); 0:
+    /// only `request_timeout`.
+    pub min_body_rate: u64,
+    /// A body still arriving after this long gives its budget up (HTTP 408) to one that
+    /// needs it, and its connection may be taken by a new one at the connection limit.
+    pub slow_body_after: Duration,
     /// How often the certificate files are checked for changes.
     pub tls_reload_interval: Duration,
     /// Connections open at once on the review port (see the module's notes for what happens
@@ -108,6 +128,8 @@ impl ServerOptions {
             key_file,
             max_body_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(10),
+            min_body_rate: 1024 * 1024,
+            slow_body_after: Duration::from_millis(500),
             tls_reload_interval: Duration::from_secs(10),
             max_connections: 256,
             header_timeout: Duration::from_secs(5),
@@ -309,11 +331,23 @@ pub async fn serve(
     let ready = Arc::new(AtomicBool::new(true));
     // The probes outlive the review port's drain, saying "not ready" meanwhile.
     let probes_stop = CancellationToken::new();
-    let probes = probe_listener
-        .map(|listener| tokio::spawn(serve_probes(listener, ready.clone(), probes_stop.clone())));
+    let probes = probe_listener.map(|listener| {
+        let ready = ready.clone();
+        tokio::spawn(serve_plain(
+            listener,
+            PROBE_CONNECTIONS,
+            ConnectionLimits::probes(),
+            Arc::new(NoEvents),
+            move |request| {
+                let ready = ready.load(Ordering::Relaxed);
+                async move { probe_response(&request, ready) }
+            },
+            probes_stop.clone(),
+        ))
+    });
 
     let shared = Arc::new(Shared {
-        app,
+        app: app.clone(),
         options: options.clone(),
         body_budget: Arc::new(Semaphore::new(
             options
@@ -323,7 +357,18 @@ pub async fn serve(
                 .min(Semaphore::MAX_PERMITS),
         )),
         decisions: Arc::new(Semaphore::new(options.max_concurrent_reviews.max(1))),
-        connections: Connections::new(options.max_connections.max(1)),
+        arrivals: Arrivals::default(),
+        connections: ConnectionTable::new(
+            options.max_connections,
+            Arc::new(CountedConnections(app.clone())),
+        ),
+        limits: ConnectionLimits {
+            header_timeout: options.header_timeout,
+            idle_timeout: options.idle_timeout,
+            keep_alive: true,
+            max_header_bytes: MAX_HEADER_BYTES,
+            shutdown_grace: SHUTDOWN_GRACE,
+        },
     });
     let task = tokio::spawn(async move {
         let mut tasks = JoinSet::new();
@@ -342,9 +387,8 @@ pub async fn serve(
                     }
                 },
             };
-            let Some(slot) = Connections::admit(&shared) else {
+            let Some(slot) = shared.connections.admit() else {
                 // Every connection is serving a request: refuse now rather than queue.
-                shared.app.metrics.closed("refused");
                 tracing::debug!(%peer, "connection refused: every slot is serving a request");
                 drop(tcp);
                 continue;
@@ -384,97 +428,162 @@ struct Shared {
     body_budget: Arc<Semaphore>,
     /// Reviews being parsed and decided.
     decisions: Arc<Semaphore>,
-    connections: Connections,
+    /// Bodies being received: who holds how much budget since when.
+    arrivals: Arrivals,
+    connections: Arc<ConnectionTable>,
+    limits: ConnectionLimits,
 }
 
-/// No complete request header yet.
-const WAITING: u8 = 0;
-/// Between requests (keep-alive).
-const IDLE: u8 = 1;
-/// Serving a request.
-const BUSY: u8 = 2;
+/// The review port's connections, counted in the webhook's metrics.
+struct CountedConnections(Arc<App>);
 
-/// The open connections of the review port, oldest first, and what each is doing.
-struct Connections {
-    max: usize,
-    table: Mutex<Table>,
+impl ConnectionEvents for CountedConnections {
+    fn open(&self, open: usize) {
+        self.0.metrics.open_connections.set(open as i64);
+    }
+
+    fn closed(&self, why: Closed) {
+        self.0.metrics.closed(why.as_str());
+    }
 }
 
+/// A body being received, as the budget's arbiter sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arriving {
+    pub id: u64,
+    /// When its request header was read.
+    pub started: Instant,
+    /// Budget it holds, in bytes.
+    pub held: usize,
+    /// Already told to end (its budget comes free as it does).
+    pub ending: bool,
+}
+
+/// Which bodies to end so that `needed` more bytes of budget come free for body `asking`:
+/// those still arriving `slow_after` after their header (the API server sends a review at
+/// once), oldest first, until they and those already ending hold `needed`. Pure: the
+/// caller ends them.
+pub fn slow_bodies_to_end(
+    arriving: &[Arriving],
+    needed: usize,
+    slow_after: Duration,
+    now: Instant,
+    asking: u64,
+) -> Vec<u64> {
+    let mut freeing: usize = arriving
+        .iter()
+        .filter(|body| body.ending)
+        .map(|body| body.held)
+        .sum();
+    let mut slow: Vec<&Arriving> = arriving
+        .iter()
+        .filter(|body| {
+            !body.ending
+                && body.id != asking
+                && body.held > 0
+                && now.saturating_duration_since(body.started) >= slow_after
+        })
+        .collect();
+    slow.sort_by_key(|body| (body.started, body.id));
+    let mut end = Vec::new();
+    for body in slow {
+        if freeing >= needed {
+            break;
+        }
+        freeing += body.held;
+        end.push(body.id);
+    }
+    end
+}
+
+/// How long a body of `length` bytes may take: [`BODY_GRACE`] plus its transfer at
+/// `min_rate` bytes per second (0: no rate), at most `cap`.
+pub fn body_deadline_after(length: u64, min_rate: u64, cap: Duration) -> Duration {
+    if min_rate == 0 {
+        return cap;
+    }
+    // Beyond what a Duration holds, the cap decides.
+    Duration::try_from_secs_f64(length as f64 / min_rate as f64)
+        .map_or(cap, |transfer| BODY_GRACE.saturating_add(transfer).min(cap))
+}
+
+/// The bodies being received.
 #[derive(Default)]
-struct Table {
-    next_id: u64,
-    open: BTreeMap<u64, SlotState>,
+struct Arrivals {
+    next_id: AtomicU64,
+    bodies: Mutex<BTreeMap<u64, ArrivalState>>,
 }
 
-#[derive(Clone)]
-struct SlotState {
-    state: Arc<AtomicU8>,
-    evict: CancellationToken,
+struct ArrivalState {
+    started: Instant,
+    held: Arc<AtomicUsize>,
+    end: CancellationToken,
 }
 
-/// One connection's place; leaving it (dropping) frees it.
-struct Slot {
+/// One body's entry in [`Arrivals`]; dropping it removes the entry.
+struct Arrival<'a> {
     id: u64,
-    owner: Arc<Shared>,
-    shared: SlotState,
+    started: Instant,
+    arrivals: &'a Arrivals,
+    held: Arc<AtomicUsize>,
+    /// Fires when the body is to give its budget up.
+    end: CancellationToken,
 }
 
-impl Connections {
-    fn new(max: usize) -> Self {
-        Connections {
-            max,
-            table: Mutex::new(Table::default()),
+impl Arrivals {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ArrivalState>> {
+        self.bodies.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn begin(&self) -> Arrival<'_> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (started, held, end) = (
+            Instant::now(),
+            Arc::new(AtomicUsize::new(0)),
+            CancellationToken::new(),
+        );
+        self.lock().insert(
+            id,
+            ArrivalState {
+                started,
+                held: held.clone(),
+                end: end.clone(),
+            },
+        );
+        Arrival {
+            id,
+            started,
+            arrivals: self,
+            held,
+            end,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A place for a new connection: a free one, or the oldest connection's that is not
-    /// serving a request (those that never sent one first); `None` when every one is.
-    fn admit(owner: &Arc<Shared>) -> Option<Slot> {
-        let (this, metrics) = (&owner.connections, &owner.app.metrics);
-        let mut table = this.lock();
-        if table.open.len() >= this.max {
-            let victim = [WAITING, IDLE].into_iter().find_map(|wanted| {
-                table
-                    .open
-                    .iter()
-                    .find(|(_, slot)| slot.state.load(Ordering::Relaxed) == wanted)
-                    .map(|(id, _)| *id)
-            })?;
-            if let Some(evicted) = table.open.remove(&victim) {
-                evicted.evict.cancel();
-                metrics.closed("evicted");
+    /// Ends the slow bodies [`slow_bodies_to_end`] picks; returns how many.
+    fn end_slow(&self, needed: usize, slow_after: Duration, asking: u64) -> usize {
+        let bodies = self.lock();
+        let arriving: Vec<Arriving> = bodies
+            .iter()
+            .map(|(id, body)| Arriving {
+                id: *id,
+                started: body.started,
+                held: body.held.load(Ordering::Relaxed),
+                ending: body.end.is_cancelled(),
+            })
+            .collect();
+        let end = slow_bodies_to_end(&arriving, needed, slow_after, Instant::now(), asking);
+        for id in &end {
+            if let Some(body) = bodies.get(id) {
+                body.end.cancel();
             }
         }
-        let id = table.next_id;
-        table.next_id += 1;
-        let shared = SlotState {
-            state: Arc::new(AtomicU8::new(WAITING)),
-            evict: CancellationToken::new(),
-        };
-        table.open.insert(id, shared.clone());
-        metrics.open_connections.set(table.open.len() as i64);
-        drop(table);
-        Some(Slot {
-            id,
-            owner: owner.clone(),
-            shared,
-        })
+        end.len()
     }
 }
 
-impl Drop for Slot {
+impl Drop for Arrival<'_> {
     fn drop(&mut self) {
-        let mut table = self.owner.connections.lock();
-        table.open.remove(&self.id);
-        self.owner
-            .app
-            .metrics
-            .open_connections
-            .set(table.open.len() as i64);
+        self.arrivals.lock().remove(&self.id);
     }
 }
 
@@ -524,8 +633,7 @@ async fn serve_connection(
     let options = &shared.options;
     // The whole way to a first request header — handshake included — has one deadline.
     let deadline = Instant::now() + options.header_timeout;
-    let evict = slot.shared.evict.clone();
-    let state = slot.shared.state.clone();
+    let evict = slot.evicted().clone();
     let tls = tokio::select! {
         handshake = tokio::time::timeout_at(deadline, acceptor.accept(tcp)) => match handshake {
             Ok(Ok(tls)) => tls,
@@ -542,85 +650,32 @@ async fn serve_connection(
         _ = evict.cancelled() => return,
         _ = shutdown.cancelled() => return,
     };
-    let service = {
-        let (shared, state) = (shared.clone(), state.clone());
-        service_fn(move |request| {
-            let (shared, state) = (shared.clone(), state.clone());
-            async move {
-                state.store(BUSY, Ordering::Relaxed);
-                let response = handle(&shared, request).await;
-                state.store(IDLE, Ordering::Relaxed);
-                response
-            }
-        })
-    };
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(options.idle_timeout);
-    let connection = builder.serve_connection(TokioIo::new(tls), service);
-    tokio::pin!(connection);
-    let first_header = tokio::time::sleep_until(deadline);
-    tokio::pin!(first_header);
-    let mut waiting_for_first = true;
-    loop {
-        tokio::select! {
-            served = connection.as_mut() => {
-                if let Err(e) = served {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
-                return;
-            }
-            _ = &mut first_header, if waiting_for_first => {
-                if state.load(Ordering::Relaxed) == WAITING {
-                    shared.app.metrics.closed("no_request");
-                    tracing::debug!(%peer, "no complete request header within the header timeout");
-                    return;
-                }
-                waiting_for_first = false;
-            }
-            _ = evict.cancelled() => {
-                // Made room for a newer connection: it was not serving a request.
-                if state.load(Ordering::Relaxed) == WAITING {
-                    return;
-                }
-                break;
-            }
-            _ = shutdown.cancelled() => break,
+    let handler = {
+        let shared = shared.clone();
+        move |request, slot: RequestSlot| {
+            let shared = shared.clone();
+            async move { handle(&shared, request, slot).await }
         }
+    };
+    match serve_http(tls, slot, deadline, &shared.limits, handler, &shutdown).await {
+        Ended::NoRequest => {
+            shared.app.metrics.closed(Closed::NoRequest.as_str());
+            tracing::debug!(%peer, "no complete request header within the header timeout");
+        }
+        Ended::Error(e) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+        Ended::Done | Ended::Closed => {}
     }
-    connection.as_mut().graceful_shutdown();
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, connection).await;
-    drop(slot);
-}
-
-fn respond(
-    status: StatusCode,
-    content_type: &str,
-    body: impl Into<Bytes>,
-) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body.into()));
-    *response.status_mut() = status;
-    if let Ok(value) = header::HeaderValue::from_str(content_type) {
-        response.headers_mut().insert(header::CONTENT_TYPE, value);
-    }
-    response
-}
-
-fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
-    let mut body = body.into();
-    body.push('\n');
-    respond(status, "text/plain; charset=utf-8", body)
 }
 
 async fn handle(
     shared: &Shared,
     request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+    slot: RequestSlot,
+) -> Response<Full<Bytes>> {
     let app = &shared.app;
     let path = request.uri().path().to_string();
-    let response = match (request.method(), path.as_str()) {
-        (&Method::POST, VALIDATE_PATH) => review_request(shared, request).await,
+    match (request.method(), path.as_str()) {
+        (&Method::POST, VALIDATE_PATH) => review_request(shared, request, slot).await,
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
         (&Method::GET, "/metrics") => {
             let mut out = String::new();
@@ -637,39 +692,57 @@ async fn handle(
             text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
         _ => text(StatusCode::NOT_FOUND, "not found"),
-    };
-    Ok(response)
+    }
 }
 
 /// Why a body was not received.
 enum BodyError {
     TooLarge,
     Timeout,
+    /// Still arriving after `slow_body_after`: its budget went to a body that needed it.
+    TooSlow,
     Overloaded,
     Read(hyper::Error),
 }
 
-/// Receives a body within the size limit and the deadline, taking budget for its bytes as
+/// Receives a body within the size limit and its deadline, taking budget for its bytes as
 /// they arrive; the permit returned holds them until the review is answered.
 async fn receive_body(
     shared: &Shared,
     declared: Option<u64>,
     mut body: Incoming,
+    slot: &RequestSlot,
 ) -> Result<(Vec<u8>, Option<OwnedSemaphorePermit>), BodyError> {
-    let max = shared.options.max_body_bytes;
+    let options = &shared.options;
+    let max = options.max_body_bytes;
     if declared.is_some_and(|length| length > max as u64) {
         return Err(BodyError::TooLarge);
     }
-    let deadline = Instant::now() + shared.options.request_timeout;
+    let arrival = shared.arrivals.begin();
+    let deadline = arrival.started
+        + body_deadline_after(
+            declared.unwrap_or(max as u64),
+            options.min_body_rate,
+            options.request_timeout,
+        );
+    let slow_from = arrival.started + options.slow_body_after;
     // The declared length, once: no doubling copies. Pages are only touched as bytes arrive.
     let mut bytes = Vec::with_capacity(declared.map_or(0, |length| length as usize));
     let mut held: Option<OwnedSemaphorePermit> = None;
     loop {
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => return Err(BodyError::Timeout),
-            Ok(None) => break,
-            Ok(Some(Err(e))) => return Err(BodyError::Read(e)),
-            Ok(Some(Ok(frame))) => frame,
+        let frame = tokio::select! {
+            frame = tokio::time::timeout_at(deadline, body.frame()) => match frame {
+                Err(_) => return Err(BodyError::Timeout),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(BodyError::Read(e)),
+                Ok(Some(Ok(frame))) => frame,
+            },
+            // Slow by now: at the connection limit, a new connection may take this one's place.
+            () = tokio::time::sleep_until(slow_from), if Instant::now() < slow_from => {
+                slot.mark_evictable();
+                continue;
+            }
+            () = arrival.end.cancelled() => return Err(BodyError::TooSlow),
         };
         let Ok(data) = frame.into_data() else {
             continue;
@@ -680,24 +753,60 @@ async fn receive_body(
         let Ok(count) = u32::try_from(data.len()) else {
             return Err(BodyError::TooLarge);
         };
-        let wait = OVERLOAD_WAIT.min(deadline.saturating_duration_since(Instant::now()));
-        let permit =
-            match tokio::time::timeout(wait, shared.body_budget.clone().acquire_many_owned(count))
-                .await
-            {
-                Ok(Ok(permit)) => permit,
-                Ok(Err(_)) | Err(_) => return Err(BodyError::Overloaded),
-            };
+        let permit = take_budget(shared, &arrival, count, deadline).await?;
         match held.as_mut() {
             Some(held) => held.merge(permit),
             None => held = Some(permit),
         }
+        arrival.held.fetch_add(data.len(), Ordering::Relaxed);
         bytes.extend_from_slice(&data);
     }
     Ok((bytes, held))
 }
 
-async fn review_request(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Budget for `count` more bytes of `arrival`'s body: at once when free, else after ending
+/// slow bodies that hold enough, within [`OVERLOAD_WAIT`] (and the body's deadline).
+async fn take_budget(
+    shared: &Shared,
+    arrival: &Arrival<'_>,
+    count: u32,
+    deadline: Instant,
+) -> Result<OwnedSemaphorePermit, BodyError> {
+    let budget = &shared.body_budget;
+    if let Ok(permit) = budget.clone().try_acquire_many_owned(count) {
+        return Ok(permit);
+    }
+    let give_up = (Instant::now() + OVERLOAD_WAIT).min(deadline);
+    loop {
+        let needed = (count as usize).saturating_sub(budget.available_permits());
+        let ended = shared
+            .arrivals
+            .end_slow(needed, shared.options.slow_body_after, arrival.id);
+        if ended > 0 {
+            tracing::info!(
+                ended,
+                "ended request bodies still arriving after --slow-body-after: a body that \
+                 arrived at once needed their budget"
+            );
+        }
+        let look_again = (Instant::now() + BUDGET_RECHECK).min(give_up);
+        tokio::select! {
+            permit = tokio::time::timeout_at(look_again, budget.clone().acquire_many_owned(count)) => match permit {
+                Ok(Ok(permit)) => return Ok(permit),
+                Ok(Err(_)) => return Err(BodyError::Overloaded),
+                Err(_) if Instant::now() >= give_up => return Err(BodyError::Overloaded),
+                Err(_) => {}
+            },
+            () = arrival.end.cancelled() => return Err(BodyError::TooSlow),
+        }
+    }
+}
+
+async fn review_request(
+    shared: &Shared,
+    request: Request<Incoming>,
+    slot: RequestSlot,
+) -> Response<Full<Bytes>> {
     let app = &shared.app;
     let limits = &shared.options;
     let bad_request = |status: StatusCode, message: String| {
@@ -727,7 +836,7 @@ async fn review_request(shared: &Shared, request: Request<Incoming>) -> Response
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let (bytes, budget) = match receive_body(shared, declared, request.into_body()).await {
+    let (bytes, budget) = match receive_body(shared, declared, request.into_body(), &slot).await {
         Ok(received) => received,
         Err(BodyError::TooLarge) => {
             return bad_request(
@@ -739,8 +848,19 @@ async fn review_request(shared: &Shared, request: Request<Incoming>) -> Response
             return bad_request(
                 StatusCode::REQUEST_TIMEOUT,
                 format!(
-                    "request body not received within {:?}",
-                    limits.request_timeout
+                    "request body not received in time (at {} bytes/s after {BODY_GRACE:?}, \
+                     within {:?} at most)",
+                    limits.min_body_rate, limits.request_timeout
+                ),
+            );
+        }
+        Err(BodyError::TooSlow) => {
+            return bad_request(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "request body still arriving after {:?}: its budget went to a body that \
+                     arrived at once",
+                    limits.slow_body_after
                 ),
             );
         }
@@ -793,55 +913,15 @@ async fn review_request(shared: &Shared, request: Request<Incoming>) -> Response
     }
 }
 
-/// The probe port: plain HTTP, one request per connection, a few connections at once (more
-/// are closed), short deadlines. `/healthz`: the process serves; `/readyz`: it takes reviews
+/// The probe port's answers: `/healthz`: the process serves; `/readyz`: it takes reviews
 /// (503 from the start of shutdown until the review port has drained).
-async fn serve_probes(listener: TcpListener, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
-    let mut tasks = JoinSet::new();
-    loop {
-        let (tcp, _) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a probe connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            continue;
-        };
-        let ready = ready.clone();
-        tasks.spawn(async move {
-            let _permit = permit;
-            let service = service_fn(move |request: Request<Incoming>| {
-                let ready = ready.load(Ordering::Relaxed);
-                async move {
-                    let response = match (request.method(), request.uri().path()) {
-                        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
-                        (&Method::GET, "/readyz") if ready => text(StatusCode::OK, "ready"),
-                        (&Method::GET, "/readyz") => {
-                            text(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
-                        }
-                        _ => text(StatusCode::NOT_FOUND, "not found"),
-                    };
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(PROBE_TIMEOUT)
-                .keep_alive(false);
-            let connection = builder.serve_connection(TokioIo::new(tcp), service);
-            let _ = tokio::time::timeout(PROBE_TIMEOUT, connection).await;
-        });
+fn probe_response(request: &Request<Incoming>, ready: bool) -> Response<Full<Bytes>> {
+    match (request.method(), request.uri().path()) {
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
+        (&Method::GET, "/readyz") if ready => text(StatusCode::OK, "ready"),
+        (&Method::GET, "/readyz") => text(StatusCode::SERVICE_UNAVAILABLE, "shutting down"),
+        _ => text(StatusCode::NOT_FOUND, "not found"),
     }
-    tasks.abort_all();
 }
 
 fn log_verdict(request: &review::AdmissionRequest, verdict: &Verdict) {
@@ -854,6 +934,7 @@ fn log_verdict(request: &review::AdmissionRequest, verdict: &Verdict) {
             %host, %user, operation, dry_run,
             outcome = verdict.outcome.as_str(),
             message = %verdict.message,
+            allowed = %verdict.allowed_identities,
             "denied"
         );
     } else if !verdict.changes.is_empty() {
@@ -861,5 +942,88 @@ fn log_verdict(request: &review::AdmissionRequest, verdict: &Verdict) {
         tracing::info!(%host, %user, operation, dry_run, changes = %changes.join(", "), "power request allowed");
     } else {
         tracing::debug!(%host, %user, operation, outcome = verdict.outcome.as_str(), "allowed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(id: u64, age_ms: u64, held: usize, ending: bool, now: Instant) -> Arriving {
+        Arriving {
+            id,
+            started: now - Duration::from_millis(age_ms),
+            held,
+            ending,
+        }
+    }
+
+    /// Bodies still arriving after `slow_after` give their budget up, oldest first, only as
+    /// much as is needed; young ones (the API server's, arriving at once) and the one asking
+    /// never do.
+    #[test]
+    fn slow_bodies_to_end_oldest_first_only_what_is_needed() {
+        let now = Instant::now();
+        let slow_after = Duration::from_millis(500);
+        let bodies = [
+            body(1, 2_000, 4_000, false, now),
+            body(2, 3_000, 4_000, false, now),
+            body(3, 100, 4_000, false, now),
+            body(4, 5_000, 4_000, false, now),
+        ];
+        // Body 4 asks: the oldest other slow one is 2, then 1; 3 is young.
+        assert_eq!(slow_bodies_to_end(&bodies, 1, slow_after, now, 4), [2]);
+        assert_eq!(
+            slow_bodies_to_end(&bodies, 4_001, slow_after, now, 4),
+            [2, 1]
+        );
+        assert_eq!(
+            slow_bodies_to_end(&bodies, 1_000_000, slow_after, now, 4),
+            [2, 1],
+            "never a young body, never the one asking"
+        );
+        assert_eq!(
+            slow_bodies_to_end(&bodies, 0, slow_after, now, 4),
+            [] as [u64; 0]
+        );
+    }
+
+    #[test]
+    fn slow_bodies_to_end_count_those_already_ending() {
+        let now = Instant::now();
+        let slow_after = Duration::from_millis(500);
+        let bodies = [
+            body(1, 2_000, 4_000, true, now),
+            body(2, 3_000, 4_000, false, now),
+            body(3, 4_000, 0, false, now),
+        ];
+        assert_eq!(
+            slow_bodies_to_end(&bodies, 4_000, slow_after, now, 9),
+            [] as [u64; 0],
+            "body 1 is ending already and frees enough"
+        );
+        assert_eq!(
+            slow_bodies_to_end(&bodies, 4_001, slow_after, now, 9),
+            [2],
+            "a body holding nothing frees nothing"
+        );
+    }
+
+    #[test]
+    fn body_deadlines_are_a_grace_plus_the_transfer_at_the_minimum_rate() {
+        let cap = Duration::from_secs(10);
+        let mib = 1024 * 1024;
+        assert_eq!(
+            body_deadline_after(4 * mib, mib, cap),
+            Duration::from_secs(5)
+        );
+        assert_eq!(body_deadline_after(0, mib, cap), BODY_GRACE);
+        assert!(body_deadline_after(2048, mib, cap) < Duration::from_millis(1_010));
+        assert_eq!(
+            body_deadline_after(64 * mib, mib, cap),
+            cap,
+            "at most the cap"
+        );
+        assert_eq!(body_deadline_after(4 * mib, 0, cap), cap, "0: no rate");
     }
 }

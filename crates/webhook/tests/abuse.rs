@@ -372,9 +372,16 @@ async fn start_slow_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_server_refuses_new_connections_at_once_and_probes_still_answer() {
+    // Bodies trickling past --slow-body-after would let a new connection take their place,
+    // and past --min-body-rate end early: both off, so the four requests stay busy.
     let child = Child::start(
         "webhook-full",
-        &["--max-connections=4", "--request-timeout=6s"],
+        &[
+            "--max-connections=4",
+            "--request-timeout=6s",
+            "--slow-body-after=1h",
+            "--min-body-rate=0",
+        ],
     )
     .await;
     let mut busy = Vec::new();
@@ -424,6 +431,11 @@ async fn reviews_beyond_the_concurrency_bound_get_503_not_a_queue() {
             "--max-concurrent-reviews=1",
             "--max-request-bytes=2000",
             "--request-timeout=8s",
+            // A body still arriving would give its budget up to a review after
+            // --slow-body-after, and end early below --min-body-rate: both off, so the bound
+            // itself is what answers here.
+            "--slow-body-after=1h",
+            "--min-body-rate=0",
         ],
     )
     .await;
@@ -512,4 +524,66 @@ async fn huge_bodies_do_not_grow_memory_beyond_a_bound() {
     let (status, answer) = post_review(&child, &valid_review()).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
+}
+
+/// A connection that announced a `length`-byte body and sent as much of `length - 1` bytes as
+/// the server would take within `within`, then stalls (kept open by the caller).
+async fn held_body(
+    child: &Child,
+    length: usize,
+    within: Duration,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut stream = child.tls_connect().await;
+    stream
+        .write_all(
+            format!(
+                "POST {VALIDATE_PATH} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let body = vec![b' '; length - 1];
+    // A server that stops reading leaves the write pending: stop there and hold what it took.
+    let _ = tokio::time::timeout(within, async {
+        stream.write_all(&body).await?;
+        stream.flush().await
+    })
+    .await;
+    stream
+}
+
+/// Issue 25, point 3: nine connections each sent 4 MiB − 1 of a 4 MiB body and stalled held
+/// the whole body budget (8 × 4 MiB), and every review then got a 503 after 1 s. A body that
+/// arrives at once must be answered whatever stalled bodies hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_do_not_keep_a_fast_review_from_being_answered() {
+    let child = Child::start("webhook-stalled-bodies", &[]).await;
+    let (status, _) = post_review(&child, &valid_review()).await;
+    assert_eq!(status, 200);
+
+    let length = 4 * 1024 * 1024;
+    let held = futures::future::join_all(
+        (0..9).map(|_| held_body(&child, length, Duration::from_secs(2))),
+    )
+    .await;
+    println!("9 connections hold up to {} bytes of body each", length - 1);
+
+    for attempt in 0..3 {
+        let started = Instant::now();
+        let (status, answer) = post_review(&child, &valid_review()).await;
+        let latency = started.elapsed();
+        assert_eq!(
+            status, 200,
+            "attempt {attempt}: a review sent at once was refused after {latency:?} while \
+             stalled bodies held the budget: {answer}"
+        );
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        assert!(
+            latency <= Duration::from_secs(1),
+            "attempt {attempt}: the review took {latency:?} (at most 1 s)"
+        );
+        println!("attempt {attempt}: answered (200) in {latency:?} with 9 stalled bodies");
+    }
+    drop(held);
 }

@@ -339,8 +339,7 @@ fn unlisted_users_may_not_request_power_changes() {
             format!(
                 "user \"mallory\" may not {what} on BareMetalHost metal3/worker-1: adding, removing \
                  or changing reboot.metal3.io annotations and setting spec.online to false are \
-                 allowed only to users [alice], groups [power-admins], ServiceAccounts \
-                 [hostcycle-system:hostcycle-operator, tenant:rebooter]"
+                 allowed only to {LISTED}"
             ),
             "{case}"
         );
@@ -617,8 +616,10 @@ proptest! {
 
 const PAUSED: &str = "baremetalhost.metal3.io/paused";
 const DETACHED: &str = "baremetalhost.metal3.io/detached";
-const LISTED: &str = "users [alice], groups [power-admins], ServiceAccounts \
-     [hostcycle-system:hostcycle-operator, tenant:rebooter]";
+/// Who may, in a denial: the flags, never the identities (issue 25 changed this from the
+/// identities themselves; the webhook's log names them).
+const LISTED: &str = "identities on the webhook's allow-list (--allow-user, --allow-group, \
+     --allow-service-account; the webhook's log names them)";
 const CONTROL: &str = "changing spec.bmc and adding, removing or changing the \
      baremetalhost.metal3.io/paused and baremetalhost.metal3.io/detached annotations";
 
@@ -1247,5 +1248,82 @@ proptest! {
         if !restricted {
             prop_assert_eq!(&unlisted, &open);
         }
+    }
+}
+
+// ---- what a denial tells its reader -------------------------------------------------------
+
+/// Issue 25, point 7: a denial reaches whoever made the refused change — any host editor — so
+/// it names the refused change, the host and the flags to change, never who is allowed
+/// (the webhook's log does).
+#[test]
+fn a_denial_names_no_allowed_identity() {
+    let mut policy = allow_list();
+    policy.restrict_bmc_on_create = true;
+    policy.restrict_consumer_ref_on_create = true;
+    let mut consumed = with_bmc(&[(KEYED, HARD)], full_bmc());
+    consumed["spec"]["online"] = json!(false);
+    consumed["spec"]["consumerRef"] = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "Metal3Machine", "namespace": "metal3", "name": "m-1",
+    });
+    let mut paused = host(&[(PAUSED, "")], true);
+    paused["spec"]["bmc"] = json!({"address": "redfish://10.9.9.9/redfish/v1/Systems/1"});
+    let requests = [
+        (
+            "power request",
+            update(mallory(), host(&[], true), host(&[(KEYED, HARD)], true)),
+        ),
+        (
+            "online false",
+            update(mallory(), host(&[], true), host(&[], false)),
+        ),
+        ("bmc and paused", update(mallory(), host(&[], true), paused)),
+        (
+            "everything",
+            update(mallory(), host(&[], true), consumed.clone()),
+        ),
+        ("create", create(mallory(), consumed)),
+        (
+            "invalid value too",
+            update(
+                mallory(),
+                host(&[], true),
+                host(&[(KEYED, "{not json")], true),
+            ),
+        ),
+    ];
+    let identities = [
+        "alice",
+        "power-admins",
+        "tenant:rebooter",
+        "rebooter",
+        "hostcycle-system:hostcycle-operator",
+        "hostcycle-operator",
+    ];
+    for (case, request) in requests {
+        let verdict = decide(&policy, &request);
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Unauthorized,
+            "{case}: {verdict:?}"
+        );
+        let message = &verdict.message;
+        for identity in identities {
+            assert!(
+                !message.contains(identity),
+                "{case}: the denial names the allowed identity {identity:?}: {message}"
+            );
+        }
+        assert!(
+            message.starts_with("user \"mallory\" may not ")
+                && message.contains("on BareMetalHost metal3/worker-1"),
+            "{case}: the denial names the user, the change and the host: {message}"
+        );
+        assert!(
+            message.contains("--allow-user, --allow-group, --allow-service-account"),
+            "{case}: the denial names the flags that grant the change: {message}"
+        );
+        assert!(message.contains("the webhook's log"), "{case}: {message}");
     }
 }

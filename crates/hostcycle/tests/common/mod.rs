@@ -70,6 +70,8 @@ pub struct Lab {
     pub hosts: Api<BareMetalHost>,
     pub names: Vec<String>,
     pub metrics_port: u16,
+    /// `/healthz` and `/readyz` of the operator (`--probe-addr`).
+    pub probe_port: u16,
     operator_kubeconfig: PathBuf,
     histories: Vec<Arc<Mutex<PowerHistory>>>,
     sampler_stop: CancellationToken,
@@ -213,6 +215,7 @@ impl Lab {
             operator_kubeconfig,
             names: names.iter().map(|s| s.to_string()).collect(),
             metrics_port: free_port().unwrap(),
+            probe_port: free_port().unwrap(),
             histories,
             sampler_stop,
             operator_starts: 0,
@@ -244,22 +247,24 @@ impl Lab {
     /// Starts (or restarts) the operator binary.
     pub fn start_operator(&mut self) {
         self.operator_starts += 1;
-        let cmd = self.operator_command(self.operator_identity(), self.metrics_port);
+        let cmd =
+            self.operator_command(self.operator_identity(), self.metrics_port, self.probe_port);
         let name = format!("hostcycle-operator-{}", self.operator_starts);
         self.operator = Some(ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap());
     }
 
     /// Starts another replica of the operator: the same flags as [`Lab::start_operator`]
-    /// (extra flags included), its own identity and metrics port. It campaigns for the same
-    /// Lease; stopped by PID when dropped.
+    /// (extra flags included), its own identity, metrics and probe ports. It campaigns for the
+    /// same Lease; stopped by PID when dropped.
     pub fn start_replica(&self, identity: &str) -> Replica {
-        let metrics_port = free_port().unwrap();
-        let cmd = self.operator_command(identity, metrics_port);
+        let (metrics_port, probe_port) = (free_port().unwrap(), free_port().unwrap());
+        let cmd = self.operator_command(identity, metrics_port, probe_port);
         let name = format!("hostcycle-operator-{identity}");
         Replica {
             process: ManagedProcess::spawn(&name, cmd, &self.cluster.log_dir()).unwrap(),
             identity: identity.to_string(),
             metrics_port,
+            probe_port,
         }
     }
 
@@ -268,13 +273,20 @@ impl Lab {
         "e2e-operator"
     }
 
-    fn operator_command(&self, identity: &str, metrics_port: u16) -> std::process::Command {
+    fn operator_command(
+        &self,
+        identity: &str,
+        metrics_port: u16,
+        probe_port: u16,
+    ) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hostcycle"));
         cmd.args(["operator", "--kubeconfig"])
             .arg(&self.operator_kubeconfig)
             .args([
                 "--metrics-addr",
                 &format!("127.0.0.1:{metrics_port}"),
+                "--probe-addr",
+                &format!("127.0.0.1:{probe_port}"),
                 "--lease-namespace",
                 NS,
                 "--identity",
@@ -585,15 +597,20 @@ pub struct Replica {
     pub process: ManagedProcess,
     pub identity: String,
     pub metrics_port: u16,
+    pub probe_port: u16,
 }
 
 impl Replica {
-    /// GET `path` on the replica's metrics endpoint: (status, body), or `None` if it does not
-    /// answer (yet).
+    /// GET `path` on the replica: `/healthz` and `/readyz` on its probe port, anything else
+    /// on its metrics port. (status, body), or `None` if it does not answer (yet).
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
         let http = hostcycle_testkit::http::client(None).ok()?;
+        let port = match path {
+            "/healthz" | "/readyz" => self.probe_port,
+            _ => self.metrics_port,
+        };
         let response = http
-            .get(format!("http://127.0.0.1:{}{path}", self.metrics_port))
+            .get(format!("http://127.0.0.1:{port}{path}"))
             .send()
             .await
             .ok()?;
