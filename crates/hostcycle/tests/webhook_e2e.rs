@@ -522,10 +522,26 @@ async fn webhook_limits_power_requests_to_listed_identities() {
         format!("user \"{user}\" may not {what} on BareMetalHost {NS}/{name}: {allowed_to}")
     };
 
-    // An unlisted user may create and edit hosts, but not request power changes.
-    create(&mallory, &host("h1", &[], true))
+    // With an allow-list, setting spec.bmc on a create is restricted by default (issue 25
+    // point 5): otherwise deleting and re-creating a host would change its BMC, which an
+    // update may not. An unlisted user may still create a host without a BMC.
+    let message = denied(create(&mallory, &host("h1", &[], true)).await, 403);
+    assert!(
+        message.starts_with("user \"mallory\" may not set spec.bmc.address"),
+        "{message}"
+    );
+    assert!(message.contains(&format!("BareMetalHost {NS}/h1: ")), "{message}");
+    assert!(message.contains("setting or changing spec.bmc"), "{message}");
+    let mut no_bmc = host("enrolling", &[], true);
+    no_bmc.spec.bmc = None;
+    create(&mallory, &no_bmc)
         .await
-        .expect("a host created online with no reboot annotation is no power request");
+        .expect("a host without a BMC may be created by anyone RBAC lets");
+
+    // An unlisted user may edit hosts, but not request power changes.
+    create(&alice, &host("h1", &[], true))
+        .await
+        .expect("a listed user may create a host with a BMC");
     merge(
         &mallory,
         "h1",
@@ -543,7 +559,9 @@ async fn webhook_limits_power_requests_to_listed_identities() {
         message,
         refused("mallory", "set spec.online to false", "h1")
     );
-    let message = denied(create(&mallory, &host("h2", &[], false)).await, 403);
+    let mut offline = host("h2", &[], false);
+    offline.spec.bmc = None;
+    let message = denied(create(&mallory, &offline).await, 403);
     assert_eq!(
         message,
         refused("mallory", "set spec.online to false", "h2")

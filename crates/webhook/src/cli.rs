@@ -58,9 +58,17 @@ pub struct AllowArgs {
     pub operator_service_account: Option<ServiceAccountName>,
     /// With the allow-list on, also restrict setting `spec.bmc` when a host is created: only
     /// listed identities may then create hosts with a BMC (enrolling hosts, GitOps tools and
-    /// `clusterctl move` included). Off: creating a host is governed by RBAC alone.
-    #[arg(long)]
-    pub restrict_bmc_on_create: bool,
+    /// `clusterctl move` included). On by default with an allow-list, because otherwise a
+    /// BMC an update may not change could be changed by deleting and re-creating the host;
+    /// `--restrict-bmc-on-create=false`: creating a host is governed by RBAC alone.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub restrict_bmc_on_create: Option<bool>,
     /// With the allow-list on, also restrict setting `spec.consumerRef` when a host is
     /// created: only listed identities may then create hosts already consumed (`clusterctl
     /// move` and installers included). Off: creating a host is governed by RBAC alone.
@@ -75,10 +83,16 @@ impl AllowArgs {
             && self.allow_service_accounts.is_empty())
     }
 
+    /// Whether setting `spec.bmc` on a create is restricted, once an allow-list is on:
+    /// unless `--restrict-bmc-on-create=false` says otherwise.
+    pub fn restrict_bmc_on_create(&self) -> bool {
+        self.restrict_bmc_on_create.unwrap_or(true)
+    }
+
     /// Refuses flags that would do nothing.
     pub fn check(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
-            !self.restrict_bmc_on_create || self.has_allow_list(),
+            self.restrict_bmc_on_create != Some(true) || self.has_allow_list(),
             "--restrict-bmc-on-create restricts to the allow-list, and none is given: add \
              --allow-user, --allow-group or --allow-service-account"
         );
@@ -96,7 +110,7 @@ impl AllowArgs {
             return Policy::validate_only();
         }
         Policy {
-            restrict_bmc_on_create: self.restrict_bmc_on_create,
+            restrict_bmc_on_create: self.restrict_bmc_on_create(),
             restrict_consumer_ref_on_create: self.restrict_consumer_ref_on_create,
             ..Policy::allow_list(
                 self.allow_users.iter().cloned(),
@@ -205,7 +219,7 @@ impl ManifestsArgs {
         if let Some(sa) = &self.allow.operator_service_account {
             install.operator_service_account = sa.clone();
         }
-        install.restrict_bmc_on_create = self.allow.restrict_bmc_on_create;
+        install.restrict_bmc_on_create = self.allow.restrict_bmc_on_create();
         install.restrict_consumer_ref_on_create = self.allow.restrict_consumer_ref_on_create;
         install.failure_policy = self.failure_policy;
         install.cert_manager = self.cert_manager;
@@ -395,7 +409,7 @@ mod tests {
         assert_eq!(serve.idle_timeout, Duration::from_secs(120));
         assert_eq!(serve.max_connections, 256);
         assert_eq!(serve.max_concurrent_reviews, 8);
-        assert!(!serve.allow.restrict_bmc_on_create);
+        assert_eq!(serve.allow.restrict_bmc_on_create, None);
         assert!(!serve.allow.restrict_consumer_ref_on_create);
 
         let args = parse(&[
@@ -476,7 +490,6 @@ mod tests {
         args.serve.allow.check().unwrap();
         let policy = args.serve.allow.policy();
         assert!(policy.restrict_consumer_ref_on_create);
-        assert!(!policy.restrict_bmc_on_create, "one flag, one restriction");
 
         let args = parse(&["webhook", "manifests", flag]).unwrap();
         let Some(WebhookCommand::Manifests(manifests)) = args.command else {
@@ -489,6 +502,46 @@ mod tests {
         };
         let install = manifests.install().unwrap();
         assert!(install.restrict_consumer_ref_on_create);
-        assert!(!install.restrict_bmc_on_create);
+    }
+
+    /// Issue 25 point 5: with an allow-list, a host's BMC cannot be changed by deleting and
+    /// re-creating the host, unless the administrator says so.
+    #[test]
+    fn with_an_allow_list_setting_bmc_on_create_is_restricted_by_default() {
+        let serve = |extra: &[&str]| {
+            let mut argv = vec!["webhook", "--tls-cert-file=c", "--tls-key-file=k"];
+            argv.extend_from_slice(extra);
+            let args = parse(&argv).unwrap();
+            args.serve.allow.check().unwrap();
+            args.serve.allow.policy()
+        };
+        assert!(serve(&["--allow-user=alice"]).restrict_bmc_on_create);
+        assert!(serve(&["--allow-group=ops", "--restrict-bmc-on-create"]).restrict_bmc_on_create);
+        assert!(
+            serve(&["--allow-group=ops", "--restrict-bmc-on-create=true"]).restrict_bmc_on_create
+        );
+        assert!(
+            !serve(&["--allow-group=ops", "--restrict-bmc-on-create=false"])
+                .restrict_bmc_on_create
+        );
+        // Without an allow-list nothing is restricted, and opting out is not an error.
+        assert!(!serve(&[]).restrict_bmc_on_create);
+        assert!(!serve(&["--restrict-bmc-on-create=false"]).restrict_bmc_on_create);
+        // The consumerRef restriction stays opt-in: one flag, one restriction.
+        assert!(!serve(&["--allow-user=alice"]).restrict_consumer_ref_on_create);
+
+        let install = |extra: &[&str]| {
+            let mut argv = vec!["webhook", "manifests"];
+            argv.extend_from_slice(extra);
+            let Some(WebhookCommand::Manifests(manifests)) = parse(&argv).unwrap().command else {
+                panic!("manifests subcommand");
+            };
+            manifests.install().unwrap()
+        };
+        assert!(install(&["--allow-group=power-admins"]).restrict_bmc_on_create);
+        assert!(
+            !install(&["--allow-group=power-admins", "--restrict-bmc-on-create=false"])
+                .restrict_bmc_on_create
+        );
     }
 }

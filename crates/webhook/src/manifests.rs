@@ -257,7 +257,7 @@ pub struct WebhookInstall {
     /// Also a cert-manager Issuer and Certificate writing [`TLS_SECRET`], and the cainjector
     /// annotation on the configuration.
     pub cert_manager: bool,
-    /// `--restrict-bmc-on-create` (with an allow-list).
+    /// `--restrict-bmc-on-create` (with an allow-list; on unless turned off).
     pub restrict_bmc_on_create: bool,
     /// `--restrict-consumer-ref-on-create` (with an allow-list).
     pub restrict_consumer_ref_on_create: bool,
@@ -280,7 +280,7 @@ impl WebhookInstall {
             failure_policy: None,
             ca_bundle_pem: None,
             cert_manager: false,
-            restrict_bmc_on_create: false,
+            restrict_bmc_on_create: true,
             restrict_consumer_ref_on_create: false,
             pdb_version: PdbVersion::V1,
         }
@@ -331,9 +331,11 @@ pub fn webhook_args(install: &WebhookInstall) -> Vec<String> {
             "--operator-service-account={}",
             install.operator_service_account
         ));
-        if install.restrict_bmc_on_create {
-            args.push("--restrict-bmc-on-create".to_string());
-        }
+        // Always written out, so the Deployment says which it is.
+        args.push(format!(
+            "--restrict-bmc-on-create={}",
+            install.restrict_bmc_on_create
+        ));
         if install.restrict_consumer_ref_on_create {
             args.push("--restrict-consumer-ref-on-create".to_string());
         }
@@ -856,20 +858,21 @@ mod tests {
     fn the_probe_port_and_restrict_flag_reach_the_deployment_args() {
         let args = parse(&webhook_args(&WebhookInstall::new("ops")));
         assert_eq!(args.probe_addr.port(), PROBE_PORT as u16);
-        assert!(!args.allow.restrict_bmc_on_create);
+        assert_eq!(args.allow.restrict_bmc_on_create, None);
 
-        let mut install = with_allow_list();
-        install.restrict_bmc_on_create = true;
+        let install = with_allow_list();
+        assert!(install.restrict_bmc_on_create, "the default with an allow-list");
         let args = parse(&webhook_args(&install));
-        assert!(args.allow.restrict_bmc_on_create);
+        assert_eq!(args.allow.restrict_bmc_on_create, Some(true));
         assert!(args.allow.policy().restrict_bmc_on_create);
         assert!(!args.allow.restrict_consumer_ref_on_create);
 
         let mut install = with_allow_list();
+        install.restrict_bmc_on_create = false;
         install.restrict_consumer_ref_on_create = true;
         let args = parse(&webhook_args(&install));
         assert!(args.allow.policy().restrict_consumer_ref_on_create);
-        assert!(!args.allow.restrict_bmc_on_create);
+        assert!(!args.allow.policy().restrict_bmc_on_create);
         // Without an allow-list neither flag is passed (the server would refuse it).
         let mut install = WebhookInstall::new("ops");
         install.restrict_consumer_ref_on_create = true;
