@@ -233,6 +233,7 @@ fn lab_operator_config(
                         .map_err(|e: String| anyhow::anyhow!(e))?,
                     allow_plain_http: true,
                 },
+                refuse_unverified_tls: false,
                 label: None,
             },
             ..hostcycle_operator::BmhControllerConfig::default()

@@ -131,6 +131,12 @@ pub struct OperatorArgs {
     /// Allow plain-HTTP Redfish (`redfish+http://`), which sends the password in clear.
     #[arg(long)]
     pub allow_plain_http_bmc: bool,
+    /// Refuse hosts that turn off the check of their BMC's TLS certificate
+    /// (`spec.bmc.disableCertificateVerification: true`): a host editor could otherwise send
+    /// the password to whoever answers for the BMC's address. Off by default, as in metal3,
+    /// where BMCs with self-signed certificates are common.
+    #[arg(long)]
+    pub refuse_unverified_bmc_tls: bool,
     /// Use only credentials Secrets with this label (`KEY=VALUE`, e.g.
     /// `hostcycle.io/bmc-credentials=true` or metal3's `environment.metal3.io=baremetal`);
     /// only their metadata is watched. `none`: any Secret a host names. Required with
@@ -315,6 +321,7 @@ impl OperatorArgs {
                         networks: self.bmc_networks.clone(),
                         allow_plain_http: self.allow_plain_http_bmc,
                     },
+                    refuse_unverified_tls: self.refuse_unverified_bmc_tls,
                     label: match &self.bmc_credentials_label {
                         Some(CredentialsLabel::Label(key, value)) => {
                             Some((key.clone(), value.clone()))
@@ -398,6 +405,7 @@ mod tests {
             .unwrap();
         assert!(config.bmh.credentials.destinations.networks.is_empty());
         assert!(!config.bmh.credentials.destinations.allow_plain_http);
+        assert!(!config.bmh.credentials.refuse_unverified_tls);
         assert_eq!(config.bmh.credentials.label, None);
         // The operator's namespace (the Lease's; here `default`) is resolved in.
         assert_eq!(
@@ -438,6 +446,7 @@ mod tests {
             "10.0.0.0/24,.bmc.example",
             "--bmc-networks=fd00::/64",
             "--allow-plain-http-bmc",
+            "--refuse-unverified-bmc-tls",
             "--bmc-credentials-label",
             "environment.metal3.io=baremetal",
             "--remediation-request-namespaces",
@@ -457,6 +466,7 @@ mod tests {
             .collect();
         assert_eq!(networks, ["10.0.0.0/24", ".bmc.example", "fd00::/64"]);
         assert!(config.bmh.credentials.destinations.allow_plain_http);
+        assert!(config.bmh.credentials.refuse_unverified_tls);
         assert_eq!(
             config.bmh.credentials.label,
             Some(("environment.metal3.io".into(), "baremetal".into()))

@@ -104,6 +104,7 @@ fn host(address: &str) -> BareMetalHost {
 fn anywhere(label: Option<(&str, &str)>) -> CredentialsPolicy {
     CredentialsPolicy {
         destinations: hostcycle_bmc::destination::CredentialDestinations::unrestricted(),
+        refuse_unverified_tls: false,
         label: label.map(|(k, v)| (k.to_string(), v.to_string())),
     }
 }

@@ -93,6 +93,9 @@ pub struct BmhControllerConfig {
 pub struct CredentialsPolicy {
     /// `--bmc-networks`, `--allow-plain-http-bmc`. Default: no network, so nothing is sent.
     pub destinations: hostcycle_bmc::destination::CredentialDestinations,
+    /// `--refuse-unverified-bmc-tls`: a host with `disableCertificateVerification: true` gets
+    /// no credentials.
+    pub refuse_unverified_tls: bool,
     /// `--bmc-credentials-label`: only Secrets with this label are watched and used.
     pub label: Option<(String, String)>,
 }

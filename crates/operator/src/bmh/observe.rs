@@ -313,6 +313,9 @@ impl DriverCache {
         // Where the credentials would go is checked before the Secret is read: a refusal
         // that depends on the address alone needs no GET and says nothing about the Secret.
         let parsed_address = BmcAddress::parse(&bmc.address).ok();
+        if let Some(address) = &parsed_address {
+            check_tls_choice(policy, address, bmc.disable_certificate_verification)?;
+        }
         if let Some(address) = &parsed_address
             && let Err(refused) = check_destination(policy, address)
         {
@@ -416,6 +419,30 @@ impl DriverCache {
             credentials,
         })
     }
+}
+
+/// The status message of a host refused by `--refuse-unverified-bmc-tls`.
+pub const UNVERIFIED_TLS_REFUSED: &str = "spec.bmc.disableCertificateVerification is true, and \
+     the operator sends BMC credentials only to BMCs whose TLS certificate it verifies \
+     (--refuse-unverified-bmc-tls): give the BMC a certificate the operator trusts and set \
+     the field to false";
+
+/// Whether a host may skip the BMC's certificate check: always, unless the operator
+/// refuses it. Only Redfish speaks TLS; IPMI ignores the field, as metal3 does.
+fn check_tls_choice(
+    policy: &super::CredentialsPolicy,
+    address: &BmcAddress,
+    disable_certificate_verification: Option<bool>,
+) -> Result<(), BmcFailure> {
+    let skips_check = disable_certificate_verification == Some(true)
+        && matches!(address, BmcAddress::Redfish(_));
+    if skips_check && policy.refuse_unverified_tls {
+        return Err(BmcFailure {
+            kind: BmcFailureKind::Credentials,
+            message: UNVERIFIED_TLS_REFUSED.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Why `check_destination` refused.
@@ -812,6 +839,7 @@ mod tests {
                     .collect(),
                 allow_plain_http: false,
             },
+            refuse_unverified_tls: false,
             label: None,
         };
         let refused = check_destination(
@@ -847,6 +875,33 @@ mod tests {
         assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
         host.metadata.uid = Some("u2".into());
         assert!(cache.log_networks_refusal(&host, &policy, "another refusal"));
+    }
+
+    /// Issue 25 point 2: an operator may require verified BMC certificates; by default a
+    /// host may skip the check, as metal3's hosts do.
+    #[test]
+    fn unverified_bmc_tls_is_refused_only_when_the_operator_says_so() {
+        let redfish = BmcAddress::parse("redfish://10.0.1.5/redfish/v1/Systems/1").unwrap();
+        let ipmi = BmcAddress::parse("ipmi://10.0.1.5").unwrap();
+        let policy = |refuse| crate::bmh::CredentialsPolicy {
+            refuse_unverified_tls: refuse,
+            ..Default::default()
+        };
+        for (refuse, address, disable, refused) in [
+            (false, &redfish, Some(true), false),
+            (false, &redfish, None, false),
+            (true, &redfish, Some(true), true),
+            (true, &redfish, Some(false), false),
+            (true, &redfish, None, false),
+            (true, &ipmi, Some(true), false),
+        ] {
+            let result = check_tls_choice(&policy(refuse), address, disable);
+            assert_eq!(result.is_err(), refused, "{refuse} {address:?} {disable:?}");
+            if let Err(failure) = result {
+                assert_eq!(failure.kind, BmcFailureKind::Credentials);
+                assert_eq!(failure.message, UNVERIFIED_TLS_REFUSED);
+            }
+        }
     }
 
     #[test]
