@@ -50,6 +50,9 @@ pub struct ManifestsArgs {
     /// The operator's `--allow-plain-http-bmc`.
     #[arg(long, requires = "deploy")]
     pub allow_plain_http_bmc: bool,
+    /// The operator's `--refuse-unverified-bmc-tls`.
+    #[arg(long, requires = "deploy")]
+    pub refuse_unverified_bmc_tls: bool,
     /// The operator's `--bmc-credentials-label` (`KEY=VALUE`, or `none`); required with
     /// `--bmc-networks` other than `any`.
     #[arg(long, requires = "deploy", value_parser = checked_credentials_label)]
@@ -76,6 +79,7 @@ pub fn run(args: ManifestsArgs) -> anyhow::Result<()> {
         metrics_scraper_label,
         bmc_networks,
         allow_plain_http_bmc,
+        refuse_unverified_bmc_tls,
         bmc_credentials_label,
         remediation_request_namespaces,
         output_dir,
@@ -103,6 +107,7 @@ pub fn run(args: ManifestsArgs) -> anyhow::Result<()> {
                 policy: OperatorPolicy {
                     bmc_networks: bmc_networks.iter().map(ToString::to_string).collect(),
                     allow_plain_http_bmc,
+                    refuse_unverified_bmc_tls,
                     bmc_credentials_label,
                     remediation_request_namespaces: remediation_request_namespaces
                         .map(|r| r.to_string()),

@@ -145,12 +145,14 @@ fn chart_options_render_what_hostcycle_manifests_renders() {
         vec![
             "bmcNetworks={10.0.0.0/24,.bmc.example}".into(),
             "allowPlainHttpBmc=true".into(),
+            "refuseUnverifiedBmcTls=true".into(),
             "bmcCredentialsLabel=hostcycle.io/bmc-credentials=true".into(),
             "remediationRequestNamespaces=same-as-host\\,remediators".into(),
         ],
         vec![
             "--bmc-networks=10.0.0.0/24,.bmc.example".into(),
             "--allow-plain-http-bmc".into(),
+            "--refuse-unverified-bmc-tls".into(),
             "--bmc-credentials-label=hostcycle.io/bmc-credentials=true".into(),
             "--remediation-request-namespaces=same-as-host,remediators".into(),
         ],

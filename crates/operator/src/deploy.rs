@@ -79,6 +79,8 @@ pub struct OperatorPolicy {
     pub bmc_networks: Vec<String>,
     /// `--allow-plain-http-bmc`.
     pub allow_plain_http_bmc: bool,
+    /// `--refuse-unverified-bmc-tls`.
+    pub refuse_unverified_bmc_tls: bool,
     /// `--bmc-credentials-label` (`KEY=VALUE`).
     pub bmc_credentials_label: Option<String>,
     /// `--remediation-request-namespaces`; `None`: the operator's default
@@ -95,6 +97,9 @@ impl OperatorPolicy {
         }
         if self.allow_plain_http_bmc {
             args.push("--allow-plain-http-bmc".to_string());
+        }
+        if self.refuse_unverified_bmc_tls {
+            args.push("--refuse-unverified-bmc-tls".to_string());
         }
         if let Some(label) = &self.bmc_credentials_label {
             args.push(format!("--bmc-credentials-label={label}"));
