@@ -428,14 +428,15 @@ pub const UNVERIFIED_TLS_REFUSED: &str = "spec.bmc.disableCertificateVerificatio
      the field to false";
 
 /// Whether a host may skip the BMC's certificate check: always, unless the operator
-/// refuses it. Only Redfish speaks TLS; IPMI ignores the field, as metal3 does.
+/// refuses it. Only Redfish over HTTPS has a certificate; IPMI and plain HTTP (refused or
+/// allowed on its own flag) ignore the field, as metal3 does.
 fn check_tls_choice(
     policy: &super::CredentialsPolicy,
     address: &BmcAddress,
     disable_certificate_verification: Option<bool>,
 ) -> Result<(), BmcFailure> {
     let skips_check = disable_certificate_verification == Some(true)
-        && matches!(address, BmcAddress::Redfish(_));
+        && matches!(address, BmcAddress::Redfish(r) if r.base_url.scheme() == "https");
     if skips_check && policy.refuse_unverified_tls {
         return Err(BmcFailure {
             kind: BmcFailureKind::Credentials,
@@ -883,6 +884,7 @@ mod tests {
     fn unverified_bmc_tls_is_refused_only_when_the_operator_says_so() {
         let redfish = BmcAddress::parse("redfish://10.0.1.5/redfish/v1/Systems/1").unwrap();
         let ipmi = BmcAddress::parse("ipmi://10.0.1.5").unwrap();
+        let plain = BmcAddress::parse("redfish+http://10.0.1.5/redfish/v1/Systems/1").unwrap();
         let policy = |refuse| crate::bmh::CredentialsPolicy {
             refuse_unverified_tls: refuse,
             ..Default::default()
@@ -894,6 +896,7 @@ mod tests {
             (true, &redfish, Some(false), false),
             (true, &redfish, None, false),
             (true, &ipmi, Some(true), false),
+            (true, &plain, Some(true), false),
         ] {
             let result = check_tls_choice(&policy(refuse), address, disable);
             assert_eq!(result.is_err(), refused, "{refuse} {address:?} {disable:?}");
