@@ -340,7 +340,7 @@ async fn one_namespaces_hung_bmcs_delay_no_other_namespaces_power_off() {
     rig.host("fenced", "fenced", &sushy.system_address(1).unwrap())
         .await;
     // Default lanes (64 action slots); production BMC deadlines.
-    let metrics_port =
+    let (metrics_port, _) =
         rig.start_operator(&["--leader-elect", "false", "--controllers", "baremetalhost"]);
     rig.wait_registered("other", "rebooted", Duration::from_secs(60))
         .await;
