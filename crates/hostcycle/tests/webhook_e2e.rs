@@ -530,8 +530,14 @@ async fn webhook_limits_power_requests_to_listed_identities() {
         message.starts_with("user \"mallory\" may not set spec.bmc.address"),
         "{message}"
     );
-    assert!(message.contains(&format!("BareMetalHost {NS}/h1: ")), "{message}");
-    assert!(message.contains("setting or changing spec.bmc"), "{message}");
+    assert!(
+        message.contains(&format!("BareMetalHost {NS}/h1: ")),
+        "{message}"
+    );
+    assert!(
+        message.contains("setting or changing spec.bmc"),
+        "{message}"
+    );
     let mut no_bmc = host("enrolling", &[], true);
     no_bmc.spec.bmc = None;
     create(&mallory, &no_bmc)

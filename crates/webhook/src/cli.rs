@@ -521,8 +521,7 @@ mod tests {
             serve(&["--allow-group=ops", "--restrict-bmc-on-create=true"]).restrict_bmc_on_create
         );
         assert!(
-            !serve(&["--allow-group=ops", "--restrict-bmc-on-create=false"])
-                .restrict_bmc_on_create
+            !serve(&["--allow-group=ops", "--restrict-bmc-on-create=false"]).restrict_bmc_on_create
         );
         // Without an allow-list nothing is restricted, and opting out is not an error.
         assert!(!serve(&[]).restrict_bmc_on_create);
@@ -540,8 +539,11 @@ mod tests {
         };
         assert!(install(&["--allow-group=power-admins"]).restrict_bmc_on_create);
         assert!(
-            !install(&["--allow-group=power-admins", "--restrict-bmc-on-create=false"])
-                .restrict_bmc_on_create
+            !install(&[
+                "--allow-group=power-admins",
+                "--restrict-bmc-on-create=false"
+            ])
+            .restrict_bmc_on_create
         );
     }
 }

@@ -861,7 +861,10 @@ mod tests {
         assert_eq!(args.allow.restrict_bmc_on_create, None);
 
         let install = with_allow_list();
-        assert!(install.restrict_bmc_on_create, "the default with an allow-list");
+        assert!(
+            install.restrict_bmc_on_create,
+            "the default with an allow-list"
+        );
         let args = parse(&webhook_args(&install));
         assert_eq!(args.allow.restrict_bmc_on_create, Some(true));
         assert!(args.allow.policy().restrict_bmc_on_create);

@@ -412,10 +412,18 @@ mod tests {
         }
     }
 
+    /// One case: its name, the limits, the steps, and who holds a slot after each step.
+    type SchedulerCase = (
+        &'static str,
+        LaneLimits,
+        Vec<Step>,
+        Vec<Vec<(&'static str, Lane)>>,
+    );
+
     #[test]
     fn who_gets_the_next_slot() {
         #[rustfmt::skip]
-        let cases: Vec<(&str, LaneLimits, Vec<Step>, Vec<Vec<(&str, Lane)>>)> = vec![
+        let cases: Vec<SchedulerCase> = vec![
             (
                 "one namespace holds at most its share; another namespace is served at once",
                 LaneLimits::new(1, 4, 4, 50, 8),
