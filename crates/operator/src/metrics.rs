@@ -522,6 +522,8 @@ fn touch_every_family(m: &Metrics) {
     let _ = m.hosts.get_or_create(&StatusLabels {
         operational_status: text(),
     });
+    let _ = m.lane_waiting.get_or_create(&LaneLabels::default());
+    let _ = m.lane_slots_in_use.get_or_create(&LaneLabels::default());
     let _ = m
         .bmc_unhealthy_since
         .get_or_create(&HostConditionLabels::default());
