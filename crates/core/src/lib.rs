@@ -5,6 +5,7 @@ pub mod binding;
 pub mod bmh;
 pub mod conditions;
 pub mod evidence;
+pub mod health;
 pub mod node;
 pub mod queue;
 pub mod remediation;

@@ -9,6 +9,7 @@ pub mod escalation;
 pub mod joins;
 pub mod orphans;
 pub mod record;
+pub mod release;
 
 pub use decide::{
     Acting, Action, Blocker, Decision, Escalation, Event, Observation, RemediationHostView,
