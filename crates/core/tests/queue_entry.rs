@@ -1247,3 +1247,37 @@ fn an_entry_wants_the_worker_of_its_phase() {
         );
     }
 }
+
+/// A drain's completion can be reported while its task is still ending; the command worker
+/// that follows must start all the same (it runs the reboot command once, never again).
+#[test]
+fn a_finished_drain_never_keeps_the_command_from_starting() {
+    use hostcycle_core::queue::entry::{WorkerKind, WorkerRoom, worker_room};
+    let cases = [
+        (None, WorkerKind::Drain, WorkerRoom::Free),
+        (None, WorkerKind::Command, WorkerRoom::Free),
+        (Some(WorkerKind::Drain), WorkerKind::Drain, WorkerRoom::Busy),
+        (
+            Some(WorkerKind::Command),
+            WorkerKind::Command,
+            WorkerRoom::Busy,
+        ),
+        (
+            Some(WorkerKind::Drain),
+            WorkerKind::Command,
+            WorkerRoom::ReplaceFinished,
+        ),
+        (
+            Some(WorkerKind::Command),
+            WorkerKind::Drain,
+            WorkerRoom::ReplaceFinished,
+        ),
+    ];
+    for (running, wanted, room) in cases {
+        assert_eq!(
+            worker_room(running, wanted),
+            room,
+            "{running:?} → {wanted:?}"
+        );
+    }
+}

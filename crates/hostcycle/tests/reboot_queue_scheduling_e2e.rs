@@ -975,8 +975,11 @@ async fn cancel_and_disable() {
     }
 
     // Re-enabled: X drains again from the start, then reboots; then Y.
-    lab.patch_queue(json!({ "enabled": true })).await;
+    // Taken before the patch: the operator may see the change and drain before the API
+    // server's answer reaches the test (a loaded machine), and that is no drain while
+    // disabled.
     let enabled_at = Timestamp::now();
+    lab.patch_queue(json!({ "enabled": true })).await;
     lab.wait_phase("w-2", EntryPhase::Draining, REBOOT_TIMEOUT)
         .await;
     lab.wait_node("w-2", "cordoned again", REBOOT_TIMEOUT, |n| {

@@ -657,6 +657,29 @@ pub fn wanted_worker(entry: &RebootQueueEntry) -> Option<WorkerKind> {
     }
 }
 
+/// What starting a worker of kind `wanted` finds, with `running` the entry's current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerRoom {
+    /// None runs: start it.
+    Free,
+    /// One of the same kind runs: leave it (a second would repeat its work).
+    Busy,
+    /// One of the other kind is still there: its step is over — a drain whose completion
+    /// was reported while its task was still ending — so stop it and start the new one.
+    /// Skipping the start instead would lose the reboot command's first run, which is never
+    /// repeated once its write-ahead record exists.
+    ReplaceFinished,
+}
+
+/// Whether a worker of kind `wanted` may start next to `running`.
+pub fn worker_room(running: Option<WorkerKind>, wanted: WorkerKind) -> WorkerRoom {
+    match running {
+        None => WorkerRoom::Free,
+        Some(kind) if kind == wanted => WorkerRoom::Busy,
+        Some(_) => WorkerRoom::ReplaceFinished,
+    }
+}
+
 // ----- worker reports ----------------------------------------------------------------------
 
 /// What a drain or command worker reported about its entry.

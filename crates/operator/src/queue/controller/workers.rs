@@ -12,12 +12,27 @@ use super::{Controller, Worker};
 use crate::events::node_ref;
 use crate::queue::command::{self, CommandJob};
 use crate::queue::drain::{self, DrainJob};
-use hostcycle_core::queue::entry::WorkerKind;
+use hostcycle_core::queue::entry::{self, WorkerKind, WorkerRoom};
 
 impl Controller {
+    /// Whether a worker of `kind` may start for the entry `uid` ([`entry::worker_room`]);
+    /// a finished worker of the other kind is stopped first.
+    fn make_room(&mut self, uid: &str, kind: WorkerKind) -> bool {
+        match entry::worker_room(self.workers.get(uid).map(|w| w.kind), kind) {
+            WorkerRoom::Busy => false,
+            WorkerRoom::Free => true,
+            WorkerRoom::ReplaceFinished => {
+                if let Some(done) = self.workers.remove(uid) {
+                    done.cancel.cancel();
+                }
+                true
+            }
+        }
+    }
+
     pub(super) fn spawn_drain(&mut self, entry: &RebootQueueEntry, config: &QueueConfig) {
         let Some(uid) = entry.uid() else { return };
-        if self.workers.contains_key(&uid) {
+        if !self.make_room(&uid, WorkerKind::Drain) {
             return;
         }
         let cancel = self.work.child_token();
@@ -67,7 +82,7 @@ impl Controller {
         let Some(uid) = entry.uid() else {
             return false;
         };
-        if self.workers.contains_key(&uid) {
+        if !self.make_room(&uid, WorkerKind::Command) {
             return false;
         }
         let node = &entry.spec.node;
