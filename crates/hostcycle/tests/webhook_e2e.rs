@@ -654,8 +654,10 @@ async fn webhook_limits_power_requests_to_listed_identities() {
 
     // The host's BMC and metal3's paused / detached annotations are guarded too: an
     // unlisted user may neither point the host at another BMC nor pause it; a listed one may.
+    // "setting or changing": with an allow-list, setting spec.bmc on a create is restricted
+    // too (by default).
     let control = format!(
-        "changing spec.bmc and adding, removing or changing the \
+        "setting or changing spec.bmc and adding, removing or changing the \
          baremetalhost.metal3.io/paused and baremetalhost.metal3.io/detached annotations are \
          allowed only to {}",
         hostcycle_webhook::decide::ALLOWED_BY_FLAGS
