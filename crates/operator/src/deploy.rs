@@ -186,6 +186,16 @@ pub fn operator_args(options: &RbacOptions) -> Vec<String> {
     args
 }
 
+/// A named TCP port of a container (the operator's and the webhook's Deployments).
+pub fn tcp_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_string()),
+        container_port: port,
+        protocol: Some("TCP".to_string()),
+        ..Default::default()
+    }
+}
+
 fn field_env(name: &str, field_path: &str) -> EnvVar {
     EnvVar {
         name: name.to_string(),
@@ -307,18 +317,8 @@ pub fn deployment(options: &DeployOptions) -> Deployment {
             field_env("POD_NAMESPACE", "metadata.namespace"),
         ]),
         ports: Some(vec![
-            ContainerPort {
-                name: Some(METRICS_PORT_NAME.to_string()),
-                container_port: METRICS_PORT,
-                protocol: Some("TCP".to_string()),
-                ..Default::default()
-            },
-            ContainerPort {
-                name: Some(PROBE_PORT_NAME.to_string()),
-                container_port: PROBE_PORT,
-                protocol: Some("TCP".to_string()),
-                ..Default::default()
-            },
+            tcp_port(METRICS_PORT_NAME, METRICS_PORT),
+            tcp_port(PROBE_PORT_NAME, PROBE_PORT),
         ]),
         // On the probe port: /healthz answers as soon as the HTTP server is up; a process
         // that stops answering for 30 s is restarted. /readyz waits for the API server and

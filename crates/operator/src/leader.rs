@@ -153,28 +153,32 @@ impl LeaderElection {
         Duration::from_secs(self.lease_duration.as_secs().max(2))
     }
 
-    /// How long before the Lease expires its holder renews it: a third of the duration, whole
-    /// seconds, at least one (what the lease manager is given).
+    /// How long before the Lease expires its holder renews it (what the lease manager is
+    /// given): two thirds of the duration, whole seconds, at least one — so the renewal is
+    /// sent a third into the Lease and has until [`Self::stop_margin`] to be seen. Renewing
+    /// only a third before the expiry left a loaded API server 2.5 s of a 15 s Lease to take
+    /// the write and answer the read after it, and a leader under load fenced itself with a
+    /// write of 1.8 s (found by two suites run at once). client-go renews as early.
     pub fn grace(&self) -> Duration {
-        Duration::from_secs((self.duration().as_secs() / 3).max(1))
+        let seconds = self.duration().as_secs();
+        Duration::from_secs((seconds * 2 / 3).clamp(1, seconds - 1))
     }
 
-    /// How often a leader reads its own Lease ([`Self::confirm_held`]): four times within the
-    /// grace period, so a renewal (sent when the grace period starts) is seen before the
-    /// expiry even when the write takes a while. Reading only every fifth of the duration
-    /// (once a second with a 5 s Lease and its 1 s grace) let a read land just before the
+    /// How often a leader reads its own Lease ([`Self::confirm_held`]): a twelfth of the
+    /// duration (1.25 s of a 15 s Lease), so the renewal is read several times before the
+    /// stop margin. Reading only every fifth of the duration let a read land just before the
     /// renewal, the next one after the expiry, and the leader fenced itself with its Lease
     /// renewed.
     pub fn confirm_period(&self) -> Duration {
-        (self.grace() / 4).clamp(Duration::from_millis(200), Duration::from_secs(5))
+        (self.duration() / 12).clamp(Duration::from_millis(200), Duration::from_secs(5))
     }
 
     /// How long before its Lease could expire a leader stops acting when it cannot confirm a
-    /// renewal: half the grace period. A standby takes the Lease only after the expiry, so
-    /// the two never act at once even with a call in flight or clocks a little apart; the
-    /// renewal, written when the grace period starts, is read twice before this point.
+    /// renewal: a quarter of the duration (3.75 s of a 15 s Lease). A standby takes the Lease
+    /// only after the expiry, so the two never act at once even with a call in flight or
+    /// clocks a little apart.
     pub fn stop_margin(&self) -> Duration {
-        self.grace() / 2
+        self.duration() / 4
     }
 
     /// While this replica leads: reads the Lease every [`Self::confirm_period`] and returns as
@@ -340,7 +344,7 @@ mod tests {
         assert_eq!(*reads.lock().unwrap(), 4, "kept reading while it was ours");
     }
 
-    /// The lease manager renews when the grace period starts (1 s before the expiry of a 5 s
+    /// The lease manager renews when the grace period starts (3 s before the expiry of a 5 s
     /// Lease); a write that takes a moment must still be seen before the expiry.
     #[tokio::test]
     async fn a_renewal_at_the_start_of_the_grace_period_is_seen_in_time() {
@@ -348,10 +352,10 @@ mod tests {
             lease_duration: Duration::from_secs(5),
             ..election()
         };
-        assert_eq!(election.grace(), Duration::from_secs(1));
+        assert_eq!(election.grace(), Duration::from_secs(3));
         let won = Timestamp::now();
-        // The renewal is written 4.1 s after the Lease was won (the grace period starts at 4 s).
-        let renewed = won + Duration::from_millis(4100);
+        // The renewal is written 2.1 s after the Lease was won (the grace period starts at 2 s).
+        let renewed = won + Duration::from_millis(2100);
         let client = fake_client(move |_req| async move {
             let seen = if Timestamp::now() >= renewed {
                 renewed
@@ -362,9 +366,10 @@ mod tests {
             lease["spec"]["leaseDurationSeconds"] = json!(5);
             (200, lease)
         });
-        // Past the first expiry (5 s): still leading.
+        // Past the first expiry (5 s): still leading (until 1.25 s before the renewed
+        // Lease's expiry at 7.1 s, as the fake renews only once).
         let lapse =
-            tokio::time::timeout(Duration::from_secs(6), election.confirm_held(client)).await;
+            tokio::time::timeout(Duration::from_millis(5500), election.confirm_held(client)).await;
         assert!(
             lapse.is_err(),
             "the leader stopped although its Lease was renewed: {lapse:?}"
@@ -395,7 +400,7 @@ mod tests {
                     .unwrap();
             let expiry = renewed + Duration::from_secs(2);
             assert_eq!(lapse, LeaseLapse::Expired { at: expiry }, "{answer}");
-            // 2 s Lease: grace 1 s, margin 0.5 s.
+            // 2 s Lease: grace 1 s, margin 0.5 s (a quarter).
             let margin = election().stop_margin();
             assert_eq!(margin, Duration::from_millis(500));
             let stopped = Timestamp::now();
@@ -411,6 +416,42 @@ mod tests {
             assert!(
                 early >= jiff::SignedDuration::from_millis(300),
                 "{answer}: stopped only {early:?} before the expiry; the margin is {margin:?}"
+            );
+        }
+    }
+
+    /// A renewal is sent a third into the Lease and has until the stop margin to be seen: at
+    /// least a quarter of the Lease (6.25 s of the default 15 s, was 2.5 s), read at least
+    /// twice meanwhile.
+    #[test]
+    fn a_renewal_has_most_of_the_lease_to_land() {
+        // (duration s, grace s, margin ms, read every ms)
+        let cases: [(u64, u64, u64, u128); 5] = [
+            (2, 1, 500, 200),
+            (5, 3, 1250, 416),
+            (15, 10, 3750, 1250),
+            (30, 20, 7500, 2500),
+            (137, 91, 34250, 5000),
+        ];
+        for (duration, grace, margin, period) in cases {
+            let election = LeaderElection {
+                lease_duration: Duration::from_secs(duration),
+                ..election()
+            };
+            assert_eq!(election.grace(), Duration::from_secs(grace), "{duration}");
+            assert_eq!(
+                election.stop_margin(),
+                Duration::from_millis(margin),
+                "{duration}"
+            );
+            assert_eq!(election.confirm_period().as_millis(), period, "{duration}");
+            assert!(election.grace() < election.duration());
+            // From the renewal to the stop: the grace period less the margin.
+            let window = election.grace() - election.stop_margin();
+            assert!(window * 4 >= election.duration(), "{duration}: {window:?}");
+            assert!(
+                window >= election.confirm_period() * 2,
+                "{duration}: read twice"
             );
         }
     }

@@ -118,8 +118,6 @@ pub async fn run(
     let work = CancellationToken::new();
     let leading = leader::LeaderGate::new();
     let campaign = campaign(&client, &config, &leading, &work, &metrics).await?;
-    // Readiness is health and synced caches, not leadership: a standby replica is ready too.
-    ready.set_healthy(true);
     cancel_on(&shutdown, &work);
     // 3. Run the selected controllers over one shared view until they all stop.
     let running = Running {
@@ -241,6 +239,11 @@ async fn run_controllers(
     let bmh_synced = run_bmh.then(|| ready.cache_pending());
     let queue_synced = run_queue.then(|| ready.cache_pending());
     let remediation_synced = run_remediation.then(|| ready.cache_pending());
+    // Readiness is health and synced caches, not leadership: a standby replica is ready too.
+    // Healthy only now that the caches are registered: before, `/readyz` answered 200 for a
+    // moment with no cache synced (a loaded machine made that moment long enough for the
+    // failover test's standby check to see).
+    ready.set_healthy(true);
     // One watch and one cache per kind the selected controllers read, shared by them.
     let mut view = cluster::ClusterView::new(
         client,

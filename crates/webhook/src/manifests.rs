@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    Container, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
     ResourceRequirements, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
     VolumeMount,
 };
@@ -28,6 +28,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
+
+use hostcycle_operator::deploy::tcp_port;
 
 use crate::decide::{HOST_GROUP, HOST_RESOURCE};
 use crate::policy::ServiceAccountName;
@@ -378,18 +380,8 @@ pub fn deployment(install: &WebhookInstall) -> Deployment {
         image_pull_policy: Some("IfNotPresent".to_string()),
         args: Some(webhook_args(install)),
         ports: Some(vec![
-            ContainerPort {
-                name: Some(PORT_NAME.to_string()),
-                container_port: PORT,
-                protocol: Some("TCP".to_string()),
-                ..Default::default()
-            },
-            ContainerPort {
-                name: Some(PROBE_PORT_NAME.to_string()),
-                container_port: PROBE_PORT,
-                protocol: Some("TCP".to_string()),
-                ..Default::default()
-            },
+            tcp_port(PORT_NAME, PORT),
+            tcp_port(PROBE_PORT_NAME, PROBE_PORT),
         ]),
         liveness_probe: Some(Probe {
             initial_delay_seconds: Some(5),
