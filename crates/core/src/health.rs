@@ -255,12 +255,6 @@ pub struct Decision {
     pub actions: Vec<Action>,
 }
 
-impl Decision {
-    pub fn count(&self, wanted: fn(&NodeHealth) -> bool) -> usize {
-        self.nodes.iter().filter(|(_, h)| wanted(h)).count()
-    }
-}
-
 /// Judges one node.
 pub fn judge(settings: &HealthSettings, facts: &CheckFacts, node: &NodeFacts) -> NodeHealth {
     if node.excluded {

@@ -231,6 +231,17 @@ impl HungBmcs {
             tasks,
         }
     }
+
+    /// Waits (60 s at most) until the BMCs have accepted `count` connections in all.
+    async fn wait_accepted(&self, count: usize, what: &str) {
+        let accepted = self.accepted.clone();
+        wait_until(what, Duration::from_secs(60), || {
+            let accepted = accepted.clone();
+            async move { (accepted.load(Ordering::SeqCst) >= count).then_some(()) }
+        })
+        .await
+        .unwrap();
+    }
 }
 
 impl Drop for HungBmcs {
@@ -262,17 +273,11 @@ async fn a_reboot_is_not_queued_behind_hung_bmcs() {
     // Every polling slot namespace default may hold (its share of the steady lane) is taken by
     // a read that will never be answered, and the healthy host's next steady poll waits behind
     // 200 hung ones of its own namespace.
-    let accepted = hung.accepted.clone();
-    wait_until(
+    hung.wait_accepted(
+        64,
         "64 connections to hung BMCs (every polling slot of the namespace busy)",
-        Duration::from_secs(60),
-        || {
-            let accepted = accepted.clone();
-            async move { (accepted.load(Ordering::SeqCst) >= 64).then_some(()) }
-        },
     )
-    .await
-    .unwrap();
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let before = Timestamp::now();
@@ -359,17 +364,11 @@ async fn one_namespaces_hung_bmcs_delay_no_other_namespaces_power_off() {
             .await
             .unwrap();
     }
-    let accepted = hung.accepted.clone();
-    wait_until(
+    hung.wait_accepted(
+        64,
         "64 connections to the tenant's hung BMCs (each a reboot's read)",
-        Duration::from_secs(60),
-        || {
-            let accepted = accepted.clone();
-            async move { (accepted.load(Ordering::SeqCst) >= 64).then_some(()) }
-        },
     )
-    .await
-    .unwrap();
+    .await;
 
     // A reboot in another namespace, and a remediation's power-off (the annotation flow's key,
     // as the remediation controller writes it) in a third.
