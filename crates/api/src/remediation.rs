@@ -117,7 +117,37 @@ pub struct RemediationStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_seconds: Option<u64>,
+    /// How the node's workloads are released once the host is confirmed off (two BMC
+    /// readings `Off` after hostcycle's power-off): `DeleteNode` (the default: back the Node
+    /// up and delete it), `ReleaseWorkloads` (force-delete its pods and clear its
+    /// `status.volumesInUse`; the Node stays, tainted `hostcycle.io/fenced`),
+    /// `OutOfServiceTaint` (Kubernetes 1.28 and later: the
+    /// `node.kubernetes.io/out-of-service` taint, plus force-deleting the pods) or `Auto`
+    /// (`OutOfServiceTaint` where the cluster serves it, else `ReleaseWorkloads`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["DeleteNode", "ReleaseWorkloads", "OutOfServiceTaint", "Auto"]))]
+    pub release: Option<String>,
 }
+
+/// `spec.strategy.release` values.
+pub mod release_strategy {
+    pub const DELETE_NODE: &str = "DeleteNode";
+    pub const RELEASE_WORKLOADS: &str = "ReleaseWorkloads";
+    pub const OUT_OF_SERVICE_TAINT: &str = "OutOfServiceTaint";
+    pub const AUTO: &str = "Auto";
+}
+
+/// The taint on a Node whose host a remediation is fencing (from the power-off request until
+/// the Node is Ready again with a new boot), so nothing new is scheduled onto it.
+pub const FENCED_TAINT_KEY: &str = "hostcycle.io/fenced";
+/// Kubernetes' out-of-service taint (1.28 and later): the pod GC and the attach/detach
+/// controller release a tainted NotReady node's pods and volumes at once.
+pub const OUT_OF_SERVICE_TAINT_KEY: &str = "node.kubernetes.io/out-of-service";
+/// The value hostcycle puts on the out-of-service taint.
+pub const OUT_OF_SERVICE_TAINT_VALUE: &str = "nodeshutdown";
+/// On a Node: the out-of-service taint on it is hostcycle's (value: the remediation's uid);
+/// hostcycle removes only a taint so marked.
+pub const OUT_OF_SERVICE_OURS_ANNOTATION: &str = "remediation.hostcycle.io/out-of-service-taint";
 
 /// A request to remediate one machine: created from a [`HostRemediationTemplate`] by Cluster
 /// API's MachineHealthCheck (named after the Machine, owned by it) or medik8s'
