@@ -204,6 +204,15 @@ pub mod remediation {
         /// began) or could not be read: the flow gave up cleanly, releasing its power-off,
         /// instead of waiting for ever.
         pub const RECORD_INCOMPLETE: &str = "RemediationRecordIncomplete";
+        /// Normal: the host is off on fresh evidence; the node's workloads are being released
+        /// without deleting the Node (pods force-deleted, `volumesInUse` cleared, or the
+        /// out-of-service taint), as `spec.strategy.release` asks.
+        pub const RELEASING_WORKLOADS: &str = "ReleasingWorkloads";
+        /// Normal: the node's pods and volume attachments are gone; the host is powered on.
+        pub const WORKLOADS_RELEASED: &str = "WorkloadsReleased";
+        /// Warning: the requested release strategy cannot run on this cluster (an explicit
+        /// `OutOfServiceTaint` before Kubernetes 1.28, or a value this version does not know).
+        pub const STRATEGY_UNAVAILABLE: &str = "ReleaseStrategyUnavailable";
     }
 }
 

@@ -398,6 +398,23 @@ pub struct HostRemediationStatus {
     /// The deleted Node's cordon and taints, restored likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_spec_backup: Option<NodeSpecBackup>,
+    /// How the workloads are released (`DeleteNode`, `ReleaseWorkloads` or
+    /// `OutOfServiceTaint`): `spec.strategy.release` resolved when the flow started, kept for
+    /// the whole flow. Absent: `DeleteNode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+    /// The Node's `status.nodeInfo.bootID` when the flow started: the run being fenced. The
+    /// Node counts as back only when Ready with another one.
+    #[serde(
+        default,
+        rename = "fencedBootID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub fenced_boot_id: Option<String>,
+    /// When releasing the workloads began (after the host was confirmed off): from then on
+    /// the flow is not cancelled, only finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_started_at: Option<Timestamp>,
     /// Why the remediation gave up (step `GaveUp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,

@@ -237,6 +237,9 @@ fn annotation_obs() -> Observation {
         held_elsewhere: None,
         joined_running: None,
         clock_untrusted: None,
+        release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
+        out_of_service_served: false,
+        workloads: None,
     }
 }
 

@@ -75,6 +75,8 @@ fn node() -> RemediationNodeView {
         ready: true,
         unschedulable: false,
         taints: Vec::new(),
+        boot_id: None,
+        volumes_in_use: 0,
     }
 }
 
@@ -91,6 +93,8 @@ fn fresh_node() -> RemediationNodeView {
         ready: false,
         unschedulable: false,
         taints: Vec::new(),
+        boot_id: None,
+        volumes_in_use: 0,
     }
 }
 
@@ -185,6 +189,9 @@ fn obs(trigger: Trigger) -> Observation {
         held_elsewhere: None,
         joined_running: None,
         clock_untrusted: None,
+        release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
+        out_of_service_served: false,
+        workloads: None,
     }
 }
 
@@ -513,6 +520,7 @@ fn started(base: Record) -> Record {
         bmc: Some(hostcycle_api::ObservedBmc::default()),
         started_at: base.started_at.or(Some(t(0))),
         cycle_started_at: Some(t(0)),
+        release: Some(hostcycle_core::remediation::release::Release::DeleteNode),
         ..base
     }
 }
@@ -1663,6 +1671,7 @@ enum Kind {
     MarkHostUnhealthy,
     ClearExternallyRemediated,
     Escalate,
+    Release,
 }
 
 fn kind(a: &Action) -> Kind {
@@ -1675,6 +1684,7 @@ fn kind(a: &Action) -> Kind {
         Action::MarkHostUnhealthy => Kind::MarkHostUnhealthy,
         Action::ClearExternallyRemediated => Kind::ClearExternallyRemediated,
         Action::Escalate(_) => Kind::Escalate,
+        Action::Release(_) => Kind::Release,
     }
 }
 
@@ -1816,6 +1826,9 @@ impl World {
             held_elsewhere: None,
             joined_running: None,
             clock_untrusted: None,
+            release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
+            out_of_service_served: false,
+            workloads: None,
         }
     }
 
@@ -1873,6 +1886,8 @@ impl World {
                 self.stored = None;
             }
             Action::Escalate(e) => self.escalations.push(e.clone()),
+            // The world runs DeleteNode flows only (release flows: remediation_release.rs).
+            Action::Release(_) => {}
         }
     }
 
@@ -2707,6 +2722,9 @@ fn record() -> impl Strategy<Value = Record> {
                 labels_backup: labels,
                 annotations_backup: annotations,
                 failure,
+                release: None,
+                fenced_boot_id: None,
+                release_started_at: None,
             },
         )
 }
@@ -2755,6 +2773,8 @@ fn node_view() -> impl Strategy<Value = Option<RemediationNodeView>> {
             ready,
             unschedulable: false,
             taints: Vec::new(),
+            boot_id: None,
+            volumes_in_use: 0,
         },
     ))
 }
@@ -2811,6 +2831,11 @@ fn observation() -> impl Strategy<Value = Observation> {
                 held_elsewhere: None,
                 joined_running: None,
                 clock_untrusted: None,
+                release_strategy: Ok(
+                    hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode,
+                ),
+                out_of_service_served: false,
+                workloads: None,
             },
         )
 }

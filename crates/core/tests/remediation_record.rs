@@ -18,6 +18,7 @@ use hostcycle_api::remediation::{
     RemediationStep, TaintBackup,
 };
 use hostcycle_core::binding::BoundHost;
+use hostcycle_core::remediation::release::{Release, ReleaseStrategy};
 use hostcycle_core::remediation::{
     Action, Escalation, Observation, Record, RemediationHostView, RemediationNodeView, Trigger,
     decide,
@@ -492,6 +493,9 @@ fn decide_on(
         held_elsewhere: None,
         joined_running: None,
         clock_untrusted: None,
+        release_strategy: Ok(ReleaseStrategy::DeleteNode),
+        out_of_service_served: false,
+        workloads: None,
     };
     decide(&obs, t(10_000))
 }
@@ -671,6 +675,9 @@ fn status() -> HostRemediationStatus {
             taints: vec![],
         }),
         failure: None,
+        release: Some("ReleaseWorkloads".into()),
+        fenced_boot_id: Some("stale-boot".into()),
+        release_started_at: Some(t(-850)),
         message: "powering host machines/host-0 off".into(),
         conditions: vec![condition("Processing"), condition("Succeeded")],
     }
@@ -683,7 +690,16 @@ fn every_step_round_trips_through_a_request_status() {
         annotations_backup: None,
         ..backed_up()
     };
-    for record in every_step().into_iter().chain([partial_backup]) {
+    let keeping_the_node = Record {
+        release: Some(Release::OutOfServiceTaint),
+        fenced_boot_id: Some("boot-1".into()),
+        release_started_at: Some(t(-10)),
+        ..backed_up()
+    };
+    for record in every_step()
+        .into_iter()
+        .chain([partial_backup, keeping_the_node])
+    {
         let name = format!("{:?} retry {}", record.step, record.retry_count);
         let mut s = status();
         record.apply_to_status(&mut s);

@@ -73,6 +73,8 @@ fn node() -> RemediationNodeView {
         ready: false,
         unschedulable: false,
         taints: Vec::new(),
+        boot_id: None,
+        volumes_in_use: 0,
     }
 }
 
@@ -105,6 +107,9 @@ fn obs(record: Record, h: Option<RemediationHostView>) -> Observation {
         held_elsewhere: None,
         joined_running: None,
         clock_untrusted: None,
+        release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
+        out_of_service_served: false,
+        workloads: None,
     }
 }
 

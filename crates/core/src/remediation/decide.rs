@@ -13,6 +13,13 @@
 //! 6. restore the labels and annotations (keys already on the new Node win), wait for it to be
 //!    Ready, and clean up.
 //!
+//! Step 2 releases the workloads as `spec.strategy.release` asks: `DeleteNode` (above, the
+//! seed's flow) or, keeping the Node, `ReleaseWorkloads` / `OutOfServiceTaint`
+//! ([`super::release`]): tainted `hostcycle.io/fenced` from the power-off request, its pods
+//! force-deleted and its `volumesInUse` cleared (or the out-of-service taint added) only on
+//! fresh Off evidence, the power-on only once no pod and no VolumeAttachment of it is left,
+//! and the flow done only when it is Ready with a new bootID (then hostcycle's taints go).
+//!
 //! A trigger that goes away before the Node was deleted cancels (the host is released); after,
 //! the flow finishes the power-on and the cleanup. Not back by the timeout: another power cycle
 //! while retries last (requests only), then give up and escalate.
@@ -27,11 +34,15 @@ use hostcycle_api::remediation::{RemediationPhase, RemediationStep};
 use jiff::Timestamp;
 
 use super::record::Record;
+use super::release::{Release, ReleaseAction, ReleaseFacts, ReleaseStrategy, ReleaseWait};
 use crate::binding::BoundHost;
 use crate::evidence::{PowerEvidence, PowerReport, power_since};
 use crate::time::add;
 use hostcycle_api::queue::CORDONED_BY_ANNOTATION;
-use hostcycle_api::remediation::{NodeSpecBackup, TaintBackup};
+use hostcycle_api::remediation::{
+    FENCED_TAINT_KEY, NodeSpecBackup, OUT_OF_SERVICE_OURS_ANNOTATION, OUT_OF_SERVICE_TAINT_KEY,
+    TaintBackup,
+};
 
 /// Which machinery asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,12 +118,18 @@ pub struct RemediationNodeView {
     pub unschedulable: bool,
     /// `spec.taints`.
     pub taints: Vec<TaintBackup>,
+    /// `status.nodeInfo.bootID`: which run of the machine reports.
+    pub boot_id: Option<String>,
+    /// Entries of `status.volumesInUse` (what the kubelet last said it had mounted).
+    pub volumes_in_use: usize,
 }
 
 /// Taints Kubernetes manages itself (not-ready, unreachable, unschedulable, …): never backed
 /// up or restored.
 pub fn system_taint(key: &str) -> bool {
-    key.starts_with("node.kubernetes.io/") || key.starts_with("node.cloudprovider.kubernetes.io/")
+    key.starts_with("node.kubernetes.io/")
+        || key.starts_with("node.cloudprovider.kubernetes.io/")
+        || key == FENCED_TAINT_KEY
 }
 
 impl RemediationNodeView {
@@ -131,11 +148,40 @@ impl RemediationNodeView {
         }
     }
 
-    /// The annotations to back up: all but the reboot queue's cordon marker.
+    /// The annotations to back up: all but the reboot queue's cordon marker and the mark of
+    /// hostcycle's out-of-service taint.
     pub fn annotations_backup(&self) -> BTreeMap<String, String> {
         let mut out = self.annotations.clone();
         out.remove(CORDONED_BY_ANNOTATION);
+        out.remove(OUT_OF_SERVICE_OURS_ANNOTATION);
         out
+    }
+
+    /// `hostcycle.io/fenced` is on it.
+    pub fn fenced_taint(&self) -> bool {
+        self.taints.iter().any(|t| t.key == FENCED_TAINT_KEY)
+    }
+
+    /// The out-of-service taint is on it: `(ours, someone else's)`. Ours carries hostcycle's
+    /// mark (an annotation only hostcycle sets with the taint).
+    pub fn out_of_service(&self) -> (bool, bool) {
+        let tainted = self
+            .taints
+            .iter()
+            .any(|t| t.key == OUT_OF_SERVICE_TAINT_KEY);
+        let marked = self
+            .annotations
+            .contains_key(OUT_OF_SERVICE_OURS_ANNOTATION);
+        (tainted && marked, tainted && !marked)
+    }
+
+    /// Ready with a boot other than `fenced` (any boot when none was recorded).
+    pub fn back_with_new_boot(&self, fenced: Option<&str>) -> bool {
+        self.ready
+            && match fenced {
+                Some(old) => self.boot_id.as_deref().is_some_and(|now| now != old),
+                None => true,
+            }
     }
 }
 
@@ -174,6 +220,8 @@ pub enum Blocker {
         host: String,
         rule: String,
     },
+    /// `spec.strategy.release` cannot run here (why, in words).
+    Strategy(String),
 }
 
 impl Blocker {
@@ -187,6 +235,7 @@ impl Blocker {
             Self::MarkedUnhealthy { .. } => "HostMarkedUnhealthy",
             Self::Binding { reason, .. } => reason,
             Self::RequestNamespace { .. } => "RequestNamespaceNotAllowed",
+            Self::Strategy(_) => event_reason::STRATEGY_UNAVAILABLE,
         }
     }
 }
@@ -233,6 +282,7 @@ impl std::fmt::Display for Blocker {
                  (the operator honours requests {rule}); create the request in the host's \
                  namespace, or widen `hostcycle operator --remediation-request-namespaces`"
             ),
+            Self::Strategy(why) => f.write_str(why),
         }
     }
 }
@@ -433,6 +483,23 @@ pub struct Observation {
     /// Why times written by different clocks cannot be compared now (the measured skew with
     /// the API server exceeds the bound), if so: no time-based evidence counts.
     pub clock_untrusted: Option<String>,
+    /// `spec.strategy.release` (the annotation flow: `DeleteNode`), or why it is unreadable.
+    pub release_strategy: Result<ReleaseStrategy, String>,
+    /// The cluster honours the out-of-service taint (Kubernetes 1.28 and later, found by
+    /// discovery).
+    pub out_of_service_served: bool,
+    /// The node's pods and VolumeAttachments, read from the API server when a release step
+    /// needs them (`None`: not read this round).
+    pub workloads: Option<Workloads>,
+}
+
+/// What is left on a fenced node, read live (never from a cache) before releasing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Workloads {
+    /// Pods bound to the node.
+    pub pods: usize,
+    /// VolumeAttachments naming the node.
+    pub attachments: usize,
 }
 
 /// One thing to do, in order, after the record is written.
@@ -461,6 +528,10 @@ pub enum Action {
     /// succeeded.
     ClearExternallyRemediated,
     Escalate(Escalation),
+    /// A step of releasing the workloads without deleting the Node (taints, force-deleting
+    /// the pods, clearing `volumesInUse`); never `RecordReleasedAndPowerOn`, which is the
+    /// record's step and [`Action::ReleasePowerOff`].
+    Release(ReleaseAction),
 }
 
 /// An Event to publish (on the Machine or request; the controller copies the host and Node
@@ -598,6 +669,9 @@ fn acting_name(obs: &Observation) -> String {
 /// Why the remediation cannot start now, if it cannot: no usable binding, a host that is
 /// offline or cannot be powered off. A blocked remediation takes no slot.
 pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
+    if let Err(why) = resolve_release(obs) {
+        return Some(Blocker::Strategy(why));
+    }
     match &obs.target {
         Err(b) => Some(b.clone()),
         Ok(h) if !h.online => Some(Blocker::HostOffline(h.name.clone())),
@@ -617,6 +691,14 @@ pub fn start_blocker(obs: &Observation) -> Option<Blocker> {
                 why: why.clone(),
             }),
     }
+}
+
+/// The release this remediation runs once started: `spec.strategy.release` resolved by what
+/// the cluster serves.
+pub fn resolve_release(obs: &Observation) -> Result<Release, String> {
+    obs.release_strategy
+        .clone()
+        .and_then(|s| s.resolve(obs.out_of_service_served))
 }
 
 /// Whether this remediation would start now if it had a slot: requested, not started, not
@@ -647,6 +729,41 @@ pub fn off_confirmed(host: &RemediationHostView, record: &Record) -> bool {
 
 /// Decides the next step of one remediation.
 pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
+    let mut d = decide_step(obs, now);
+    keep_fenced(obs, &mut d);
+    d
+}
+
+/// A flow that keeps the Node (`ReleaseWorkloads`, `OutOfServiceTaint`) keeps it tainted
+/// `hostcycle.io/fenced:NoSchedule` from its power-off request until the Node is Ready with a
+/// new boot, so nothing new is scheduled onto the machine being fenced: a taint lost (a
+/// restart after the record, someone removing it) is put back.
+fn keep_fenced(obs: &Observation, d: &mut Decision) {
+    let record = d.record.as_ref().unwrap_or(&obs.record);
+    let Some(node) = &obs.node else { return };
+    if !record.release().keeps_node() || node.fenced_taint() {
+        return;
+    }
+    let fencing = match record.step {
+        RemediationStep::PowerOffRequested | RemediationStep::NodeReleased => true,
+        RemediationStep::PowerOnRequested => {
+            !node.back_with_new_boot(record.fenced_boot_id.as_deref())
+        }
+        _ => false,
+    };
+    let touched = d.actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::Release(ReleaseAction::AddFencedTaint | ReleaseAction::RemoveFencedTaint)
+        )
+    });
+    if fencing && !touched {
+        d.actions
+            .push(Action::Release(ReleaseAction::AddFencedTaint));
+    }
+}
+
+fn decide_step(obs: &Observation, now: Timestamp) -> Decision {
     let record = &obs.record;
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
     if let Some(why) = &obs.held_elsewhere {
@@ -700,6 +817,20 @@ pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
                 ),
             );
             if let Some(node) = &obs.node {
+                // A kept Node that came back with a new boot after all loses hostcycle's
+                // taints; one that did not keeps them (nothing is scheduled onto it).
+                if record.release().keeps_node()
+                    && node.back_with_new_boot(record.fenced_boot_id.as_deref())
+                {
+                    if node.out_of_service().0 {
+                        d.actions
+                            .push(Action::Release(ReleaseAction::RemoveOutOfServiceTaint));
+                    }
+                    if node.fenced_taint() {
+                        d.actions
+                            .push(Action::Release(ReleaseAction::RemoveFencedTaint));
+                    }
+                }
                 match restore_node(record, node) {
                     Some(restore) => d.actions.push(restore),
                     None if record.holds_backup() => {
@@ -852,12 +983,16 @@ fn start(obs: &Observation, now: Timestamp) -> Decision {
             "waiting for a slot: maxConcurrentRemediations remediations are in flight".into(),
         );
     }
+    // start_blocker refused an unresolvable strategy.
+    let release = resolve_release(obs).unwrap_or(Release::DeleteNode);
     let next = Record {
         step: RemediationStep::PowerOffRequested,
         host: bind(host),
         bmc: Some(bind_bmc(host)),
         started_at: obs.record.started_at.or(Some(now)),
         cycle_started_at: Some(now),
+        release: Some(release),
+        fenced_boot_id: obs.node.as_ref().and_then(|n| n.boot_id.clone()),
         ..obs.record.clone()
     };
     let mut events = vec![Event::normal(
@@ -1069,20 +1204,164 @@ fn power_off(obs: &Observation, now: Timestamp) -> Decision {
     if let Some(d) = await_confirmed_off(obs, host, requested_at, deadline, now) {
         return d;
     }
-    // 6. Only now is the Node released.
-    release_node(obs, host, now)
+    // 6. Only now is the Node released: deleted, or its workloads released without it.
+    match obs.record.release() {
+        Release::DeleteNode => release_node(obs, host, now),
+        release => release_workloads(obs, host, release, now),
+    }
 }
+
+/// The host is off on fresh evidence: release the node's workloads without deleting the Node
+/// ([`super::release::next_steps`]: the out-of-service taint, force-deleting the pods,
+/// clearing `volumesInUse`), and power on once no pod and no VolumeAttachment of it is left.
+fn release_workloads(
+    obs: &Observation,
+    host: &RemediationHostView,
+    release: Release,
+    now: Timestamp,
+) -> Decision {
+    let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    let mut next = obs.record.clone();
+    let mut events = Vec::new();
+    if next.powered_off_at.is_none() {
+        next.powered_off_at = Some(now);
+        events.push(Event::normal(
+            event_reason::POWERED_OFF,
+            format!(
+                "host {} is off (two BMC readings from its bound BMC after the power-off)",
+                host.name
+            ),
+        ));
+    }
+    let Some(workloads) = obs.workloads else {
+        // The controller reads them from the API server for this step; not read this round.
+        let mut d = Decision::wait(
+            RemediationPhase::Running,
+            format!(
+                "host {} is off; reading node {node_name}'s pods and volume attachments",
+                host.name
+            ),
+        );
+        d.events = events;
+        d.requeue = Some(RELEASE_POLL);
+        d.record = (next != obs.record).then_some(next);
+        return d;
+    };
+    let node = obs.node.as_ref();
+    let (out_of_service_ours, out_of_service_foreign) = node
+        .map(RemediationNodeView::out_of_service)
+        .unwrap_or_default();
+    let facts = ReleaseFacts {
+        power_off_requested: host.power_off_requested,
+        off_confirmed: true,
+        node_exists: node.is_some(),
+        fenced_taint: node.is_some_and(RemediationNodeView::fenced_taint),
+        out_of_service_ours,
+        out_of_service_foreign,
+        pods_left: workloads.pods,
+        volumes_in_use: node.map_or(0, |n| n.volumes_in_use),
+        attachments_left: workloads.attachments,
+        released: false,
+        back_with_new_boot: false,
+    };
+    let (steps, wait) = super::release::next_steps(release, &facts);
+    let released = steps.contains(&ReleaseAction::RecordReleasedAndPowerOn);
+    let actions: Vec<Action> = steps
+        .into_iter()
+        .filter(|s| *s != ReleaseAction::RecordReleasedAndPowerOn)
+        .map(Action::Release)
+        .collect();
+    if next.release_started_at.is_none() && (released || !actions.is_empty()) {
+        next.release_started_at = Some(now);
+        events.push(Event::normal(
+            event_reason::RELEASING_WORKLOADS,
+            format!(
+                "host {} is off (two BMC readings from its bound BMC after the power-off): \
+                 releasing node {node_name}'s workloads ({}) without deleting the node",
+                host.name,
+                match release {
+                    Release::OutOfServiceTaint => "out-of-service taint, pods force-deleted",
+                    _ => "pods force-deleted, volumesInUse cleared",
+                }
+            ),
+        ));
+    }
+    if released {
+        next.step = RemediationStep::NodeReleased;
+        next.node_released_at = Some(now);
+        events.push(Event::normal(
+            event_reason::WORKLOADS_RELEASED,
+            format!(
+                "node {node_name} has no pod and no volume attachment left; host {} may power \
+                 on",
+                host.name
+            ),
+        ));
+        return Decision {
+            record: Some(next),
+            actions,
+            events,
+            phase: RemediationPhase::Running,
+            message: format!("host off, node {node_name}'s workloads released"),
+            blocked: None,
+            requeue: Some(Duration::ZERO),
+            cannot_fence: false,
+        };
+    }
+    let message = match wait {
+        ReleaseWait::AwaitingPodsGone => format!(
+            "host {} is off; force-deleting node {node_name}'s pods ({} left)",
+            host.name, workloads.pods
+        ),
+        _ => format!(
+            "host {} is off; waiting for the attach/detach controller to detach node \
+             {node_name}'s volumes ({} attachment{} left)",
+            host.name,
+            workloads.attachments,
+            if workloads.attachments == 1 { "" } else { "s" }
+        ),
+    };
+    Decision {
+        record: (next != obs.record).then_some(next),
+        actions,
+        events,
+        phase: RemediationPhase::Running,
+        message,
+        blocked: None,
+        requeue: Some(RELEASE_POLL),
+        cannot_fence: false,
+    }
+}
+
+/// How often a release in progress looks again: pods and VolumeAttachments wake no watch of
+/// the flow, and every second here is a second of the failover.
+const RELEASE_POLL: Duration = Duration::from_millis(500);
 
 /// Withdrawn before the Node was released: the host is released and the flow cancelled. Once
 /// the Node's backup is recorded its deletion is decided (and may have happened unseen by the
 /// cache), so the flow finishes instead (`None`).
 fn cancel_before_release(obs: &Observation) -> Option<Decision> {
     let record = &obs.record;
-    if obs.requested || record.labels_backup.is_some() {
+    if obs.requested || record.labels_backup.is_some() || record.release_started_at.is_some() {
         return None;
     }
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
     let host_name = acting_name(obs);
+    // The fenced taint comes off first, while the step still says so (a cancelled record
+    // never removes a taint: another flow may have put it there by then).
+    if record.release().keeps_node() && obs.node.as_ref().is_some_and(|n| n.fenced_taint()) {
+        let mut d = Decision::wait(
+            RemediationPhase::Running,
+            format!(
+                "withdrawn: removing hostcycle.io/fenced from node {node_name}, then releasing \
+                 host {host_name}"
+            ),
+        );
+        d.actions
+            .push(Action::Release(ReleaseAction::RemoveFencedTaint));
+        d.requeue = Some(Duration::ZERO);
+        return Some(d);
+    }
     let next = Record {
         step: RemediationStep::Cancelled,
         ..record.clone()
@@ -1431,6 +1710,29 @@ fn release_power_off_again(obs: &Observation) -> Decision {
 /// it); a Ready Node ends the flow. `None` while it is not Ready.
 fn node_back(obs: &Observation, node: &RemediationNodeView, next: &mut Record) -> Option<Decision> {
     let node_name = obs.node_name.as_deref().unwrap_or("(unknown)");
+    if obs.record.release().keeps_node() {
+        // The Node was never deleted: it is back only when Ready with a new boot; then
+        // hostcycle's taints come off (before the record ends, so none is left behind).
+        if !node.back_with_new_boot(obs.record.fenced_boot_id.as_deref()) {
+            return None;
+        }
+        let mut removals = Vec::new();
+        if node.out_of_service().0 {
+            removals.push(Action::Release(ReleaseAction::RemoveOutOfServiceTaint));
+        }
+        if node.fenced_taint() {
+            removals.push(Action::Release(ReleaseAction::RemoveFencedTaint));
+        }
+        if !removals.is_empty() {
+            let mut d = Decision::wait(
+                RemediationPhase::Waiting,
+                format!("node {node_name} is back with a new boot; removing hostcycle's taints"),
+            );
+            d.actions = removals;
+            d.requeue = Some(Duration::ZERO);
+            return Some(d);
+        }
+    }
     if let Some(restore) = restore_node(&obs.record, node) {
         return Some(Decision {
             record: None,
@@ -1502,6 +1804,9 @@ fn await_node(obs: &Observation, now: Timestamp, deadline: Timestamp, next: Reco
     let mut d = Decision::wait(
         RemediationPhase::Waiting,
         match &obs.node {
+            Some(_) if obs.record.release().keeps_node() => format!(
+                "waiting for node {node_name} to be Ready with a new boot (until {deadline})"
+            ),
             Some(_) => format!("waiting for node {node_name} to be Ready (until {deadline})"),
             None => format!("waiting for node {node_name} to register (until {deadline})"),
         },

@@ -19,6 +19,7 @@ use hostcycle_api::remediation::{
 use jiff::Timestamp;
 
 use crate::binding::BoundHost;
+use crate::remediation::release::Release;
 
 /// Where a remediation is, and what it remembers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -51,6 +52,13 @@ pub struct Record {
     pub node_spec_backup: Option<NodeSpecBackup>,
     /// Why it gave up.
     pub failure: Option<String>,
+    /// How the workloads are released, resolved at the start (`None`: `DeleteNode`, as
+    /// records written before strategies existed).
+    pub release: Option<Release>,
+    /// The Node's bootID when the flow started: the run being fenced.
+    pub fenced_boot_id: Option<String>,
+    /// When releasing the workloads began (then the flow is finished, never cancelled).
+    pub release_started_at: Option<Timestamp>,
 }
 
 impl Record {
@@ -113,7 +121,15 @@ impl Record {
                 .failure
                 .clone()
                 .filter(|_| status.step == RemediationStep::GaveUp),
+            release: status.release.as_deref().and_then(Release::parse),
+            fenced_boot_id: status.fenced_boot_id.clone(),
+            release_started_at: status.release_started_at,
         }
+    }
+
+    /// The release the flow runs (records without one: `DeleteNode`).
+    pub fn release(&self) -> Release {
+        self.release.unwrap_or(Release::DeleteNode)
     }
 
     /// Writes the record into a request's status (phase, message and conditions are set
@@ -140,6 +156,9 @@ impl Record {
             .failure
             .clone()
             .filter(|_| self.step == RemediationStep::GaveUp);
+        status.release = self.release.map(|r| r.as_str().to_string());
+        status.fenced_boot_id = self.fenced_boot_id.clone();
+        status.release_started_at = self.release_started_at;
     }
 
     /// Read from the annotation flow's record ([`MachineFlowRecord`]), which only hostcycle

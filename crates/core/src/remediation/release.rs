@@ -41,6 +41,32 @@ pub enum Release {
     OutOfServiceTaint,
 }
 
+impl Release {
+    /// The name recorded in a request's status (`status.release`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Release::DeleteNode => "DeleteNode",
+            Release::ReleaseWorkloads => "ReleaseWorkloads",
+            Release::OutOfServiceTaint => "OutOfServiceTaint",
+        }
+    }
+
+    /// Reads a recorded name back; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Release> {
+        Some(match text {
+            "DeleteNode" => Release::DeleteNode,
+            "ReleaseWorkloads" => Release::ReleaseWorkloads,
+            "OutOfServiceTaint" => Release::OutOfServiceTaint,
+            _ => return None,
+        })
+    }
+
+    /// Releases the workloads without deleting the Node.
+    pub fn keeps_node(self) -> bool {
+        self != Release::DeleteNode
+    }
+}
+
 impl ReleaseStrategy {
     /// Parses the spec's value.
     pub fn parse(text: &str) -> Option<ReleaseStrategy> {
