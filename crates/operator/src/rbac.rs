@@ -221,6 +221,11 @@ pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
             &["hostremediations/status"],
             &["update"],
         ));
+        // Releasing a fenced node's workloads without deleting it (only once its host is
+        // off): clear the dead kubelet's `status.volumesInUse`, and see its
+        // VolumeAttachments go (never deleted by hostcycle).
+        rules.push(rule(&[""], &["nodes/status"], &["patch"]));
+        rules.push(rule(&["storage.k8s.io"], &["volumeattachments"], &["list"]));
     }
     rules
 }
@@ -820,6 +825,8 @@ mod tests {
             ("hostremediations", &["get", "list", "watch", "patch"]),
             ("hostremediations/status", &["update"]),
             ("machines/status", &["patch"]),
+            ("nodes/status", &["patch"]),
+            ("volumeattachments", &["list"]),
         ] {
             assert_eq!(grants(&rules, resource), verbs, "{resource}");
         }

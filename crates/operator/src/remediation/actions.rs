@@ -70,20 +70,7 @@ impl Controller {
     /// after this cycle's power-off request, without error.
     pub(super) async fn delete_node(&mut self, item: &Item, record: &Record) -> bool {
         let Some(node) = &item.node else { return true };
-        let Some(host) = &item.host else { return false };
-        let hosts: Api<BareMetalHost> =
-            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
-        let fresh = match hosts.get_opt(&host.name_any()).await {
-            Ok(Some(h)) => h,
-            Ok(None) => return false,
-            Err(e) => {
-                log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
-                return false;
-            }
-        };
-        let view = host_view(&fresh, &item.subject.power_off_annotation());
-        let same_host = record.host.as_ref().is_none_or(|b| b.uid == view.uid);
-        if !same_host || !off_confirmed(&view, record) {
+        if !self.confirmed_off_now(item, record).await {
             tracing::info!(
                 node = %node.name_any(),
                 remediation = %item.subject.key(),
@@ -110,6 +97,26 @@ impl Controller {
                 false
             }
         }
+    }
+
+    /// Whether the bound host is off for this cycle on a fresh read from the API server (the
+    /// cache may lag): off in readings made after this cycle's power-off, from the bound BMC,
+    /// without error. Asked right before every step that releases a node's workloads.
+    pub(super) async fn confirmed_off_now(&self, item: &Item, record: &Record) -> bool {
+        let Some(host) = &item.host else { return false };
+        let hosts: Api<BareMetalHost> =
+            Api::namespaced(self.client.clone(), &host.namespace().unwrap_or_default());
+        let fresh = match hosts.get_opt(&host.name_any()).await {
+            Ok(Some(h)) => h,
+            Ok(None) => return false,
+            Err(e) => {
+                log_write_error(&format!("BareMetalHost {}", host.name_any()), &e);
+                return false;
+            }
+        };
+        let view = host_view(&fresh, &item.subject.power_off_annotation());
+        let same_host = record.host.as_ref().is_none_or(|b| b.uid == view.uid);
+        same_host && off_confirmed(&view, record) && self.clock.untrusted().is_none()
     }
 
     /// Adds the backed-up labels, annotations and taints the new Node lacks (its own keys

@@ -159,6 +159,10 @@ impl Controller {
             Action::MarkHostUnhealthy => self.mark_host_unhealthy(item).await,
             Action::ClearExternallyRemediated => self.clear_externally_remediated(item).await,
             Action::Escalate(kind) => self.escalate(item, kind).await,
+            Action::Release(step) => {
+                let record = decision.record.as_ref().unwrap_or(&item.observation.record);
+                self.perform_release(item, record, *step).await
+            }
         }
     }
 

@@ -96,7 +96,9 @@ pub fn run(
             metrics.clone(),
             shutdown.clone(),
         ));
+        let out_of_service_served = super::release::out_of_service_served(&client).await;
         let mut controller = Controller {
+            out_of_service_served,
             client,
             config,
             clock,
@@ -192,6 +194,8 @@ fn subscribe(
 }
 
 pub(super) struct Controller {
+    /// The cluster honours `node.kubernetes.io/out-of-service` (found at start by discovery).
+    pub(super) out_of_service_served: bool,
     pub(super) client: Client,
     pub(super) config: RemediationControllerConfig,
     /// This replica's clock against the API server's.
@@ -284,10 +288,14 @@ impl Controller {
             if item.observation.record.in_flight() {
                 in_flight += 1;
             }
+            // A release step reads the node's pods and VolumeAttachments from the API server.
+            let mut item = item;
+            if super::release::needs_workloads(&item.observation) {
+                item.observation.workloads = self.read_workloads(&item).await;
+            }
             let mut decision = decide(&item.observation, now);
             // The start is the irreversible step (the power-off): decided again on what the
             // API server says now, not the caches.
-            let mut item = item;
             if starts(&item.observation.record, &decision) {
                 match self.fresh_start_observation(&item).await {
                     Some(fresh) => {
@@ -559,6 +567,9 @@ impl Controller {
             held_elsewhere,
             joined_running: None,
             clock_untrusted: self.clock.untrusted(),
+            release_strategy: super::release::requested_strategy(subject),
+            out_of_service_served: self.out_of_service_served,
+            workloads: None,
         }
     }
 

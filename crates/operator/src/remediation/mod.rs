@@ -17,6 +17,7 @@ pub mod controller;
 pub mod observe;
 mod orphans;
 pub mod records;
+mod release;
 mod status;
 
 use std::time::Duration;

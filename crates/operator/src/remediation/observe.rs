@@ -265,6 +265,17 @@ pub fn node_view(node: &Node) -> RemediationNodeView {
                 effect: t.effect.clone(),
             })
             .collect(),
+        boot_id: node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
+            .filter(|b| !b.is_empty()),
+        volumes_in_use: node
+            .status
+            .as_ref()
+            .and_then(|s| s.volumes_in_use.as_ref())
+            .map_or(0, Vec::len),
     }
 }
 

@@ -102,6 +102,12 @@ host controller runs.
 - apiGroups: ["hostcycle.io"]
   resources: ["hostremediations/status"]
   verbs: ["update"]
+- apiGroups: [""]
+  resources: ["nodes/status"]
+  verbs: ["patch"]
+- apiGroups: ["storage.k8s.io"]
+  resources: ["volumeattachments"]
+  verbs: ["list"]
 {{- else }}
   verbs: ["get", "list", "watch"]
 {{- end }}
