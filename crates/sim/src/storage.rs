@@ -372,8 +372,15 @@ mod tests {
 
     #[test]
     fn read_write_once_refuses_a_second_host() {
+        /// name, earlier (host, attach or detach), host to attach, expected (Err: the holder)
+        type Case = (
+            &'static str,
+            Vec<(&'static str, bool)>,
+            &'static str,
+            Result<(), &'static str>,
+        );
         #[rustfmt::skip]
-        let cases: Vec<(&str, Vec<(&str, bool)>, &str, Result<(), &str>)> = vec![
+        let cases: Vec<Case> = vec![
             // name, earlier (host, attach=true/detach=false), host to attach, expected (Err: holder)
             ("first attach",                     vec![], "a", Ok(())),
             ("same host again is a no-op",       vec![("a", true)], "a", Ok(())),

@@ -115,8 +115,11 @@ mod tests {
 
     #[test]
     fn table() {
+        type Names = &'static [&'static str];
+        /// name, pods, attached, want in use, want may start, want waiting
+        type Case = (&'static str, Vec<PodVolumes>, Names, Names, Names, Names);
         #[rustfmt::skip]
-        let cases: Vec<(&str, Vec<PodVolumes>, &[&str], &[&str], &[&str], &[&str])> = vec![
+        let cases: Vec<Case> = vec![
             // name, pods, attached, want in use, want may start, want waiting
             ("no volumes starts at once",     vec![pod("p", Some(&[]), false)], &[], &[], &["p"], &[]),
             ("unbound claim waits, not in use", vec![pod("p", None, false)], &[], &[], &[], &["p"]),

@@ -437,7 +437,7 @@ async fn faulty_kubelets_keep_writing_until_their_hosts_lose_power() {
         .await
         .unwrap();
         assert_eq!(
-            control.fault(*node),
+            control.fault(node),
             Ok(Fault::None),
             "power loss ends the fault"
         );
