@@ -188,6 +188,8 @@ struct SimKubelet {
     writers_parent: CancellationToken,
     /// `status.volumesInUse` as last posted in this boot.
     reported_in_use: Option<BTreeSet<String>>,
+    /// The last volumesInUse logged, so that only changes are logged.
+    logged_in_use: BTreeSet<String>,
 }
 
 impl SimKubelet {
@@ -228,6 +230,7 @@ impl SimKubelet {
             writers: HashMap::new(),
             writers_parent: CancellationToken::new(),
             reported_in_use: None,
+            logged_in_use: BTreeSet::new(),
         }
     }
 
@@ -342,6 +345,8 @@ impl SimKubelet {
     fn kubelet_healthy(&mut self) -> bool {
         let fault = self.fault.get();
         if fault != self.acting_fault {
+            // Whatever happened to the Node while the kubelet was away, post volumes again.
+            self.reported_in_use = None;
             match fault {
                 Fault::None => {
                     tracing::info!(node = %self.host.node_name, was = ?self.acting_fault, "kubelet healthy again")
@@ -452,7 +457,12 @@ impl SimKubelet {
 
     /// The Node's `status.volumesAttached` names, as the attach/detach controller posted them.
     async fn volumes_attached(&self) -> Result<BTreeSet<String>, kube::Error> {
-        let node = self.nodes.get_status(&self.host.node_name).await?;
+        let node = match self.nodes.get_status(&self.host.node_name).await {
+            Ok(node) => node,
+            // Deleted under a running host: nothing is attached to a Node that is gone.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(BTreeSet::new()),
+            Err(e) => return Err(e),
+        };
         Ok(node
             .status
             .and_then(|s| s.volumes_attached)
@@ -469,14 +479,25 @@ impl SimKubelet {
         }
         let list: Vec<&String> = in_use.iter().collect();
         let patch = json!({ "status": { "volumesInUse": if list.is_empty() { serde_json::Value::Null } else { json!(list) } } });
-        self.nodes
+        match self
+            .nodes
             .patch_status(
                 &self.host.node_name,
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )
-            .await?;
-        tracing::info!(node = %self.host.node_name, volumes_in_use = ?in_use, "volumesInUse posted");
+            .await
+        {
+            Ok(_) if self.logged_in_use != in_use => {
+                tracing::info!(node = %self.host.node_name, volumes_in_use = ?in_use, "volumesInUse posted");
+                self.logged_in_use = in_use.clone();
+            }
+            Ok(_) => {}
+            // The Node was deleted while the host runs; it comes back at the next boot, and
+            // pods must still be stopped and started meanwhile.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
         self.reported_in_use = Some(in_use);
         Ok(())
     }
@@ -506,7 +527,12 @@ impl SimKubelet {
         }
         if due(self.last_status, self.config.status_interval, now) {
             match self.post_status().await {
-                Ok(()) => self.last_status = Some(now),
+                Ok(()) => {
+                    self.last_status = Some(now);
+                    // A kubelet's periodic status carries volumesInUse too: post it again at
+                    // the next pod sync, in case someone else changed it meanwhile.
+                    self.reported_in_use = None;
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     // A real kubelet does not re-register a Node deleted under it; it does
                     // after its next boot. Do the same.
