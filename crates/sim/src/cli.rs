@@ -41,6 +41,11 @@ pub struct SimArgs {
     /// Node Lease renewal interval.
     #[arg(long, default_value = "2s", value_parser = hostcycle_bmc::deadline::parse_duration_flag)]
     pub lease_interval: jiff::SignedDuration,
+    /// Also run the simulated CSI driver (CSIDriver sim.csi.hostcycle.io, StorageClass
+    /// hostcycle-sim-rwo, provisioner, attacher) with an in-process storage simulator; its
+    /// "two writers" violations are logged on exit.
+    #[arg(long)]
+    pub csi: bool,
 }
 
 fn std_duration(d: jiff::SignedDuration, flag: &str) -> anyhow::Result<Duration> {
@@ -180,11 +185,41 @@ pub async fn run(args: SimArgs, client: kube::Client) -> anyhow::Result<()> {
         hosts = hosts.len(),
         "node simulator running; Ctrl-C stops it"
     );
-    let handle = NodeSimulator::new(client, config, hosts).spawn();
+    let storage = crate::StorageSim::new();
+    let csi = if args.csi {
+        let csi = crate::start_csi_sim(
+            client.clone(),
+            crate::CsiSimConfig::default(),
+            storage.clone(),
+        )
+        .await
+        .context("installing the simulated CSI driver and StorageClass")?;
+        tracing::info!(
+            driver = crate::SIM_CSI_DRIVER,
+            storage_class = crate::SIM_STORAGE_CLASS,
+            "simulated CSI driver running"
+        );
+        Some(csi)
+    } else {
+        None
+    };
+    let handle = NodeSimulator::new(client, config, hosts)
+        .with_storage(storage.clone())
+        .spawn();
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;
     handle.stop().await;
+    if let Some(csi) = csi {
+        csi.stop().await;
+        let violations = storage.violations();
+        if violations.is_empty() {
+            tracing::info!("storage simulator: no two writers, no write without attachment");
+        }
+        for v in violations {
+            tracing::warn!(violation = %v, "storage simulator");
+        }
+    }
     Ok(())
 }
 

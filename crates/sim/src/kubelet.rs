@@ -1,14 +1,14 @@
 //! The I/O shell of the simulator: one task per host, doing what a kubelet does against the
 //! API server while its host has power.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -16,8 +16,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::SimConfig;
+use crate::fault::{Fault, FaultSwitch, SimControl, UnknownHost};
 use crate::lifecycle::{HostLifecycle, LifecycleAction, step};
 use crate::power::read_power;
+use crate::storage::StorageSim;
+use crate::volumes::{CONTROLLER_MANAGED_ATTACH_DETACH, CsiVolume, PodVolumes, plan_volumes};
 use hostcycle_bmc::PowerDriver;
 
 const FIELD_MANAGER: &str = "hostcycle-sim";
@@ -52,6 +55,7 @@ pub struct NodeSimulator {
     client: Client,
     config: SimConfig,
     hosts: Vec<SimHost>,
+    storage: Option<StorageSim>,
 }
 
 /// A running simulator; dropping it stops every host task.
@@ -59,9 +63,20 @@ pub struct NodeSimulator {
 pub struct SimHandle {
     cancel: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    control: SimControl,
 }
 
 impl SimHandle {
+    /// A cloneable handle switching kubelet faults of the running hosts.
+    pub fn control(&self) -> SimControl {
+        self.control.clone()
+    }
+
+    /// Gives `node_name`'s kubelet `fault`; see [`Fault`]. It ends when the host loses power.
+    pub fn set_fault(&self, node_name: &str, fault: Fault) -> Result<(), UnknownHost> {
+        self.control.set_fault(node_name, fault)
+    }
+
     /// Stops all host tasks and waits for them.
     pub async fn stop(mut self) {
         self.cancel.cancel();
@@ -83,23 +98,40 @@ impl NodeSimulator {
             client,
             config,
             hosts,
+            storage: None,
         }
+    }
+
+    /// Running pods with attached CSI volumes write to `storage` (without it they run but
+    /// write nowhere).
+    pub fn with_storage(mut self, storage: StorageSim) -> Self {
+        self.storage = Some(storage);
+        self
     }
 
     /// Starts one task per host on the current runtime.
     pub fn spawn(self) -> SimHandle {
         let cancel = CancellationToken::new();
+        let mut faults = BTreeMap::new();
         let tasks = self
             .hosts
             .into_iter()
             .enumerate()
             .map(|(index, host)| {
-                let kubelet =
+                let fault = FaultSwitch::default();
+                faults.insert(host.node_name.clone(), fault.clone());
+                let mut kubelet =
                     SimKubelet::new(self.client.clone(), self.config.clone(), host, index);
+                kubelet.fault = fault;
+                kubelet.storage = self.storage.clone();
                 tokio::spawn(kubelet.run(cancel.clone()))
             })
             .collect();
-        SimHandle { cancel, tasks }
+        SimHandle {
+            cancel,
+            tasks,
+            control: SimControl::new(faults),
+        }
     }
 
     /// Runs until `cancel` fires.
@@ -141,6 +173,23 @@ struct SimKubelet {
     /// When the next terminating pod's containers exit.
     next_pod_exit: Option<Timestamp>,
     last_power_read: Option<Instant>,
+    claims: Api<PersistentVolumeClaim>,
+    volumes: Api<PersistentVolume>,
+    fault: FaultSwitch,
+    /// The fault the kubelet last acted under, to log changes once.
+    acting_fault: Fault,
+    storage: Option<StorageSim>,
+    /// Each started pod's CSI volumes, resolved once its claims were bound (by pod UID).
+    pod_csi_volumes: HashMap<String, Vec<CsiVolume>>,
+    /// The writing containers of running pods (by pod UID); they write while the host has
+    /// power, whatever the kubelet's fault.
+    writers: HashMap<String, CancellationToken>,
+    /// Parent of every writer: cancelled with the simulator.
+    writers_parent: CancellationToken,
+    /// `status.volumesInUse` as last posted in this boot.
+    reported_in_use: Option<BTreeSet<String>>,
+    /// The last volumesInUse logged, so that only changes are logged.
+    logged_in_use: BTreeSet<String>,
 }
 
 impl SimKubelet {
@@ -150,6 +199,8 @@ impl SimKubelet {
         SimKubelet {
             nodes: Api::all(client.clone()),
             pods: Api::all(client.clone()),
+            claims: Api::all(client.clone()),
+            volumes: Api::all(client.clone()),
             leases: Api::namespaced(client, "kube-node-lease"),
             config,
             host,
@@ -172,12 +223,21 @@ impl SimKubelet {
             pod_store_ready: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             next_pod_exit: None,
             last_power_read: None,
+            fault: FaultSwitch::default(),
+            acting_fault: Fault::None,
+            storage: None,
+            pod_csi_volumes: HashMap::new(),
+            writers: HashMap::new(),
+            writers_parent: CancellationToken::new(),
+            reported_in_use: None,
+            logged_in_use: BTreeSet::new(),
         }
     }
 
     async fn run(mut self, cancel: CancellationToken) {
         let node = self.host.node_name.clone();
         tracing::info!(node = %node, bmc = %self.host.bmc.description(), "simulated host started");
+        self.writers_parent = cancel.child_token();
         let watch = match self.pod_store_writer.take() {
             Some(writer) => tokio::spawn(watch_pods(
                 self.pods.clone(),
@@ -199,6 +259,7 @@ impl SimKubelet {
             self.tick().await;
         }
         watch.abort();
+        self.stop_all_writers();
         tracing::info!(node = %node, "simulated host stopped");
     }
 
@@ -220,7 +281,9 @@ impl SimKubelet {
             self.config.power_poll_interval,
             Instant::now(),
         ) {
-            if let HostLifecycle::Running { .. } = self.state {
+            if let HostLifecycle::Running { .. } = self.state
+                && self.kubelet_healthy()
+            {
                 self.kubelet_work().await;
             }
             return;
@@ -257,16 +320,186 @@ impl SimKubelet {
                 self.last_lease = None;
                 self.last_status = None;
                 self.last_pod_sync = None;
+                self.reported_in_use = None;
                 tracing::info!(node = %self.host.node_name, boot, "host booted; kubelet starting");
             }
             Some(LifecycleAction::Halt) => {
-                tracing::info!(node = %self.host.node_name, "host lost power; kubelet silent");
+                self.stop_all_writers();
+                tracing::info!(node = %self.host.node_name, "host lost power; kubelet silent, writes stopped");
             }
             None => {}
         }
-        if let HostLifecycle::Running { .. } = self.state {
+        if self.state == HostLifecycle::Off && self.fault.get() != Fault::None {
+            // No kubelet fault survives a power loss: the next boot starts a healthy one.
+            self.fault.set(Fault::None);
+            tracing::info!(node = %self.host.node_name, "kubelet fault ends with the power loss");
+        }
+        if let HostLifecycle::Running { .. } = self.state
+            && self.kubelet_healthy()
+        {
             self.kubelet_work().await;
         }
+    }
+
+    /// Whether the kubelet may talk to the API server now; logs fault changes once.
+    fn kubelet_healthy(&mut self) -> bool {
+        let fault = self.fault.get();
+        if fault != self.acting_fault {
+            // Whatever happened to the Node while the kubelet was away, post volumes again.
+            self.reported_in_use = None;
+            match fault {
+                Fault::None => {
+                    tracing::info!(node = %self.host.node_name, was = ?self.acting_fault, "kubelet healthy again")
+                }
+                Fault::KubeletDead => {
+                    tracing::info!(node = %self.host.node_name, "kubelet dead: no API calls; containers keep running")
+                }
+                Fault::Partitioned => {
+                    tracing::info!(node = %self.host.node_name, "kubelet partitioned from the API server; containers keep running")
+                }
+            }
+            self.acting_fault = fault;
+        }
+        fault == Fault::None
+    }
+
+    fn stop_all_writers(&mut self) {
+        for (_, writer) in self.writers.drain() {
+            writer.cancel();
+        }
+    }
+
+    fn stop_writer(&mut self, pod_uid: &str) {
+        if let Some(writer) = self.writers.remove(pod_uid) {
+            writer.cancel();
+        }
+    }
+
+    /// Starts the writing container of a running pod with volumes, once.
+    fn ensure_writer(&mut self, pod_uid: &str) {
+        let Some(storage) = self.storage.clone() else {
+            return;
+        };
+        let Some(volumes) = self.pod_csi_volumes.get(pod_uid) else {
+            return;
+        };
+        if volumes.is_empty() || self.writers.contains_key(pod_uid) {
+            return;
+        }
+        let token = self.writers_parent.child_token();
+        let handles: Vec<String> = volumes.iter().map(|v| v.volume_handle.clone()).collect();
+        let host = self.host.node_name.clone();
+        let every = self.config.volume_write_interval;
+        let stop = token.clone();
+        tokio::spawn(async move {
+            loop {
+                for handle in &handles {
+                    storage.write(handle, &host);
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+            }
+        });
+        self.writers.insert(pod_uid.to_string(), token);
+    }
+
+    /// The pod's CSI volumes: `Some(empty)` without claims, `None` while a claim is unbound or
+    /// cannot be read (the pod waits, as a kubelet's volume manager does).
+    async fn resolve_csi_volumes(&mut self, pod: &Pod) -> Option<Vec<CsiVolume>> {
+        let uid = pod.metadata.uid.clone()?;
+        if let Some(known) = self.pod_csi_volumes.get(&uid) {
+            return Some(known.clone());
+        }
+        let namespace = pod.metadata.namespace.clone()?;
+        let claims: Vec<String> = pod
+            .spec
+            .as_ref()?
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| c.claim_name.clone())
+            .collect();
+        let mut resolved = Vec::new();
+        for claim_name in claims {
+            let claims: Api<PersistentVolumeClaim> =
+                Api::namespaced(self.claims.clone().into_client(), &namespace);
+            let claim = match claims.get(&claim_name).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(node = %self.host.node_name, claim = %claim_name, error = %e, "claim not readable yet");
+                    return None;
+                }
+            };
+            let pv_name = claim
+                .spec
+                .and_then(|s| s.volume_name)
+                .filter(|v| !v.is_empty())?;
+            let pv = match self.volumes.get(&pv_name).await {
+                Ok(pv) => pv,
+                Err(e) => {
+                    tracing::debug!(node = %self.host.node_name, pv = %pv_name, error = %e, "volume not readable yet");
+                    return None;
+                }
+            };
+            if let Some(csi) = pv.spec.and_then(|s| s.csi) {
+                resolved.push(CsiVolume {
+                    driver: csi.driver,
+                    volume_handle: csi.volume_handle,
+                });
+            }
+        }
+        self.pod_csi_volumes.insert(uid, resolved.clone());
+        Some(resolved)
+    }
+
+    /// The Node's `status.volumesAttached` names, as the attach/detach controller posted them.
+    async fn volumes_attached(&self) -> Result<BTreeSet<String>, kube::Error> {
+        let node = match self.nodes.get_status(&self.host.node_name).await {
+            Ok(node) => node,
+            // Deleted under a running host: nothing is attached to a Node that is gone.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(BTreeSet::new()),
+            Err(e) => return Err(e),
+        };
+        Ok(node
+            .status
+            .and_then(|s| s.volumes_attached)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v.name)
+            .collect())
+    }
+
+    /// Posts `status.volumesInUse` when it changed in this boot.
+    async fn report_volumes_in_use(&mut self, in_use: BTreeSet<String>) -> Result<(), kube::Error> {
+        if self.reported_in_use.as_ref() == Some(&in_use) {
+            return Ok(());
+        }
+        let list: Vec<&String> = in_use.iter().collect();
+        let patch = json!({ "status": { "volumesInUse": if list.is_empty() { serde_json::Value::Null } else { json!(list) } } });
+        match self
+            .nodes
+            .patch_status(
+                &self.host.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) if self.logged_in_use != in_use => {
+                tracing::info!(node = %self.host.node_name, volumes_in_use = ?in_use, "volumesInUse posted");
+                self.logged_in_use = in_use.clone();
+            }
+            Ok(_) => {}
+            // The Node was deleted while the host runs; it comes back at the next boot, and
+            // pods must still be stopped and started meanwhile.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+        self.reported_in_use = Some(in_use);
+        Ok(())
     }
 
     async fn kubelet_work(&mut self) {
@@ -294,7 +527,12 @@ impl SimKubelet {
         }
         if due(self.last_status, self.config.status_interval, now) {
             match self.post_status().await {
-                Ok(()) => self.last_status = Some(now),
+                Ok(()) => {
+                    self.last_status = Some(now);
+                    // A kubelet's periodic status carries volumesInUse too: post it again at
+                    // the next pod sync, in case someone else changed it meanwhile.
+                    self.reported_in_use = None;
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     // A real kubelet does not re-register a Node deleted under it; it does
                     // after its next boot. Do the same.
@@ -345,6 +583,10 @@ impl SimKubelet {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 labels: Some(self.labels()),
+                annotations: Some(BTreeMap::from([(
+                    CONTROLLER_MANAGED_ATTACH_DETACH.to_string(),
+                    "true".to_string(),
+                )])),
                 ..Default::default()
             },
             ..Default::default()
@@ -352,7 +594,10 @@ impl SimKubelet {
         let created = match self.nodes.create(&PostParams::default(), &node).await {
             Ok(n) => n,
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let patch = json!({ "metadata": { "labels": self.labels() } });
+                let patch = json!({ "metadata": {
+                    "labels": self.labels(),
+                    "annotations": { CONTROLLER_MANAGED_ATTACH_DETACH: "true" },
+                } });
                 self.nodes
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?
@@ -471,6 +716,8 @@ impl SimKubelet {
         self.next_pod_exit = None;
         let mut deletes = Vec::new();
         let mut starts = Vec::new();
+        // Pods whose containers have not exited: their volumes are mounted or wanted.
+        let mut live: Vec<Pod> = Vec::new();
         for pod in pods {
             let (Some(ns), Some(name), Some(uid)) = (
                 pod.metadata.namespace.clone(),
@@ -499,21 +746,58 @@ impl SimKubelet {
                 }
                 if now >= exits_at {
                     deletes.push((api, name, uid));
+                } else {
+                    live.push(pod);
                 }
                 continue;
             }
             if self.started_pods.contains(&uid) {
                 if pod_ready(&pod) {
+                    live.push(pod);
                     continue;
                 }
                 // Running here but not Ready in the API: the node-lifecycle controller marked
                 // it so while the node looked NotReady (a race with the boot). A kubelet's
                 // status manager posts its own status again; so does this one.
                 starts.push((api, name, uid, ready_again(now)));
+                live.push(pod);
                 continue;
             }
             let patch = self.running_status(&pod, now);
             starts.push((api, name, uid, patch));
+            live.push(pod);
+        }
+        // Containers of finalized pods have exited: their writes stop before the volumes are
+        // reported unused.
+        for (_, _, uid) in &deletes {
+            self.stop_writer(uid);
+        }
+        let mut views = Vec::with_capacity(live.len());
+        for pod in &live {
+            let csi_volumes = self.resolve_csi_volumes(pod).await;
+            views.push(PodVolumes {
+                pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+                csi_volumes,
+                stopped: false,
+            });
+        }
+        let wants_volumes = views
+            .iter()
+            .any(|v| v.csi_volumes.as_ref().is_some_and(|c| !c.is_empty()));
+        let attached = if wants_volumes {
+            self.volumes_attached().await?
+        } else {
+            BTreeSet::new()
+        };
+        let plan = plan_volumes(&views, &attached);
+        self.report_volumes_in_use(plan.volumes_in_use.clone())
+            .await?;
+        // Pods already running keep running; new ones start once their volumes are attached.
+        starts.retain(|(_, _, uid, _)| {
+            self.started_pods.contains(uid) || plan.may_start.contains(uid)
+        });
+        if !plan.waiting.is_empty() {
+            tracing::debug!(node = %self.host.node_name, waiting = ?plan.waiting, "pods waiting for volumes");
         }
         // Containers stop and start in parallel, as on a real node.
         let node = self.host.node_name.clone();
@@ -546,6 +830,7 @@ impl SimKubelet {
             let uid = result?;
             self.started_pods.remove(&uid);
             self.terminating_since.remove(&uid);
+            self.pod_csi_volumes.remove(&uid);
         }
         let started: Vec<Result<String, kube::Error>> =
             futures::stream::iter(starts.into_iter().map(|(api, name, uid, patch)| {
@@ -562,6 +847,10 @@ impl SimKubelet {
             .await;
         for result in started {
             self.started_pods.insert(result?);
+        }
+        let running: Vec<String> = self.started_pods.iter().cloned().collect();
+        for uid in running {
+            self.ensure_writer(&uid);
         }
         Ok(())
     }

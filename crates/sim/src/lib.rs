@@ -9,17 +9,33 @@
 //!   controller marks the Node NotReady/Unknown.
 //!
 //! The per-host lifecycle is a pure state machine ([`lifecycle`]); [`kubelet`] does the I/O.
+//!
+//! Volumes: the kubelet reports its pods' CSI volumes in `status.volumesInUse` and starts a pod
+//! only once kube-controller-manager's attach/detach controller lists them in
+//! `status.volumesAttached` ([`volumes`]); running pods write to the [`storage`] simulator,
+//! which the simulated CSI driver ([`attacher`]) attaches and detaches. Kubelet faults
+//! ([`fault`]) are switched at run time through [`SimControl`].
 
+pub mod attacher;
 pub mod cli;
+pub mod fault;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod power;
+pub mod storage;
+pub mod volumes;
 
 use std::time::Duration;
 
+pub use attacher::{
+    CsiSimConfig, CsiSimHandle, SIM_ATTACHER_FINALIZER, SIM_CSI_DRIVER, SIM_STORAGE_CLASS,
+    install_csi_driver, start_csi_sim,
+};
+pub use fault::{Fault, SimControl, UnknownHost};
 pub use kubelet::{NodeSimulator, SimHandle, SimHost};
 pub use lifecycle::{HostLifecycle, LifecycleAction};
 pub use power::{HostPower, bmc_connector, host_power};
+pub use storage::{Ledger, StorageSim, Violation};
 
 /// Timing and shape of the simulated kubelets.
 #[derive(Debug, Clone)]
@@ -36,6 +52,8 @@ pub struct SimConfig {
     pub pod_sync_interval: Duration,
     /// How long containers take to exit after a pod is deleted (capped by its grace period).
     pub pod_shutdown_delay: Duration,
+    /// How often a running pod with an attached volume writes to the storage simulator.
+    pub volume_write_interval: Duration,
     pub capacity_cpu: String,
     pub capacity_memory: String,
     pub capacity_pods: String,
@@ -50,6 +68,7 @@ impl Default for SimConfig {
             status_interval: Duration::from_secs(10),
             pod_sync_interval: Duration::from_secs(1),
             pod_shutdown_delay: Duration::from_secs(1),
+            volume_write_interval: Duration::from_millis(250),
             capacity_cpu: "8".into(),
             capacity_memory: "32Gi".into(),
             capacity_pods: "110".into(),

@@ -98,3 +98,81 @@ pub fn pause_deployment(name: &str, replicas: i32) -> k8s_openapi::api::apps::v1
         ..Default::default()
     }
 }
+
+/// A StatefulSet of `replicas` pause containers labelled `app: <name>`, each with a
+/// ReadWriteOnce volume `data` (1Gi) claimed from `storage_class` through a
+/// volumeClaimTemplate; `node_name` pins its pods to one node (`kubernetes.io/hostname`).
+/// A workload for simulated nodes with simulated CSI storage.
+pub fn pause_statefulset_with_volume(
+    name: &str,
+    replicas: i32,
+    storage_class: &str,
+    node_name: Option<&str>,
+) -> k8s_openapi::api::apps::v1::StatefulSet {
+    use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+    use k8s_openapi::api::core::v1::{
+        Container, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec,
+        VolumeMount, VolumeResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use std::collections::BTreeMap;
+    let labels = BTreeMap::from([("app".to_string(), name.to_string())]);
+    let node_selector =
+        node_name.map(|n| BTreeMap::from([("kubernetes.io/hostname".to_string(), n.to_string())]));
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(name.to_string()),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "app".into(),
+                        image: Some("registry.k8s.io/pause:3.2".into()),
+                        volume_mounts: Some(vec![VolumeMount {
+                            name: "data".into(),
+                            mount_path: "/data".into(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }],
+                    node_selector,
+                    ..Default::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some("data".into()),
+                    ..Default::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    storage_class_name: Some(storage_class.to_string()),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_string(),
+                            Quantity("1Gi".into()),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

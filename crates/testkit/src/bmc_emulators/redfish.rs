@@ -280,6 +280,23 @@ impl RedfishEmulator {
         }
     }
 
+    /// Sets system `index`'s power directly at the emulator, bypassing hostcycle (`ForceOff`
+    /// for [`FakePower::Off`]: a power cut, no shutdown), and waits up to `timeout` until the
+    /// emulator reports it (its fake driver applies a change 1–11 s after the request).
+    pub async fn set_power(
+        &self,
+        index: usize,
+        power: FakePower,
+        timeout: Duration,
+    ) -> Result<(), TestkitError> {
+        let reset_type = match power {
+            FakePower::On => "On",
+            FakePower::Off => "ForceOff",
+        };
+        self.reset(index, reset_type).await?;
+        self.wait_for_power(index, power, timeout).await
+    }
+
     /// Errors naming the emulator and its log if it has exited.
     pub fn ensure_running(&mut self) -> Result<(), TestkitError> {
         self.process.ensure_running()
