@@ -4,6 +4,7 @@
 //! reports them, so tests can count power cycles.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod failover;
 pub mod queue;
 pub mod remediation;
 
@@ -103,6 +104,9 @@ pub struct LabOptions {
     /// Where the operator may send BMC credentials: [`LOOPBACK_BMC_POLICY`] unless a test
     /// is about that policy.
     pub bmc_policy_args: Vec<String>,
+    /// Start the simulated CSI driver (attacher, provisioner) and give the simulated
+    /// kubelets its storage ([`queue::QueueLab::storage`]).
+    pub storage: bool,
 }
 
 /// The emulators listen on loopback, over plain HTTP; any Secret a host names may be sent.
@@ -123,6 +127,7 @@ impl Default for LabOptions {
             operator_env: Vec::new(),
             host_credentials: BTreeMap::new(),
             bmc_policy_args: LOOPBACK_BMC_POLICY.map(String::from).to_vec(),
+            storage: false,
         }
     }
 }

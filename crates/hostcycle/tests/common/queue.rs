@@ -34,6 +34,11 @@ pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct QueueLab {
     pub lab: Lab,
     pub sim: Option<SimHandle>,
+    /// The simulated storage (with [`LabOptions::storage`]): the ground truth of who
+    /// attached and wrote which volume when.
+    pub storage: Option<hostcycle_sim::StorageSim>,
+    /// The simulated CSI driver, stopped on drop.
+    pub csi: Option<hostcycle_sim::attacher::CsiSimHandle>,
     pub client: Client,
     pub entries: Api<RebootQueueEntry>,
     pub nodes: Api<Node>,
@@ -96,6 +101,7 @@ impl QueueLab {
         options: LabOptions,
     ) -> QueueLab {
         let names: Vec<&str> = hosts.iter().map(|h| h.name).collect();
+        let with_storage = options.storage;
         let options = LabOptions {
             cluster: ClusterOptions {
                 // Nodes go NotReady 8 s after their host loses power (test default).
@@ -129,7 +135,20 @@ impl QueueLab {
                 }
             })
             .collect();
-        let sim = NodeSimulator::new(
+        let (storage, csi) = if with_storage {
+            let storage = hostcycle_sim::StorageSim::new();
+            let csi = hostcycle_sim::start_csi_sim(
+                client.clone(),
+                hostcycle_sim::CsiSimConfig::default(),
+                storage.clone(),
+            )
+            .await
+            .expect("the simulated CSI driver starts");
+            (Some(storage), Some(csi))
+        } else {
+            (None, None)
+        };
+        let mut simulator = NodeSimulator::new(
             client.clone(),
             SimConfig {
                 boot_delay: Duration::from_secs(1),
@@ -137,9 +156,14 @@ impl QueueLab {
                 ..SimConfig::default()
             },
             sim_hosts,
-        )
-        .spawn();
+        );
+        if let Some(storage) = &storage {
+            simulator = simulator.with_storage(storage.clone());
+        }
+        let sim = simulator.spawn();
         let qlab = QueueLab {
+            storage,
+            csi,
             entries: Api::all(client.clone()),
             nodes: Api::all(client.clone()),
             client,

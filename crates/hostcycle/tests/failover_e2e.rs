@@ -1,0 +1,257 @@
+//! Fast fenced failover end to end (issue 26), against the real control plane (with its
+//! node-lifecycle, StatefulSet and attach/detach controllers), the Redfish emulator, simulated
+//! kubelets that do volumes, the simulated CSI driver and its storage ledger, and the real
+//! `hostcycle operator` binary with a `HostHealthCheck`:
+//! - A: a kubelet dies (host on): the StatefulSet's pod runs elsewhere with its ReadWriteOnce
+//!   volume, its old pod deleted only after the emulator had the host off, never two writers;
+//! - C: a kubelet is partitioned (alive, its pod still writing): the same, and the old pod's
+//!   writes end at the power-off, before the new host's first;
+//! - D: the dead node's BMC is unreachable: detected, never released — the pod, its volume and
+//!   its attachment stay, the flow holds with `CannotFence`;
+//! - F: 3 of 5 kubelets die at once: a storm, nothing requested, nothing fenced.
+//!
+//! The bound on a failover here (90 s) leaves room for two suites at once on two cores; the
+//! figures against the 60 s goal are the `failover_latency` benchmark's (docs/benchmarks.md).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::failover::*;
+use common::queue::worker;
+use hostcycle_sim::Fault;
+use jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use serde_json::json;
+
+const FAILOVER_BOUND: Duration = Duration::from_secs(90);
+const BACK_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Waits until the check has watched its nodes for its warm-up (`Ready=True`).
+async fn wait_check_watching(lab: &FailoverLab, nodes: u64) {
+    wait_for(
+        &format!("HostHealthCheck {CHECK} Ready=True over {nodes} nodes"),
+        Duration::from_secs(60),
+        || async {
+            let status = lab.health_check_status().await;
+            let ready = status["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            (ready && status["observedNodes"].as_u64() == Some(nodes)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The checks every failover passes: fenced before anything was released, never two
+/// writers, and the node back with a new boot, the request gone.
+async fn assert_fenced_failover(lab: &FailoverLab, f: &Failover, old_boot: &str) {
+    assert_ne!(f.new_node, f.node, "{f:#?}");
+    assert!(
+        f.pod_deleted_at >= f.off_at,
+        "the old pod was deleted before the emulator had its host off: {f:#?}"
+    );
+    let attachments = lab.attachments();
+    let new = attachments
+        .iter()
+        .find(|a| a.host == f.new_node)
+        .unwrap_or_else(|| panic!("the volume attached on {}: {attachments:#?}", f.new_node));
+    assert!(
+        new.attached_at >= f.off_at,
+        "attached on {} before the emulator had {} off: {f:#?} {attachments:#?}",
+        f.new_node,
+        f.node
+    );
+    let old = attachments
+        .iter()
+        .find(|a| a.host == f.node)
+        .expect("the volume was attached on the failed node");
+    // The host's pod writes until its host loses power (the simulated kubelet notices within
+    // its 500 ms power poll), never after.
+    if let Some(last) = old.last_write {
+        assert!(
+            last <= f.off_at + SignedDuration::from_secs(2),
+            "{} wrote after its host was off: {old:#?} {f:#?}",
+            f.node
+        );
+        if let Some(first_new) = new.first_write {
+            assert!(last < first_new, "two writers: {attachments:#?}");
+        }
+    }
+    lab.assert_no_violation();
+    assert!(
+        f.total() <= FAILOVER_BOUND,
+        "failover took {:?} (bound {FAILOVER_BOUND:?}): {f:#?}",
+        f.total()
+    );
+    let back = lab.wait_back(&f.node, old_boot, BACK_TIMEOUT).await;
+    assert!(!fenced(&back));
+    let node = f.node.clone();
+    wait_for(
+        &format!("the health check deletes its request for {node} once the node is healthy"),
+        Duration::from_secs(90),
+        || async { lab.request_for(&node).await.is_none().then_some(()) },
+    )
+    .await;
+    let history = lab.lab.settled_history(&f.node).await;
+    assert_eq!(
+        (history.power_offs(), history.power_ons()),
+        (1, 1),
+        "{}: exactly one power cycle: {history:?}",
+        f.node
+    );
+    lab.assert_no_violation();
+}
+
+async fn scenario(fault: Fault, names: [&'static str; 3]) {
+    let lab =
+        FailoverLab::start(&[worker(names[0]), worker(names[1]), worker(names[2])], &[]).await;
+    lab.health_check(json!({})).await;
+    wait_check_watching(&lab, 3).await;
+    let pod = lab.pods().get(DB_POD).await.unwrap();
+    let node = FailoverLab::node_of(&pod);
+    let old_boot = boot_id(&lab.node(&node).await);
+    let f = lab.fail_db_node(fault, FAILOVER_BOUND * 2).await;
+    eprintln!(
+        "{fault:?}: {} → {} in {:?} (requested +{:?}, off +{:?}, pod deleted +{:?})",
+        f.node,
+        f.new_node,
+        f.total(),
+        f.requested_at.duration_since(f.fault_at),
+        f.off_at.duration_since(f.fault_at),
+        f.pod_deleted_at.duration_since(f.fault_at),
+    );
+    assert_fenced_failover(&lab, &f, &old_boot).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_kubelets_statefulset_pod_runs_elsewhere_fenced_first() {
+    scenario(Fault::KubeletDead, ["fa-0", "fa-1", "fa-2"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c_a_partitioned_kubelets_pod_writes_until_the_power_off_and_never_beside_its_replacement()
+{
+    scenario(Fault::Partitioned, ["fc-0", "fc-1", "fc-2"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn d_an_unreachable_bmc_holds_the_failover_and_releases_nothing() {
+    let lab = FailoverLab::start(
+        &[worker("fd-0"), worker("fd-1"), worker("fd-2")],
+        &["--remediation-power-off-timeout", "20s"],
+    )
+    .await;
+    let pod = lab.pods().get(DB_POD).await.unwrap();
+    let node = FailoverLab::node_of(&pod);
+    // The host's BMC stops answering: its address is a closed port.
+    let closed = hostcycle_testkit::free_port().unwrap();
+    let host = lab.lab.get(&node).await;
+    let system = host.spec.bmc.as_ref().unwrap().address.clone();
+    let path = system
+        .split_once("/redfish/")
+        .map(|(_, p)| p.to_string())
+        .unwrap();
+    lab.lab
+        .patch_spec(
+            &node,
+            json!({ "bmc": { "address": format!("redfish+http://127.0.0.1:{closed}/redfish/{path}") } }),
+        )
+        .await;
+    lab.health_check(json!({})).await;
+    wait_check_watching(&lab, 3).await;
+    let since = Timestamp::now();
+    lab.fault(&node, Fault::KubeletDead);
+    // Detected and requested…
+    let request = wait_for(
+        &format!("a request for {node}"),
+        Duration::from_secs(60),
+        || async { lab.request_for(&node).await },
+    )
+    .await;
+    // …then held past the power-off timeout with CannotFence, nothing released.
+    let name = request.name_any();
+    let ns = request.namespace().unwrap();
+    let held = wait_for(
+        &format!("request {ns}/{name} holds with CannotFence"),
+        Duration::from_secs(90),
+        || async {
+            let r = lab.request_for(&node).await?;
+            let cannot = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "CannotFence" && c.status == "True");
+            cannot.then_some(r)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pod_now = lab.pods().get(DB_POD).await.unwrap();
+    assert_eq!(pod_now.uid(), pod.uid(), "the pod was not deleted");
+    assert!(
+        pod_now.metadata.deletion_timestamp.is_none(),
+        "not even gracefully"
+    );
+    assert_eq!(FailoverLab::node_of(&pod_now), node);
+    let n = lab.node(&node).await;
+    assert!(
+        n.status
+            .as_ref()
+            .and_then(|s| s.volumes_in_use.as_ref())
+            .is_some_and(|v| !v.is_empty()),
+        "volumesInUse kept"
+    );
+    let attachments = lab.attachments();
+    assert!(
+        attachments
+            .iter()
+            .all(|a| a.host == node && a.detached_at.is_none()),
+        "the volume stays attached to {node} only: {attachments:#?}"
+    );
+    assert_eq!(
+        lab.lab.history(&node).off_after(since),
+        None,
+        "the host was never powered off"
+    );
+    let status = held.status.unwrap();
+    assert!(status.release_started_at.is_none(), "{status:#?}");
+    lab.assert_no_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn f_three_of_five_leases_stale_at_once_is_a_storm_and_fences_nothing() {
+    let names = ["ff-0", "ff-1", "ff-2", "ff-3", "ff-4"];
+    let lab = FailoverLab::start(&names.map(worker), &[]).await;
+    lab.health_check(json!({})).await;
+    wait_check_watching(&lab, 5).await;
+    let since = Timestamp::now();
+    for node in &names[..3] {
+        lab.fault(node, Fault::KubeletDead);
+    }
+    wait_for(
+        "the health check reports a storm",
+        Duration::from_secs(60),
+        || async {
+            let status = lab.health_check_status().await;
+            (status["storm"]["active"] == true).then_some(())
+        },
+    )
+    .await;
+    // Well past the Lease timeout: still nothing requested or fenced.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(lab.requests().await.is_empty(), "no request in a storm");
+    for node in names {
+        assert_eq!(
+            lab.lab.history(node).off_after(since),
+            None,
+            "{node} was never powered off"
+        );
+    }
+    lab.wait_event_reasons_about(CHECK, &["StormDetected"])
+        .await;
+    lab.assert_no_violation();
+}
