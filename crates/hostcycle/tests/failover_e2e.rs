@@ -113,7 +113,9 @@ async fn scenario(fault: Fault, names: [&'static str; 3]) {
     let pod = lab.pods().get(DB_POD).await.unwrap();
     let node = FailoverLab::node_of(&pod);
     let old_boot = boot_id(&lab.node(&node).await);
-    let f = lab.fail_db_node(fault, FAILOVER_BOUND * 2).await;
+    let f = lab
+        .fail_db_node(Disruption::Kubelet(fault), FAILOVER_BOUND * 2)
+        .await;
     eprintln!(
         "{fault:?}: {} → {} in {:?} (requested +{:?}, off +{:?}, pod deleted +{:?})",
         f.node,

@@ -37,6 +37,15 @@ impl std::ops::Deref for FailoverLab {
     }
 }
 
+/// What makes the node fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disruption {
+    /// Its kubelet dies or is partitioned (the host stays on).
+    Kubelet(Fault),
+    /// Its host loses power at the emulator, without hostcycle.
+    PowerLoss,
+}
+
 /// What one failover looked like (test clock; the emulator's power history is read on the
 /// same machine).
 #[derive(Debug, Clone)]
@@ -52,6 +61,12 @@ pub struct Failover {
     /// The replacement Running and Ready on another node, as watched.
     pub running_at: Timestamp,
     pub new_node: String,
+    /// The replacement pod's creation.
+    pub new_pod_created_at: Timestamp,
+    /// The storage detached the volume from the failed node.
+    pub old_detached_at: Option<Timestamp>,
+    /// The storage attached it on the new node.
+    pub new_attached_at: Option<Timestamp>,
 }
 
 impl Failover {
@@ -157,12 +172,24 @@ impl FailoverLab {
 
     /// Kills (or partitions) the kubelet under `db-0` and follows the failover until the
     /// replacement runs elsewhere; returns its timeline.
-    pub async fn fail_db_node(&self, fault: Fault, timeout: Duration) -> Failover {
+    pub async fn fail_db_node(&self, disruption: Disruption, timeout: Duration) -> Failover {
         let pod = self.pods().get(DB_POD).await.unwrap();
         let node = Self::node_of(&pod);
         let pod_rec = Recorder::start(self.pods(), DB_POD).await;
         let fault_at = Timestamp::now();
-        self.fault(&node, fault);
+        match disruption {
+            Disruption::Kubelet(fault) => self.fault(&node, fault),
+            Disruption::PowerLoss => self
+                .lab
+                .redfish
+                .set_power(
+                    self.lab.index(&node),
+                    hostcycle_testkit::bmc_emulators::FakePower::Off,
+                    Duration::from_secs(30),
+                )
+                .await
+                .unwrap(),
+        }
         let new = self.wait_db_running(Some(&node), timeout).await;
         let running_at = Timestamp::now();
         let old_uid = pod.uid();
@@ -180,8 +207,28 @@ impl FailoverLab {
         let off_at = self
             .off_after(&node, fault_at)
             .expect("the emulator saw the host off");
+        let new_node = Self::node_of(&new);
+        let attachments = self.attachments();
+        let old_detached_at = attachments
+            .iter()
+            .filter(|a| a.host == node)
+            .filter_map(|a| a.detached_at)
+            .filter(|t| *t >= fault_at)
+            .min();
+        let new_attached_at = attachments
+            .iter()
+            .filter(|a| a.host == new_node && a.attached_at >= fault_at)
+            .map(|a| a.attached_at)
+            .min();
         Failover {
-            new_node: Self::node_of(&new),
+            new_pod_created_at: new
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(running_at, |t| t.0),
+            old_detached_at,
+            new_attached_at,
+            new_node,
             node,
             fault_at,
             requested_at,
