@@ -240,13 +240,18 @@ pub fn request_name(check: &str, node: &str) -> String {
     if name.len() <= MAX {
         return name;
     }
-    let hash = format!("{:016x}", fnv1a(&format!("{check}\0{node}")));
+    let hash = short_hash(&format!("{check}\0{node}"));
     let mut keep = MAX - hash.len() - 1;
     while !name.is_char_boundary(keep) {
         keep -= 1;
     }
     let prefix = name[..keep].trim_end_matches(['-', '.']);
     format!("{prefix}-{hash}")
+}
+
+/// 16 hex digits of a stable hash of `text`, to keep cut names unique.
+pub fn short_hash(text: &str) -> String {
+    format!("{:016x}", fnv1a(text))
 }
 
 /// FNV-1a, 64 bits: stable across builds and releases (unlike `DefaultHasher`).
