@@ -356,7 +356,7 @@ impl Controller {
         let mut confirmed = BTreeSet::new();
         for (node, why) in nodes {
             match self
-                .confirm_one(check, settings, node, rebooting, now)
+                .confirm_one(check, settings, node, *why, rebooting, now)
                 .await
             {
                 Confirmation::Confirmed => {
@@ -388,6 +388,7 @@ impl Controller {
         check: &HostHealthCheck,
         settings: &HealthSettings,
         node: &str,
+        why: Unhealthy,
         rebooting: &HashMap<String, Timestamp>,
         now: Timestamp,
     ) -> Confirmation {
@@ -411,7 +412,10 @@ impl Controller {
             let mut clock = lock(&self.clock);
             if !clock.unchanged(lease) {
                 clock.observe(lease, now);
-                return Confirmation::Renewed;
+                // A node judged by its Ready condition renews its Lease all along.
+                if matches!(why, Unhealthy::LeaseStale { .. }) {
+                    return Confirmation::Renewed;
+                }
             }
         }
         let facts = {
