@@ -46,8 +46,16 @@ pub const MAX_LISTED_UNHEALTHY: usize = 50;
     status = "HostHealthCheckStatus",
     derive = "PartialEq",
     doc = "HostHealthCheck watches the selected Nodes' Leases and requests the remediation (a HostRemediation) of a node whose Lease stopped, with storm protection.",
-    printcolumn(name = "Observed", type_ = "integer", json_path = ".status.observedNodes"),
-    printcolumn(name = "Healthy", type_ = "integer", json_path = ".status.healthyNodes"),
+    printcolumn(
+        name = "Observed",
+        type_ = "integer",
+        json_path = ".status.observedNodes"
+    ),
+    printcolumn(
+        name = "Healthy",
+        type_ = "integer",
+        json_path = ".status.healthyNodes"
+    ),
     printcolumn(
         name = "Unhealthy",
         type_ = "integer",

@@ -660,11 +660,23 @@ fn the_health_check_crd_is_cluster_scoped_with_validated_settings() {
     assert_eq!(props["maxUnhealthy"]["x-kubernetes-int-or-string"], true);
     assert_eq!(
         props["remediation"]["properties"]["release"]["enum"],
-        serde_json::json!(["DeleteNode", "ReleaseWorkloads", "OutOfServiceTaint", "Auto"])
+        serde_json::json!([
+            "DeleteNode",
+            "ReleaseWorkloads",
+            "OutOfServiceTaint",
+            "Auto"
+        ])
     );
     let names: Vec<String> = columns(crd).into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
-        ["Observed", "Healthy", "Unhealthy", "Storm", "Suspended", "Age"]
+        [
+            "Observed",
+            "Healthy",
+            "Unhealthy",
+            "Storm",
+            "Suspended",
+            "Age"
+        ]
     );
 }

@@ -72,8 +72,8 @@ async fn create_node(client: &Client, name: &str, group: &str, labels: &[(&str, 
         ("kubernetes.io/hostname".to_string(), name.to_string()),
     ]);
     all.extend(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let node: Node = serde_json::from_value(json!({ "metadata": { "name": name, "labels": all } }))
-        .unwrap();
+    let node: Node =
+        serde_json::from_value(json!({ "metadata": { "name": name, "labels": all } })).unwrap();
     Api::<Node>::all(client.clone())
         .create(&PostParams::default(), &node)
         .await
@@ -156,10 +156,14 @@ impl Rig {
         ok: impl Fn(&HostHealthCheck) -> bool,
     ) -> HostHealthCheck {
         let ok = &ok;
-        match wait_until(&format!("HostHealthCheck {name}: {what}"), DETECTED, || async {
-            let check = self.check(name).await;
-            ok(&check).then_some(check)
-        })
+        match wait_until(
+            &format!("HostHealthCheck {name}: {what}"),
+            DETECTED,
+            || async {
+                let check = self.check(name).await;
+                ok(&check).then_some(check)
+            },
+        )
         .await
         {
             Ok(c) => c,
@@ -193,8 +197,7 @@ impl Rig {
             .into_iter()
             .filter(|e| {
                 e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("HostHealthCheck")
-                        && r.name.as_deref() == Some(check)
+                    r.kind.as_deref() == Some("HostHealthCheck") && r.name.as_deref() == Some(check)
                 })
             })
             .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
@@ -234,7 +237,9 @@ fn condition_reason(check: &HostHealthCheck, type_: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn health_checks_request_remediation_of_stale_nodes_and_hold_back_in_storms() {
     init_logging();
-    let cluster = LocalCluster::start(ClusterOptions::default()).await.unwrap();
+    let cluster = LocalCluster::start(ClusterOptions::default())
+        .await
+        .unwrap();
     let client = cluster.client();
     install_operator_rbac(&client).await;
     let kubeconfig = cluster
@@ -362,7 +367,11 @@ async fn health_checks_request_remediation_of_stale_nodes_and_hold_back_in_storm
     let excluded = rig.check("excluded").await;
     let status = excluded.status.clone().unwrap();
     assert_eq!(
-        (status.observed_nodes, status.healthy_nodes, status.unhealthy_node_count),
+        (
+            status.observed_nodes,
+            status.healthy_nodes,
+            status.unhealthy_node_count
+        ),
         (2, 1, 0),
         "{status:?}"
     );
@@ -376,7 +385,13 @@ async fn health_checks_request_remediation_of_stale_nodes_and_hold_back_in_storm
         .await;
     assert!(paused.status.is_some());
     let names = rig.request_names().await;
-    for never in ["storm-s-0", "storm-s-1", "storm-s-2", "excluded-e-0", "paused-p-0"] {
+    for never in [
+        "storm-s-0",
+        "storm-s-1",
+        "storm-s-2",
+        "excluded-e-0",
+        "paused-p-0",
+    ] {
         assert!(
             !names.iter().any(|n| n == never),
             "{never} must not be requested: {names:?}"
@@ -420,11 +435,11 @@ async fn health_checks_request_remediation_of_stale_nodes_and_hold_back_in_storm
                 .is_some_and(|s| s.healthy_nodes == 5 && s.unhealthy_nodes.is_empty())
         })
         .await;
-    assert_eq!(condition_reason(&main, "Ready").as_deref(), Some("Watching"));
+    assert_eq!(
+        condition_reason(&main, "Ready").as_deref(),
+        Some("Watching")
+    );
     // Still no request in the storm.
     let names = rig.request_names().await;
-    assert!(
-        !names.iter().any(|n| n.starts_with("storm-")),
-        "{names:?}"
-    );
+    assert!(!names.iter().any(|n| n.starts_with("storm-")), "{names:?}");
 }

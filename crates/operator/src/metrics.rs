@@ -304,8 +304,13 @@ pub struct CheckNodeStateLabels {
 }
 
 /// The `state` values of [`HealthMetrics::nodes`].
-pub const HEALTH_NODE_STATES: [&str; 5] =
-    ["healthy", "unhealthy", "excluded", "rebooting", "warming_up"];
+pub const HEALTH_NODE_STATES: [&str; 5] = [
+    "healthy",
+    "unhealthy",
+    "excluded",
+    "rebooting",
+    "warming_up",
+];
 
 /// The health check's metrics (`hostcycle_health_check_*`).
 #[derive(Debug, Clone, Default)]
@@ -622,7 +627,10 @@ fn touch_every_family(m: &Metrics) {
             trigger: text(),
             result: text(),
         });
-    let _ = m.health.nodes.get_or_create(&CheckNodeStateLabels::default());
+    let _ = m
+        .health
+        .nodes
+        .get_or_create(&CheckNodeStateLabels::default());
     let check = CheckLabels::default();
     let _ = m.health.storm_active.get_or_create(&check);
     let _ = m.health.suspended.get_or_create(&check);

@@ -726,8 +726,10 @@ mod tests {
         let mut alone = RbacOptions::cluster_wide("ops");
         alone.controllers = vec![ControllerName::HealthCheck];
         let rules = cluster_rules(&alone.controllers);
-        let json: Vec<serde_json::Value> =
-            rules.iter().map(|r| serde_json::to_value(r).unwrap()).collect();
+        let json: Vec<serde_json::Value> = rules
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap())
+            .collect();
         assert_eq!(grants(&json, "nodes"), ["get", "list", "watch"]);
         assert_eq!(
             grants(&json, "hostremediations"),

@@ -114,10 +114,11 @@ pub fn run(
 /// the clock as the watch delivers them (so the time is when the watch saw them, not when
 /// the loop came round).
 fn subscribe(view: &ClusterView, wake: &Arc<Notify>, clock: Arc<Mutex<LeaseClock>>) -> Stores {
-    view.node_leases.wake_on(wake.clone(), move |lease: &Lease| {
-        lock(&clock).observe(lease, Timestamp::now());
-        false
-    });
+    view.node_leases
+        .wake_on(wake.clone(), move |lease: &Lease| {
+            lock(&clock).observe(lease, Timestamp::now());
+            false
+        });
     view.health_checks.wake_on(wake.clone(), |_| true);
     view.remediations.wake_on(wake.clone(), |_| true);
     view.entries.wake_on(wake.clone(), |_| true);
@@ -219,7 +220,11 @@ impl Controller {
         let health = &self.metrics.health;
         set_series(&health.nodes, &mut self.series.nodes, gauges.nodes);
         set_series(&health.storm_active, &mut self.series.storm, gauges.storm);
-        set_series(&health.suspended, &mut self.series.suspended, gauges.suspended);
+        set_series(
+            &health.suspended,
+            &mut self.series.suspended,
+            gauges.suspended,
+        );
         if self.retry_soon {
             RETRY_SOON
         } else {
@@ -252,9 +257,10 @@ impl Controller {
         );
         let entries = self.stores.entries.state();
         rebooting_until(
-            entries
-                .iter()
-                .filter_map(|e| e.rebooting_since().map(|since| (e.spec.node.as_str(), since))),
+            entries.iter().filter_map(|e| {
+                e.rebooting_since()
+                    .map(|since| (e.spec.node.as_str(), since))
+            }),
             boot_timeout,
         )
     }
@@ -420,14 +426,7 @@ impl Controller {
         }
         let facts = {
             let clock = lock(&self.clock);
-            facts::node_facts(
-                check,
-                &live_node,
-                &clock,
-                &HashMap::new(),
-                rebooting,
-                now,
-            )
+            facts::node_facts(check, &live_node, &clock, &HashMap::new(), rebooting, now)
         };
         let judged = CheckFacts {
             now,
@@ -584,8 +583,12 @@ impl Controller {
             // Made by an earlier pass the cache does not show yet (or before a restart).
             Err(e) if is_already_exists(&e) => {}
             Err(e) => {
-                let text =
-                    crate::text::api_error(&e, "create", "hostremediations", &self.config.request_namespace);
+                let text = crate::text::api_error(
+                    &e,
+                    "create",
+                    "hostremediations",
+                    &self.config.request_namespace,
+                );
                 tracing::warn!(node, error = %text, "cannot create the remediation request; retrying");
                 self.retry_soon = true;
                 self.tell(
@@ -601,7 +604,12 @@ impl Controller {
         }
     }
 
-    async fn delete_request(&mut self, check: &HostHealthCheck, node: &str, request: &HostRemediation) {
+    async fn delete_request(
+        &mut self,
+        check: &HostHealthCheck,
+        node: &str,
+        request: &HostRemediation,
+    ) {
         // Already being deleted: remediation's finalizer ends it.
         if request.metadata.deletion_timestamp.is_some() {
             return;

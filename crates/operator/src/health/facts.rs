@@ -218,9 +218,7 @@ pub fn node_facts(
 ) -> NodeFacts {
     let name = node.name_any();
     NodeFacts {
-        excluded: node
-            .labels()
-            .contains_key(check.spec.exclude_label()),
+        excluded: node.labels().contains_key(check.spec.exclude_label()),
         lease_seen_changing: leases.changed_at(&name),
         ready: ready(node, now),
         rebooting: rebooting_until.get(&name).is_some_and(|until| *until > now),
@@ -358,9 +356,9 @@ pub fn suspension_text(suspension: Suspension) -> String {
         Suspension::StormCoolingDown { until } => {
             format!("the storm ended; requests resume at {until} (stormCooldownSeconds)")
         }
-        Suspension::TooManyUnhealthy { unhealthy, allowed } => format!(
-            "{unhealthy} nodes unhealthy, maxUnhealthy allows {allowed}"
-        ),
+        Suspension::TooManyUnhealthy { unhealthy, allowed } => {
+            format!("{unhealthy} nodes unhealthy, maxUnhealthy allows {allowed}")
+        }
     }
 }
 
@@ -579,8 +577,10 @@ mod tests {
             }
         }
         let s = settings(
-            &check(json!({ "selector": {}, "leaseStaleAfterSeconds": 10, "warmUpSeconds": 5,
-                           "stormPercent": 60, "stormCooldownSeconds": 0 }))
+            &check(
+                json!({ "selector": {}, "leaseStaleAfterSeconds": 10, "warmUpSeconds": 5,
+                           "stormPercent": 60, "stormCooldownSeconds": 0 }),
+            )
             .spec,
         )
         .unwrap();
@@ -589,6 +589,17 @@ mod tests {
         assert_eq!(s.storm_percent, 60);
         assert_eq!(s.storm_cooldown, Duration::ZERO);
     }
+
+    /// A node's name, then what its facts say: excluded, Lease seen changing, Ready,
+    /// rebooting, request.
+    type Expected = (
+        &'static str,
+        bool,
+        Option<Timestamp>,
+        Ready,
+        bool,
+        Option<RequestFacts>,
+    );
 
     /// Which nodes a check sees and what it knows of each.
     #[test]
@@ -601,16 +612,37 @@ mod tests {
         clock.observe(&lease("w-lease", "7", Some(0)), t(40));
         let nodes = [
             node("w-lease", json!({ "role": "worker" }), Some(("True", 0))),
-            node("w-no-lease", json!({ "role": "worker" }), Some(("False", 10))),
-            node("w-excluded", json!({ "role": "worker", "skip-me": "" }), None),
-            node("w-rebooting", json!({ "role": "worker" }), Some(("Unknown", 0))),
+            node(
+                "w-no-lease",
+                json!({ "role": "worker" }),
+                Some(("False", 10)),
+            ),
+            node(
+                "w-excluded",
+                json!({ "role": "worker", "skip-me": "" }),
+                None,
+            ),
+            node(
+                "w-rebooting",
+                json!({ "role": "worker" }),
+                Some(("Unknown", 0)),
+            ),
             node("w-rebooted", json!({ "role": "worker" }), Some(("True", 0))),
-            node("w-requested", json!({ "role": "worker" }), Some(("True", 0))),
+            node(
+                "w-requested",
+                json!({ "role": "worker" }),
+                Some(("True", 0)),
+            ),
             node("w-done", json!({ "role": "worker" }), Some(("True", 0))),
             node("control-plane", json!({ "role": "cp" }), Some(("True", 0))),
         ];
         let requests = [
-            request("workers-w-requested", "w-requested", "check-uid", Some("PowerOffRequested")),
+            request(
+                "workers-w-requested",
+                "w-requested",
+                "check-uid",
+                Some("PowerOffRequested"),
+            ),
             request("workers-w-done", "w-done", "check-uid", Some("Done")),
             // Another owner's request for a node of ours is not ours.
             request("other-w-lease", "w-lease", "other-uid", Some("Done")),
@@ -621,16 +653,27 @@ mod tests {
         ]);
         let f = check_facts(&c, &nodes, &clock, &requests, &rebooting, t(30), t(100));
         assert!(f.paused);
-        assert_eq!((f.now, f.watching_since, f.storm), (t(100), t(30), Storm::Calm));
+        assert_eq!(
+            (f.now, f.watching_since, f.storm),
+            (t(100), t(30), Storm::Calm)
+        );
         let by_name: HashMap<&str, &NodeFacts> =
             f.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         assert_eq!(
             f.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
-            ["w-done", "w-excluded", "w-lease", "w-no-lease", "w-rebooted", "w-rebooting", "w-requested"],
+            [
+                "w-done",
+                "w-excluded",
+                "w-lease",
+                "w-no-lease",
+                "w-rebooted",
+                "w-rebooting",
+                "w-requested"
+            ],
             "sorted; the control plane is not selected"
         );
         #[rustfmt::skip]
-        let cases: [(&str, bool, Option<Timestamp>, Ready, bool, Option<RequestFacts>); 7] = [
+        let cases: [Expected; 7] = [
             ("w-lease",     false, Some(t(40)), Ready::True, false, None),
             ("w-no-lease",  false, None, Ready::False { since: t(10) }, false, None),
             ("w-excluded",  true,  None, Ready::Unknown, false, None),
@@ -642,7 +685,13 @@ mod tests {
         for (name, excluded, seen, ready, rebooting, request) in cases {
             let n = by_name[name];
             assert_eq!(
-                (n.excluded, n.lease_seen_changing, n.ready, n.rebooting, n.request),
+                (
+                    n.excluded,
+                    n.lease_seen_changing,
+                    n.ready,
+                    n.rebooting,
+                    n.request
+                ),
                 (excluded, seen, ready, rebooting, request),
                 "{name}"
             );
@@ -659,7 +708,10 @@ mod tests {
         assert_eq!(r.labels()["hostcycle.io/health-check"], "workers");
         assert!(owned_by(&r, &c));
         let strategy = r.spec.strategy.clone().unwrap();
-        assert_eq!((strategy.release.as_deref(), strategy.retry_limit), (Some("Auto"), Some(2)));
+        assert_eq!(
+            (strategy.release.as_deref(), strategy.retry_limit),
+            (Some("Auto"), Some(2))
+        );
         // Another check's (same name, another uid) is not this one's.
         let mut other = c.clone();
         other.metadata.uid = Some("other".into());
@@ -715,14 +767,32 @@ mod tests {
         assert_eq!(d.storm, Storm::Active { since: t(100) });
         assert!(d.actions.iter().all(|a| matches!(a, Action::Hold { .. })));
         let st = status(&c, Ok(&d), t(100));
-        assert_eq!((st.observed_nodes, st.healthy_nodes, st.unhealthy_node_count), (5, 2, 3));
+        assert_eq!(
+            (st.observed_nodes, st.healthy_nodes, st.unhealthy_node_count),
+            (5, 2, 3)
+        );
         assert_eq!(st.unhealthy_nodes, ["a", "b", "c"]);
         assert_eq!(st.observed_generation, Some(3));
         let storm = st.storm.clone().unwrap();
-        assert_eq!((storm.active, storm.since, storm.stale_count), (true, Some(t(100)), 3));
-        let suspended = st.conditions.iter().find(|c| c.type_ == "Suspended").unwrap();
-        assert_eq!((suspended.status.as_str(), suspended.reason.as_str()), ("True", "StormActive"));
-        assert!(st.last_decision.contains("3 of 5 selected nodes unhealthy (a, b, c)"), "{}", st.last_decision);
+        assert_eq!(
+            (storm.active, storm.since, storm.stale_count),
+            (true, Some(t(100)), 3)
+        );
+        let suspended = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Suspended")
+            .unwrap();
+        assert_eq!(
+            (suspended.status.as_str(), suspended.reason.as_str()),
+            ("True", "StormActive")
+        );
+        assert!(
+            st.last_decision
+                .contains("3 of 5 selected nodes unhealthy (a, b, c)"),
+            "{}",
+            st.last_decision
+        );
         assert_eq!(st.last_decision_time, Some(t(100)));
         // The next pass, 10 s later, decides the same: the same status, times included.
         c.status = Some(st.clone());
@@ -731,10 +801,19 @@ mod tests {
         let d = decide(&s, &f);
         assert_eq!(status(&c, Ok(&d), t(110)), st);
         // An unusable spec: Ready False, nothing judged.
-        let bad = status(&c, Err("maxUnhealthy \"x\" is neither a count nor a percentage"), t(120));
+        let bad = status(
+            &c,
+            Err("maxUnhealthy \"x\" is neither a count nor a percentage"),
+            t(120),
+        );
         let ready = bad.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "InvalidSpec")
+        );
         assert!(bad.last_decision.starts_with("nothing judged"));
-        let _ = Unhealthy::LeaseStale { for_: Duration::ZERO };
+        let _ = Unhealthy::LeaseStale {
+            for_: Duration::ZERO,
+        };
     }
 }
