@@ -5,6 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
+use crate::health::HostHealthCheck;
 use crate::host::BareMetalHost;
 use crate::queue::{RebootQueue, RebootQueueEntry};
 use crate::remediation::{HostRemediation, HostRemediationTemplate};
@@ -29,7 +30,7 @@ pub fn crd() -> CustomResourceDefinition {
 }
 
 /// Every CRD hostcycle ships: BareMetalHost, RebootQueue, RebootQueueEntry,
-/// HostRemediation, HostRemediationTemplate.
+/// HostRemediation, HostRemediationTemplate, HostHealthCheck.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         crd(),
@@ -37,6 +38,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         without_defaults(RebootQueueEntry::crd()),
         without_defaults(HostRemediation::crd()),
         without_defaults(HostRemediationTemplate::crd()),
+        without_defaults(HostHealthCheck::crd()),
     ]
 }
 

@@ -1,11 +1,13 @@
 //! hostcycle-api: the `BareMetalHost` custom resource (metal3-compatible), reboot
 //! annotations and their parser, provisioning states, the reboot queue's resources
-//! (`RebootQueue`, `RebootQueueEntry`), and condition/event reasons.
+//! (`RebootQueue`, `RebootQueueEntry`), the `HostHealthCheck` detector, and condition/event
+//! reasons.
 //!
 //! Pure data types and functions: no I/O.
 
 pub mod annotations;
 pub mod crd;
+pub mod health;
 pub mod host;
 pub mod provisioning;
 pub mod queue;

@@ -216,6 +216,63 @@ pub mod remediation {
     }
 }
 
+/// Reasons the health check (`HostHealthCheck`) writes.
+pub mod health {
+    /// Condition types on a `HostHealthCheck`.
+    pub mod condition {
+        /// True while the spec is usable and the check judges nodes.
+        pub const READY: &str = "Ready";
+        /// True while no new request may be made (its reason says why: `Paused`,
+        /// `WarmingUp`, `StormActive`, `StormCoolingDown`, `TooManyUnhealthy`).
+        pub const SUSPENDED: &str = "Suspended";
+    }
+
+    /// Condition reasons on a `HostHealthCheck`.
+    pub mod condition_reason {
+        /// `Ready=True`: the check watches and judges the selected nodes.
+        pub const WATCHING: &str = "Watching";
+        /// `Ready=False`: the operator has not watched the Leases for `warmUpSeconds` yet.
+        pub const WARMING_UP: &str = "WarmingUp";
+        /// `Ready=False`: the selector or `maxUnhealthy` cannot be used; nothing is judged.
+        pub const INVALID_SPEC: &str = "InvalidSpec";
+        /// `Suspended=False`.
+        pub const NOT_SUSPENDED: &str = "NotSuspended";
+    }
+
+    /// Reasons of the Events the health check emits (on the check; about one node, on its
+    /// Node too).
+    pub mod event_reason {
+        /// Warning: a selected node is unhealthy (its Lease stopped, or `Ready` is False for
+        /// too long), confirmed by a live read of its Lease and Node.
+        pub const NODE_UNHEALTHY: &str = "NodeUnhealthy";
+        /// Normal: the cache said a Lease was stale, the API server said it was renewed:
+        /// nothing is requested.
+        pub const UNHEALTHY_NOT_CONFIRMED: &str = "UnhealthyNotConfirmed";
+        /// Normal: a HostRemediation was created for an unhealthy node.
+        pub const REMEDIATION_REQUESTED: &str = "RemediationRequested";
+        /// Normal: the node is healthy again and its request finished: the request was
+        /// deleted.
+        pub const REMEDIATION_REQUEST_DELETED: &str = "RemediationRequestDeleted";
+        /// Warning: a node is unhealthy but no request is made (paused, warming up, storm,
+        /// cooldown, or more unhealthy nodes than `maxUnhealthy`).
+        pub const REQUESTS_HELD: &str = "RequestsHeld";
+        /// Warning: more unhealthy nodes than `maxUnhealthy` allows: no new request.
+        pub const MAX_UNHEALTHY_EXCEEDED: &str = "MaxUnhealthyExceeded";
+        /// Warning: more than `stormPercent` of the selected Leases are stale at once: the
+        /// check is suspended.
+        pub const STORM_DETECTED: &str = "StormDetected";
+        /// Normal: the storm ended; requests resume after `stormCooldownSeconds`.
+        pub const STORM_ENDED: &str = "StormEnded";
+        /// Warning: the node's request finished and the node is still unhealthy; nothing
+        /// more is requested for it until its request is deleted.
+        pub const NODE_STILL_UNHEALTHY: &str = "NodeStillUnhealthy";
+        /// Warning: the spec cannot be used (an invalid selector or `maxUnhealthy`).
+        pub const INVALID_SPEC: &str = "InvalidHealthCheck";
+        /// Warning: creating or deleting a request failed; retried.
+        pub const REQUEST_FAILED: &str = "RemediationRequestFailed";
+    }
+}
+
 /// The type of a Kubernetes Event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {

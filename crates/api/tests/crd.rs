@@ -374,6 +374,7 @@ fn reboot_queue_crds_are_cluster_scoped_with_short_names_and_status() {
             "rebootqueueentries.hostcycle.io",
             "hostremediations.hostcycle.io",
             "hostremediationtemplates.hostcycle.io",
+            "hosthealthchecks.hostcycle.io",
         ]
     );
     for (crd, short) in [(&crds[1], "rq"), (&crds[2], "rqe")] {
@@ -634,4 +635,48 @@ fn an_over_long_bmc_field_is_refused_without_its_value() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn the_health_check_crd_is_cluster_scoped_with_validated_settings() {
+    let crds = hostcycle_api::crds();
+    let crd = crds
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("hosthealthchecks.hostcycle.io"))
+        .unwrap();
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["hhc".to_string()][..])
+    );
+    let json = serde_json::to_value(crd).unwrap();
+    let version = &json["spec"]["versions"][0];
+    assert!(version["subresources"]["status"].is_object());
+    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["required"], serde_json::json!(["selector"]));
+    let props = &spec["properties"];
+    assert_eq!(props["leaseStaleAfterSeconds"]["minimum"], 10.0);
+    assert_eq!(props["stormPercent"]["maximum"], 100.0);
+    assert_eq!(props["maxUnhealthy"]["x-kubernetes-int-or-string"], true);
+    assert_eq!(
+        props["remediation"]["properties"]["release"]["enum"],
+        serde_json::json!([
+            "DeleteNode",
+            "ReleaseWorkloads",
+            "OutOfServiceTaint",
+            "Auto"
+        ])
+    );
+    let names: Vec<String> = columns(crd).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "Observed",
+            "Healthy",
+            "Unhealthy",
+            "Storm",
+            "Suspended",
+            "Age"
+        ]
+    );
 }

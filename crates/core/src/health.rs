@@ -21,7 +21,7 @@
 //! - **Requests end only when done.** A request of the check is deleted once its node is
 //!   healthy again *and* its flow has finished; a running flow is never cut short.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -253,6 +253,23 @@ pub struct Decision {
     pub storm: Storm,
     pub suspension: Option<Suspension>,
     pub actions: Vec<Action>,
+}
+
+/// The nodes the reboot queue is rebooting, each with the end of its boot timeout (the latest,
+/// for a node in several entries), from `(node, rebooting since)` of every entry in phase
+/// `Rebooting` — cancelled or not: a cancel stops no power cycle under way. The same rule as
+/// remediation's wait for a reboot in the queue.
+pub fn rebooting_until<'a>(
+    rebooting: impl IntoIterator<Item = (&'a str, Timestamp)>,
+    boot_timeout: Duration,
+) -> HashMap<String, Timestamp> {
+    let mut until: HashMap<String, Timestamp> = HashMap::new();
+    for (node, since) in rebooting {
+        let end = add(since, boot_timeout);
+        let slot = until.entry(node.to_string()).or_insert(end);
+        *slot = (*slot).max(end);
+    }
+    until
 }
 
 /// Judges one node.
@@ -638,6 +655,35 @@ mod tests {
             matches!(&d.actions[..], [Action::CreateRequest { node, .. }] if node == "n0"),
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn a_node_is_rebooting_until_the_latest_boot_timeout_of_its_entries() {
+        let until = rebooting_until(
+            [("a", t(0)), ("b", t(100)), ("a", t(50))],
+            Duration::from_secs(1800),
+        );
+        assert_eq!(until.len(), 2);
+        assert_eq!(until["a"], t(1850));
+        assert_eq!(until["b"], t(1900));
+        assert!(rebooting_until([], Duration::from_secs(1)).is_empty());
+    }
+
+    /// A storm's cooldown read back from the status after a restart still holds requests,
+    /// even when the storm's Leases are all fresh again.
+    #[test]
+    fn a_cooldown_recorded_before_a_restart_still_holds() {
+        let s = HealthSettings::default();
+        let mut f = confirmed(facts(400, vec![node("a", 300), node("b", 400)]), &["a"]);
+        f.watching_since = t(0);
+        f.storm = Storm::CoolingDown { until: t(500) };
+        let d = decide(&s, &f);
+        assert_eq!(d.storm, Storm::CoolingDown { until: t(500) });
+        assert_eq!(
+            d.suspension,
+            Some(Suspension::StormCoolingDown { until: t(500) })
+        );
+        assert!(matches!(d.actions[..], [Action::Hold { .. }]), "{d:?}");
     }
 
     #[test]

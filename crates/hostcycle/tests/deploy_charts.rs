@@ -100,8 +100,9 @@ fn the_kustomize_base_renders_deploy_exactly() {
 /// namespaced: the chart's RBAC, args and namespaces are the generator's.
 #[test]
 fn chart_options_render_what_hostcycle_manifests_renders() {
-    let subsets: [&[&str]; 7] = [
+    let subsets: [&[&str]; 8] = [
         &["baremetalhost", "reboot-queue", "remediation"],
+        &["health-check"],
         &["baremetalhost"],
         &["reboot-queue"],
         &["remediation"],

@@ -645,6 +645,7 @@ fn troubleshooting_has_the_anchors_the_alerts_link_to() {
         "queue-backed-off",
         "remediation-failed",
         "remediation-blocked",
+        "health-check-storm",
         "no-leader",
         "operator-not-ready",
         "crds-missing",

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const RUNBOOK_BASE: &str = "https://example.invalid/hostcycle/blob/main/docs/troubleshooting.md#";
 
 /// The runbook sections the alerts link to, one per alert.
-const RUNBOOK_ANCHORS: [&str; 16] = [
+const RUNBOOK_ANCHORS: [&str; 17] = [
     "operator-down",
     "no-leader",
     "multiple-leaders",
@@ -34,6 +34,7 @@ const RUNBOOK_ANCHORS: [&str; 16] = [
     "reboot-queue-disabled",
     "cannot-fence",
     "remediation-failed",
+    "health-check-storm",
 ];
 
 fn monitoring_file(name: &str) -> std::path::PathBuf {

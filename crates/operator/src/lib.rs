@@ -11,6 +11,7 @@ pub mod clock;
 pub mod cluster;
 pub mod deploy;
 pub mod events;
+pub mod health;
 pub mod http;
 pub mod http_limits;
 pub mod interest;
@@ -49,6 +50,9 @@ pub enum ControllerName {
     /// Automatic machine remediation.
     #[value(name = "remediation")]
     Remediation,
+    /// The HostHealthCheck detector: requests remediation of nodes whose Lease stopped.
+    #[value(name = "health-check")]
+    HealthCheck,
 }
 
 impl std::fmt::Display for ControllerName {
@@ -57,15 +61,17 @@ impl std::fmt::Display for ControllerName {
             ControllerName::BareMetalHost => "baremetalhost",
             ControllerName::RebootQueue => "reboot-queue",
             ControllerName::Remediation => "remediation",
+            ControllerName::HealthCheck => "health-check",
         })
     }
 }
 
 impl ControllerName {
-    pub const ALL: [ControllerName; 3] = [
+    pub const ALL: [ControllerName; 4] = [
         ControllerName::BareMetalHost,
         ControllerName::RebootQueue,
         ControllerName::Remediation,
+        ControllerName::HealthCheck,
     ];
 }
 
@@ -232,6 +238,7 @@ async fn run_controllers(
     let run_bmh = config.controllers.contains(&ControllerName::BareMetalHost);
     let run_queue = config.controllers.contains(&ControllerName::RebootQueue);
     let run_remediation = config.controllers.contains(&ControllerName::Remediation);
+    let run_health = config.controllers.contains(&ControllerName::HealthCheck);
     tracing::info!(controllers = ?config.controllers, "starting controllers");
     // `/readyz` waits for the caches of every controller that runs: together, every watch of
     // the view (and the host controller's Secret watch). Registered before anything else is
@@ -239,6 +246,7 @@ async fn run_controllers(
     let bmh_synced = run_bmh.then(|| ready.cache_pending());
     let queue_synced = run_queue.then(|| ready.cache_pending());
     let remediation_synced = run_remediation.then(|| ready.cache_pending());
+    let health_synced = run_health.then(|| ready.cache_pending());
     // Readiness is health and synced caches, not leadership: a standby replica is ready too.
     // Healthy only now that the caches are registered: before, `/readyz` answered 200 for a
     // moment with no cache synced (a loaded machine made that moment long enough for the
@@ -288,6 +296,21 @@ async fn run_controllers(
         controllers.spawn(remediation::run(
             &view,
             config.remediation.clone(),
+            metrics.clone(),
+            config.identity.clone(),
+            leading.clone(),
+            work.clone(),
+            synced,
+        ));
+    }
+    if let Some(synced) = health_synced {
+        // Requests are made in the operator's namespace, whose requests may fence any host.
+        controllers.spawn(health::run(
+            &view,
+            health::HealthControllerConfig {
+                request_namespace: config.remediation.record_namespace.clone(),
+                ..health::HealthControllerConfig::default()
+            },
             metrics.clone(),
             config.identity.clone(),
             leading.clone(),
@@ -538,10 +561,17 @@ mod tests {
         "/apis/hostcycle.io/v1alpha1/rebootqueues",
     ];
 
+    /// What the health check reads besides the loops' kinds.
+    const HEALTH_KINDS: [&str; 2] = [
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        "/apis/hostcycle.io/v1alpha1/hosthealthchecks",
+    ];
+
     #[tokio::test]
-    async fn every_kind_is_watched_once_by_all_three_controllers() {
+    async fn every_kind_is_watched_once_by_all_four_controllers() {
         let mut expected = vec![HOSTS, SECRETS];
         expected.extend(LOOP_KINDS);
+        expected.extend(HEALTH_KINDS);
         expected.sort();
         let lists = lists_sent(&ControllerName::ALL, &expected).await;
         assert_eq!(
@@ -556,6 +586,21 @@ mod tests {
         expected.extend(LOOP_KINDS);
         expected.sort();
         let lists = lists_sent(&[ControllerName::RebootQueue], &expected).await;
+        assert_eq!(lists, expected);
+    }
+
+    /// The health check alone: no host, Secret, Machine or ConfigMap.
+    #[tokio::test]
+    async fn the_health_check_alone_watches_what_it_reads() {
+        let mut expected = vec![
+            "/api/v1/nodes",
+            "/apis/hostcycle.io/v1alpha1/hostremediations",
+            "/apis/hostcycle.io/v1alpha1/rebootqueueentries",
+            "/apis/hostcycle.io/v1alpha1/rebootqueues",
+        ];
+        expected.extend(HEALTH_KINDS);
+        expected.sort();
+        let lists = lists_sent(&[ControllerName::HealthCheck], &expected).await;
         assert_eq!(lists, expected);
     }
 

@@ -290,6 +290,75 @@ impl RemediationMetrics {
     }
 }
 
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabels {
+    /// The HostHealthCheck's name.
+    pub check: String,
+}
+
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckNodeStateLabels {
+    pub check: String,
+    /// `healthy`, `unhealthy`, `excluded`, `rebooting`, `warming_up`.
+    pub state: String,
+}
+
+/// The `state` values of [`HealthMetrics::nodes`].
+pub const HEALTH_NODE_STATES: [&str; 5] = [
+    "healthy",
+    "unhealthy",
+    "excluded",
+    "rebooting",
+    "warming_up",
+];
+
+/// The health check's metrics (`hostcycle_health_check_*`).
+#[derive(Debug, Clone, Default)]
+pub struct HealthMetrics {
+    /// Selected nodes by verdict.
+    pub nodes: Family<CheckNodeStateLabels, Gauge>,
+    /// 1 while a storm suspends the check.
+    pub storm_active: Family<CheckLabels, Gauge>,
+    /// 1 while no new request may be made (paused, warming up, storm, cooldown, too many
+    /// unhealthy nodes).
+    pub suspended: Family<CheckLabels, Gauge>,
+    /// HostRemediations created.
+    pub requests_created: Family<CheckLabels, Counter>,
+    /// Finished HostRemediations deleted (their node healthy again).
+    pub requests_deleted: Family<CheckLabels, Counter>,
+}
+
+impl HealthMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("health_check");
+        r.register(
+            "nodes",
+            "Nodes a HostHealthCheck selects, by verdict (healthy, unhealthy, excluded, rebooting, warming_up)",
+            self.nodes.clone(),
+        );
+        r.register(
+            "storm_active",
+            "1 while a storm (too many stale Leases at once) suspends a HostHealthCheck",
+            self.storm_active.clone(),
+        );
+        r.register(
+            "suspended",
+            "1 while a HostHealthCheck makes no new request (paused, warming up, storm, cooldown, maxUnhealthy)",
+            self.suspended.clone(),
+        );
+        r.register(
+            "requests_created",
+            "HostRemediations a HostHealthCheck created",
+            self.requests_created.clone(),
+        );
+        r.register(
+            "requests_deleted",
+            "Finished HostRemediations a HostHealthCheck deleted once their node was healthy again",
+            self.requests_deleted.clone(),
+        );
+    }
+}
+
 /// Every metric the operator exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -315,6 +384,7 @@ pub struct Metrics {
     pub clock_skew: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub queue: QueueMetrics,
     pub remediation: RemediationMetrics,
+    pub health: HealthMetrics,
 }
 
 impl Metrics {
@@ -338,9 +408,11 @@ impl Metrics {
             clock_skew: Gauge::default(),
             queue: QueueMetrics::new(),
             remediation: RemediationMetrics::new(),
+            health: HealthMetrics::default(),
         };
         m.queue.register(registry);
         m.remediation.register(registry);
+        m.health.register(registry);
         registry.register(
             "power_actions",
             "Power actions sent to BMCs, by action, mode and result",
@@ -555,6 +627,15 @@ fn touch_every_family(m: &Metrics) {
             trigger: text(),
             result: text(),
         });
+    let _ = m
+        .health
+        .nodes
+        .get_or_create(&CheckNodeStateLabels::default());
+    let check = CheckLabels::default();
+    let _ = m.health.storm_active.get_or_create(&check);
+    let _ = m.health.suspended.get_or_create(&check);
+    let _ = m.health.requests_created.get_or_create(&check);
+    let _ = m.health.requests_deleted.get_or_create(&check);
 }
 
 #[cfg(test)]

@@ -147,12 +147,73 @@ pub fn host_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
 pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
     let queue = controllers.contains(&ControllerName::RebootQueue);
     let remediation = controllers.contains(&ControllerName::Remediation);
-    if !queue && !remediation {
+    let health = controllers.contains(&ControllerName::HealthCheck);
+    let loops = queue || remediation;
+    if !loops && !health {
         return Vec::new();
     }
-    let mut rules = vec![
-        // Events about Nodes (in kube-system), queue entries, Machines and remediations.
-        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+    // Events about Nodes (in kube-system), queue entries, Machines, remediations and health
+    // checks.
+    let mut rules = vec![rule(&["events.k8s.io"], &["events"], &["create", "patch"])];
+    if loops {
+        rules.extend(loop_rules());
+    } else {
+        // The health check alone: which Nodes it selects (and a live read of a Node before
+        // its request), and which the reboot queue is rebooting.
+        rules.push(rule(&[""], &["nodes"], &["get", "list", "watch"]));
+        rules.push(rule(
+            &["hostcycle.io"],
+            &["rebootqueues", "rebootqueueentries"],
+            &["list", "watch"],
+        ));
+    }
+    // Remediation requests: read (the queue watches them too); remediation adds its
+    // finalizer; the health check creates its requests and deletes finished ones.
+    let mut verbs = vec!["get", "list", "watch"];
+    if remediation {
+        verbs.push("patch");
+    }
+    if health {
+        verbs.extend(["create", "delete"]);
+    }
+    rules.push(rule(&["hostcycle.io"], &["hostremediations"], &verbs));
+    if remediation {
+        // The request's record is replaced (PUT, with its resourceVersion).
+        rules.push(rule(
+            &["hostcycle.io"],
+            &["hostremediations/status"],
+            &["update"],
+        ));
+        // Releasing a fenced node's workloads without deleting it (only once its host is
+        // off): clear the dead kubelet's `status.volumesInUse`, and see its
+        // VolumeAttachments go (never deleted by hostcycle).
+        rules.push(rule(&[""], &["nodes/status"], &["patch"]));
+        rules.push(rule(
+            &["storage.k8s.io"],
+            &["volumeattachments"],
+            &["list"],
+        ));
+    }
+    if health {
+        // The checks are watched (never read one by one); their status is replaced (PUT,
+        // with its resourceVersion).
+        rules.push(rule(
+            &["hostcycle.io"],
+            &["hosthealthchecks"],
+            &["list", "watch"],
+        ));
+        rules.push(rule(
+            &["hostcycle.io"],
+            &["hosthealthchecks/status"],
+            &["update"],
+        ));
+    }
+    rules
+}
+
+/// What the reboot queue and remediation need cluster-wide (besides Events and requests).
+fn loop_rules() -> Vec<PolicyRule> {
+    vec![
         // Reboot queue: read the configuration (from the watch, never by `get`); create
         // `default` when it is missing.
         rule(
@@ -203,31 +264,20 @@ pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
             &["machinehealthchecks"],
             &["list"],
         ),
-    ];
-    // Remediation requests: read, finalizer, status (the queue watches them too).
-    rules.push(rule(
-        &["hostcycle.io"],
-        &["hostremediations"],
-        if remediation {
-            &["get", "list", "watch", "patch"]
-        } else {
-            &["get", "list", "watch"]
-        },
-    ));
-    if remediation {
-        // The request's record is replaced (PUT, with its resourceVersion).
-        rules.push(rule(
-            &["hostcycle.io"],
-            &["hostremediations/status"],
-            &["update"],
-        ));
-        // Releasing a fenced node's workloads without deleting it (only once its host is
-        // off): clear the dead kubelet's `status.volumesInUse`, and see its
-        // VolumeAttachments go (never deleted by hostcycle).
-        rules.push(rule(&[""], &["nodes/status"], &["patch"]));
-        rules.push(rule(&["storage.k8s.io"], &["volumeattachments"], &["list"]));
-    }
-    rules
+    ]
+}
+
+/// The health check's Role in `kube-node-lease`: the kubelets' Leases, watched, and read
+/// live before a request (never written).
+pub fn node_lease_role() -> Role {
+    named_role(
+        hostcycle_api::health::NODE_LEASE_NAMESPACE,
+        vec![rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "list", "watch"],
+        )],
+    )
 }
 
 /// Leader election, in the operator's namespace only: the Lease is created once, then read
@@ -568,6 +618,15 @@ pub fn rbac_objects(options: &RbacOptions) -> anyhow::Result<Vec<serde_json::Val
             objects.push(with_type_meta(&role, RBAC, "ClusterRole")?);
         }
     }
+    if options.runs(ControllerName::HealthCheck) {
+        let lease_namespace = hostcycle_api::health::NODE_LEASE_NAMESPACE;
+        objects.push(with_type_meta(&node_lease_role(), RBAC, "Role")?);
+        objects.push(with_type_meta(
+            &role_binding(lease_namespace, ns),
+            RBAC,
+            "RoleBinding",
+        )?);
+    }
     Ok(objects)
 }
 
@@ -614,7 +673,10 @@ mod tests {
                 "ClusterRole",
                 "ClusterRole",
                 "ClusterRole",
-                "ClusterRole"
+                "ClusterRole",
+                // The health check's Leases in kube-node-lease.
+                "Role",
+                "RoleBinding"
             ]
         );
         assert_eq!(
@@ -649,6 +711,50 @@ mod tests {
             .filter(|o| o["kind"] == kind && o["metadata"]["name"] == OPERATOR_NAME)
             .flat_map(|o| o["rules"].as_array().unwrap().clone())
             .collect()
+    }
+
+    /// The health check reads the kubelets' Leases in kube-node-lease only, by a Role there;
+    /// alone, it needs no Pod, Machine or host.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn the_health_check_reads_node_leases_by_a_role_in_kube_node_lease() {
+        let objs = rbac_objects(&RbacOptions::cluster_wide("ops")).unwrap();
+        let lease_role = objs
+            .iter()
+            .find(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == "kube-node-lease")
+            .unwrap();
+        assert_eq!(
+            grants(lease_role["rules"].as_array().unwrap(), "leases"),
+            ["get", "list", "watch"]
+        );
+        let binding = objs
+            .iter()
+            .find(|o| o["kind"] == "RoleBinding" && o["metadata"]["namespace"] == "kube-node-lease")
+            .unwrap();
+        assert_eq!(binding["subjects"][0]["namespace"], "ops");
+        let mut alone = RbacOptions::cluster_wide("ops");
+        alone.controllers = vec![ControllerName::HealthCheck];
+        let rules = cluster_rules(&alone.controllers);
+        let json: Vec<serde_json::Value> = rules
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap())
+            .collect();
+        assert_eq!(grants(&json, "nodes"), ["get", "list", "watch"]);
+        assert_eq!(
+            grants(&json, "hostremediations"),
+            ["get", "list", "watch", "create", "delete"]
+        );
+        assert!(grants(&json, "pods").is_empty());
+        assert!(grants(&json, "machines").is_empty());
+        assert!(grants(&json, "leases").is_empty());
+        let mut without = RbacOptions::cluster_wide("ops");
+        without.controllers = vec![ControllerName::Remediation];
+        let objs = rbac_objects(&without).unwrap();
+        assert!(
+            !objs
+                .iter()
+                .any(|o| o["metadata"]["namespace"] == "kube-node-lease")
+        );
     }
 
     #[test]
@@ -822,8 +928,13 @@ mod tests {
             ("rebootqueues/status", &["patch"]),
             ("rebootqueueentries", &["list", "watch", "delete"]),
             ("rebootqueueentries/status", &["update"]),
-            ("hostremediations", &["get", "list", "watch", "patch"]),
+            (
+                "hostremediations",
+                &["get", "list", "watch", "patch", "create", "delete"],
+            ),
             ("hostremediations/status", &["update"]),
+            ("hosthealthchecks", &["list", "watch"]),
+            ("hosthealthchecks/status", &["update"]),
             ("machines/status", &["patch"]),
             ("nodes/status", &["patch"]),
             ("volumeattachments", &["list"]),

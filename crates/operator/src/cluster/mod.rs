@@ -5,7 +5,8 @@
 //! the watches the selected controllers need: BareMetalHosts for any of them (in `--namespace`
 //! when it is set); Nodes, Machines (one watch per kind discovery finds),
 //! HostRemediations, RebootQueueEntries and RebootQueues for the reboot queue and
-//! remediation. Each controller then subscribes to the kinds it reads, with its own relevance
+//! remediation (and, but Machines, for the health check, which also reads HostHealthChecks and
+//! the Leases in `kube-node-lease`). Each controller then subscribes to the kinds it reads, with its own relevance
 //! filter and wake-up ([`watch::Feed`]), and [`ClusterView::start`] starts the watches: no
 //! event is missed by a controller, and no controller module imports another's.
 //!
@@ -16,8 +17,10 @@ pub mod objects;
 pub mod watch;
 
 use hostcycle_api::BareMetalHost;
+use hostcycle_api::health::{HostHealthCheck, NODE_LEASE_NAMESPACE};
 use hostcycle_api::queue::{REBOOT_COMMANDS_CONFIG_MAP, RebootQueue, RebootQueueEntry};
 use hostcycle_api::remediation::HostRemediation;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -34,22 +37,41 @@ pub struct Kinds {
     /// Nodes, Machines, HostRemediations, RebootQueueEntries and RebootQueues: the reboot
     /// queue and remediation (each reads all of them).
     pub loops: bool,
+    /// The health check: HostHealthChecks, the Leases in `kube-node-lease`, and Nodes,
+    /// HostRemediations, RebootQueueEntries and RebootQueues.
+    pub health: bool,
 }
 
 impl Kinds {
-    /// What the reboot queue and remediation each read: every kind.
+    /// What the reboot queue and remediation each read: every kind but the health check's.
     pub const LOOPS: Kinds = Kinds {
         hosts: true,
         loops: true,
+        health: false,
+    };
+
+    /// What the health check reads.
+    pub const HEALTH: Kinds = Kinds {
+        hosts: false,
+        loops: false,
+        health: true,
     };
 
     pub fn for_controllers(controllers: &[ControllerName]) -> Kinds {
         Kinds {
-            hosts: !controllers.is_empty(),
+            hosts: controllers
+                .iter()
+                .any(|c| !matches!(c, ControllerName::HealthCheck)),
             loops: controllers
                 .iter()
                 .any(|c| matches!(c, ControllerName::RebootQueue | ControllerName::Remediation)),
+            health: controllers.contains(&ControllerName::HealthCheck),
         }
+    }
+
+    /// Nodes, HostRemediations, RebootQueueEntries and RebootQueues.
+    fn shared(self) -> bool {
+        self.loops || self.health
     }
 }
 
@@ -70,6 +92,10 @@ pub struct ClusterView {
     /// The reboot queue's command sets: ConfigMap `hostcycle-reboot-commands` in the
     /// operator's namespace (reboot queue only).
     pub reboot_commands: Feed<ConfigMap>,
+    /// The kubelets' Leases in `kube-node-lease` (health check only).
+    pub node_leases: Feed<Lease>,
+    /// HostHealthChecks (health check only).
+    pub health_checks: Feed<HostHealthCheck>,
     host_namespace: Option<String>,
     /// The client the watches read through, which the controllers write with.
     client: Client,
@@ -108,7 +134,7 @@ impl ClusterView {
         );
         let nodes = keep(
             &mut starters,
-            kinds.loops,
+            kinds.shared(),
             Feed::watch(Api::all(client.clone()), Watched::all("nodes")),
         );
         let machines = machine_resources
@@ -126,17 +152,17 @@ impl ClusterView {
             .collect();
         let remediations = keep(
             &mut starters,
-            kinds.loops,
+            kinds.shared(),
             Feed::watch(Api::all(client.clone()), Watched::all("hostremediations")),
         );
         let entries = keep(
             &mut starters,
-            kinds.loops,
+            kinds.shared(),
             Feed::watch(Api::all(client.clone()), Watched::all("rebootqueueentries")),
         );
         let queues = keep(
             &mut starters,
-            kinds.loops,
+            kinds.shared(),
             Feed::watch(Api::all(client.clone()), Watched::all("rebootqueues")),
         );
         let records_api: Api<ConfigMap> = Api::namespaced(client.clone(), operator_namespace);
@@ -158,7 +184,22 @@ impl ClusterView {
                 Watched::in_namespace("configmaps", Some(&operator_namespace.to_string())),
             ),
         );
+        let node_leases = keep(
+            &mut starters,
+            kinds.health,
+            Feed::watch(
+                Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
+                Watched::in_namespace("leases", Some(&NODE_LEASE_NAMESPACE.to_string())),
+            ),
+        );
+        let health_checks = keep(
+            &mut starters,
+            kinds.health,
+            Feed::watch(Api::all(client.clone()), Watched::all("hosthealthchecks")),
+        );
         ClusterView {
+            node_leases,
+            health_checks,
             flow_records,
             reboot_commands,
             hosts,
@@ -195,9 +236,27 @@ impl ClusterView {
                 self.reboot_commands.clone(),
             )
         });
+        let health = kinds.health.then(|| {
+            (
+                self.nodes.clone(),
+                self.remediations.clone(),
+                self.entries.clone(),
+                self.queues.clone(),
+                self.node_leases.clone(),
+                self.health_checks.clone(),
+            )
+        });
         async move {
             if let Some(hosts) = hosts {
                 hosts.wait_listed().await;
+            }
+            if let Some((nodes, remediations, entries, queues, leases, checks)) = health {
+                nodes.wait_listed().await;
+                remediations.wait_listed().await;
+                entries.wait_listed().await;
+                queues.wait_listed().await;
+                leases.wait_listed().await;
+                checks.wait_listed().await;
             }
             if let Some((nodes, machines, remediations, entries, queues, records, commands)) = loops
             {

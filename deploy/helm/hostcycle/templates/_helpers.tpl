@@ -52,16 +52,18 @@ controller needs of BareMetalHosts, and the host controller's Secrets and Events
 
 {{/*
 Rules only cluster-wide grants can give (rbac.rs, cluster_rules): the reboot queue's and
-remediation's Nodes, Pods, cluster-scoped queue objects and Machines. Empty when only the
-host controller runs.
+remediation's Nodes, Pods, cluster-scoped queue objects and Machines; the health check's Nodes,
+requests and checks. Empty when only the host controller runs.
 */}}
 {{- define "hostcycle.clusterRules" -}}
 {{- $queue := has "reboot-queue" .Values.controllers -}}
 {{- $remediation := has "remediation" .Values.controllers -}}
-{{- if or $queue $remediation }}
+{{- $health := has "health-check" .Values.controllers -}}
+{{- if or $queue $remediation $health }}
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if or $queue $remediation }}
 - apiGroups: ["hostcycle.io"]
   resources: ["rebootqueues"]
   verbs: ["list", "watch", "create"]
@@ -95,10 +97,21 @@ host controller runs.
 - apiGroups: ["machine.openshift.io"]
   resources: ["machinehealthchecks"]
   verbs: ["list"]
+{{- else }}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["hostcycle.io"]
+  resources: ["rebootqueues", "rebootqueueentries"]
+  verbs: ["list", "watch"]
+{{- end }}
+{{- $verbs := list "get" "list" "watch" -}}
+{{- if $remediation }}{{- $verbs = append $verbs "patch" -}}{{- end -}}
+{{- if $health }}{{- $verbs = concat $verbs (list "create" "delete") -}}{{- end }}
 - apiGroups: ["hostcycle.io"]
   resources: ["hostremediations"]
+  verbs: [{{ range $i, $v := $verbs }}{{ if $i }}, {{ end }}{{ $v | quote }}{{ end }}]
 {{- if $remediation }}
-  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["hostcycle.io"]
   resources: ["hostremediations/status"]
   verbs: ["update"]
@@ -108,8 +121,14 @@ host controller runs.
 - apiGroups: ["storage.k8s.io"]
   resources: ["volumeattachments"]
   verbs: ["list"]
-{{- else }}
-  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- if $health }}
+- apiGroups: ["hostcycle.io"]
+  resources: ["hosthealthchecks"]
+  verbs: ["list", "watch"]
+- apiGroups: ["hostcycle.io"]
+  resources: ["hosthealthchecks/status"]
+  verbs: ["update"]
 {{- end }}
 {{- end }}
 {{- end -}}
