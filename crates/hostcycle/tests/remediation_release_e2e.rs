@@ -47,7 +47,10 @@ async fn release_workloads_keeps_the_node_and_releases_its_pods_only_after_the_h
     lab.wait_running("apps", "web", 2).await;
     let before = lab.node(node_name).await;
     let old_boot = boot_id(&before);
-    assert!(!old_boot.is_empty(), "the simulated kubelet reports a bootID");
+    assert!(
+        !old_boot.is_empty(),
+        "the simulated kubelet reports a bootID"
+    );
     let pods: Vec<Pod> = lab.pods_on(node_name).await;
     assert_eq!(pods.len(), 2, "both pods run on {node_name}");
     let pod_api: Api<Pod> = Api::namespaced(lab.client.clone(), "apps");
@@ -121,7 +124,10 @@ async fn release_workloads_keeps_the_node_and_releases_its_pods_only_after_the_h
         .find(|s| fenced(&s.object))
         .map(|s| s.at)
         .unwrap();
-    assert!(tainted_at <= off_at + jiff::SignedDuration::from_secs(2), "tainted from the request");
+    assert!(
+        tainted_at <= off_at + jiff::SignedDuration::from_secs(2),
+        "tainted from the request"
+    );
     let history = lab.lab.settled_history(node_name).await;
     assert_eq!(
         (history.power_offs(), history.power_ons()),
