@@ -314,9 +314,12 @@ pub async fn send(lab_dir: &Path, request: &ControlRequest) -> anyhow::Result<St
 mod tests {
     use super::*;
 
+    /// The action and node parsed, or the start of the error.
+    type Expected = Result<(FaultAction, &'static str), &'static str>;
+
     #[test]
     fn request_lines() {
-        let cases: &[(&str, Result<(FaultAction, &str), &str>)] = &[
+        let cases: &[(&str, Expected)] = &[
             (
                 "kill-kubelet worker-1\n",
                 Ok((FaultAction::KillKubelet, "worker-1")),

@@ -228,11 +228,13 @@ async fn run_lab() -> anyhow::Result<()> {
     let _stream_guard = stream_stop.clone().drop_guard();
     let (stream_sender, stream_receiver) = tokio::sync::mpsc::unbounded_channel();
     let mut stream_tasks = stream::start(
-        client.clone(),
-        LAB_NAMESPACE,
-        failover::STATEFULSET,
-        storage.clone(),
-        LAB_HOSTS.map(|(name, _)| name).to_vec(),
+        stream::StreamSources {
+            client: client.clone(),
+            namespace: LAB_NAMESPACE,
+            shown_app: failover::STATEFULSET,
+            storage: storage.clone(),
+            hosts: LAB_HOSTS.map(|(name, _)| name).to_vec(),
+        },
         stream_sender.clone(),
         stream_receiver,
         stream_stop.clone(),

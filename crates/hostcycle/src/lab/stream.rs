@@ -430,17 +430,31 @@ fn remember<V>(map: &mut BTreeMap<String, V>, name: &str, view: Option<V>) -> Op
     }
 }
 
+/// What the stream watches.
+pub struct StreamSources {
+    pub client: Client,
+    /// The namespace of the pods watched.
+    pub namespace: &'static str,
+    /// The `app` label of the pods shown (the sample StatefulSet's).
+    pub shown_app: &'static str,
+    pub storage: StorageSim,
+    pub hosts: Vec<&'static str>,
+}
+
 /// Starts the watch tasks and the printer; they all stop when `stop` fires.
 pub fn start(
-    client: Client,
-    namespace: &str,
-    shown_app: &'static str,
-    storage: StorageSim,
-    hosts: Vec<&'static str>,
+    sources: StreamSources,
     sender: UnboundedSender<StreamInput>,
     receiver: UnboundedReceiver<StreamInput>,
     stop: CancellationToken,
 ) -> tokio::task::JoinSet<()> {
+    let StreamSources {
+        client,
+        namespace,
+        shown_app,
+        storage,
+        hosts,
+    } = sources;
     let mut tasks = tokio::task::JoinSet::new();
     let started_at = jiff::Timestamp::now();
     tasks.spawn(until(stop.clone(), print(receiver, hosts)));
