@@ -288,7 +288,8 @@ pub async fn send(lab_dir: &Path, request: &ControlRequest) -> anyhow::Result<St
     let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&path)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => bail!(
-            "cannot reach the lab's control socket {}: {e}; is a lab running (`make lab`)?",
+            "cannot reach the lab's control socket {}: {e}; a lab opens it once it is up (after \
+             \"The hostcycle lab is up\"); is one running (`make lab`)?",
             path.display()
         ),
         Err(_) => bail!(

@@ -1,5 +1,6 @@
 //! The lab's concise stream: one terminal line per change that matters during a failover,
-//! timed from the last fault the lab was asked for (`+21.3s worker-1: …`).
+//! timed from the last fault the lab was asked for (`+21.3s worker-1: …`; `heal` is no
+//! fault).
 //!
 //! Watch tasks turn Events (events.k8s.io/v1), the lab namespace's Pods, Nodes and
 //! VolumeAttachments into [`StreamInput`]s; [`StreamState`] keeps what it saw last and turns
@@ -328,8 +329,11 @@ impl StreamState {
     pub fn observe(&mut self, input: StreamInput, now: Instant) -> Vec<String> {
         let change = match input {
             StreamInput::Fault { node, action } => {
-                self.origin = now;
-                self.deleted_from.insert(node.clone(), 0);
+                // Healing is no new fault: what follows the last one keeps its clock.
+                if action != FaultAction::Heal {
+                    self.origin = now;
+                    self.deleted_from.insert(node.clone(), 0);
+                }
                 Some(Change::Fault { node, action })
             }
             StreamInput::Event {
@@ -1052,6 +1056,17 @@ mod tests {
         assert_eq!(
             state.observe(event("Node", "WorkloadsReleased"), at(34.0)),
             ["   +24.0s worker-1: workloads released (2 pods deleted, volumesInUse cleared)"]
+        );
+        // Healing another host keeps the clock of the fault.
+        assert_eq!(
+            state.observe(
+                StreamInput::Fault {
+                    node: "worker-2".into(),
+                    action: FaultAction::Heal
+                },
+                at(35.0)
+            ),
+            ["   +25.0s worker-2: kubelet healed"]
         );
     }
 
