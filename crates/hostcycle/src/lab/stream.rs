@@ -192,10 +192,16 @@ fn describe_pod(before: Option<&PodView>, after: Option<&PodView>) -> Option<Str
             }
             if after.phase == "Running" {
                 if was_running_here {
-                    // Readiness lost while running: its node stopped reporting.
+                    // Readiness lost while running: its node stopped reporting; regained: it
+                    // reports again.
                     let was_ready = before.is_some_and(|b| b.ready);
-                    return (was_ready && !after.ready)
-                        .then(|| format!("not ready on {} (node unreachable)", on(after)));
+                    return match (was_ready, after.ready) {
+                        (true, false) => {
+                            Some(format!("not ready on {} (node unreachable)", on(after)))
+                        }
+                        (false, true) => Some(format!("ready again on {}", on(after))),
+                        _ => None,
+                    };
                 }
                 let volume = if after.has_volume {
                     " (volume attached)"
@@ -863,6 +869,13 @@ mod tests {
                     Some(pod(w1, "Running", false, false)),
                 ),
                 Some("default/db-1: not ready on worker-1 (node unreachable)"),
+            ),
+            (
+                pod_change(
+                    Some(pod(w1, "Running", false, false)),
+                    Some(pod(w1, "Running", true, false)),
+                ),
+                Some("default/db-1: ready again on worker-1"),
             ),
             (
                 pod_change(
