@@ -96,7 +96,15 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::RebootQueue(_) => "warn,kube_client=off,kube_runtime=off",
         _ => "info,kube_client=warn,kube_runtime=warn",
     };
-    init_logging(cli.log_format, default_filter);
+    // The lab logs to a file in its directory once it has claimed it; its terminal shows
+    // a concise stream instead.
+    #[cfg(feature = "lab")]
+    let logs_to_lab_file = matches!(&cli.command, Command::Lab(args) if args.runs_lab());
+    #[cfg(not(feature = "lab"))]
+    let logs_to_lab_file = false;
+    if !logs_to_lab_file {
+        init_logging(cli.log_format, default_filter);
+    }
     // One crypto provider for every TLS client in the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let result = match cli.command {

@@ -4,8 +4,19 @@
 //! Runs until Ctrl-C, then tears down.
 //! `hostcycle lab env` prints shell exports for a running lab (like `kind get kubeconfig`);
 //! `hostcycle lab rolling-reboot` and `hostcycle lab remediate NODE` start the demos.
+//!
+//! Fenced failover: the lab also runs the simulated CSI driver and storage, a StatefulSet `db`
+//! with ReadWriteOnce volumes on the workers and, when the server serves it, a HostHealthCheck.
+//! `hostcycle lab kill-kubelet|partition|power-loss|heal NODE` reach the running lab through its
+//! control socket ([`control`]); the lab's terminal shows a concise stream ([`stream`]) while
+//! the operator logs to a file.
+
+mod control;
+mod failover;
+mod stream;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -13,7 +24,7 @@ use clap::{Args, Subcommand};
 use hostcycle_api::BareMetalHost;
 use hostcycle_api::remediation::EXTERNAL_REMEDIATION_ANNOTATION;
 use hostcycle_bmc::{BmcCredentials, HostConnectOptions};
-use hostcycle_sim::{NodeSimulator, SimConfig, SimHost};
+use hostcycle_sim::{CsiSimConfig, NodeSimulator, SimConfig, SimHost, StorageSim};
 use hostcycle_testkit::bmc_emulators::{
     FakePower, FakeSystem, RedfishEmulator, RedfishEmulatorOptions,
 };
@@ -61,6 +72,36 @@ enum LabCommand {
         /// The node whose Machine (by `status.nodeRef.name`) to remediate, e.g. worker-1.
         node: String,
     },
+    /// Kill NODE's kubelet in the running lab: no more heartbeats or pod updates; its pods keep
+    /// running and writing to their volumes (until the host loses power).
+    KillKubelet {
+        /// A lab host, e.g. worker-1.
+        node: String,
+    },
+    /// Cut NODE's kubelet off the API server in the running lab (as kill-kubelet, but the
+    /// kubelet still runs).
+    Partition {
+        /// A lab host, e.g. worker-1.
+        node: String,
+    },
+    /// Cut NODE's power at the Redfish emulator, bypassing hostcycle.
+    PowerLoss {
+        /// A lab host, e.g. worker-1.
+        node: String,
+    },
+    /// Heal NODE's kubelet (after kill-kubelet or partition) without a power cycle.
+    Heal {
+        /// A lab host, e.g. worker-1.
+        node: String,
+    },
+}
+
+impl LabArgs {
+    /// Whether this runs the lab itself, whose terminal shows the stream and whose logs go to
+    /// a file (set up by the lab once it has claimed its directory).
+    pub fn runs_lab(&self) -> bool {
+        matches!(self.command, None | Some(LabCommand::Run))
+    }
 }
 
 fn lab_dir() -> PathBuf {
@@ -75,7 +116,42 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         LabCommand::Env => print_env(),
         LabCommand::RollingReboot => rolling_reboot().await,
         LabCommand::Remediate { node } => remediate(&node).await,
+        LabCommand::KillKubelet { node } => inject(control::FaultAction::KillKubelet, node).await,
+        LabCommand::Partition { node } => inject(control::FaultAction::Partition, node).await,
+        LabCommand::PowerLoss { node } => inject(control::FaultAction::PowerLoss, node).await,
+        LabCommand::Heal { node } => inject(control::FaultAction::Heal, node).await,
     }
+}
+
+/// Asks the running lab, through its control socket, to do `action` to `node`.
+async fn inject(action: control::FaultAction, node: String) -> anyhow::Result<()> {
+    control::validate_node(&node).map_err(|e| anyhow::anyhow!(e))?;
+    let dir = lab_dir();
+    if running_lab_pid().is_none() {
+        bail!(
+            "no lab is running (looked for {}); start one with `make lab`",
+            dir.join("lab.pid").display()
+        );
+    }
+    let answer = control::send(&dir, &control::ControlRequest { action, node }).await?;
+    println!("{answer}; watch the lab's terminal");
+    Ok(())
+}
+
+/// Sends the process's logs (the operator's, the simulator's) to `path` instead of the
+/// terminal, which shows the stream.
+fn log_to_file(path: &Path) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube_client=warn,kube_runtime=warn")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(Arc::new(file))
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("installing the log writer: {e}"))
 }
 
 /// The PID of a lab that is still running, if any.
@@ -110,14 +186,20 @@ impl Drop for PidFile {
 }
 
 async fn run_lab() -> anyhow::Result<()> {
-    // 1. One lab at a time, in a fresh directory.
+    // 1. One lab at a time, in a fresh directory; logs to a file there.
     let (dir, _pid_file) = claim_lab_dir()?;
+    let log_path = dir.join("operator.log");
+    log_to_file(&log_path)?;
+    println!(
+        "Logs of the operator and the simulator: {}",
+        log_path.display()
+    );
     let started = Instant::now();
     // 2. The control plane.
     let cluster = start_control_plane(dir.join("cluster")).await?;
     let client = cluster.client();
     // 3. The Redfish emulator, and the objects of the hosts behind it.
-    let redfish = start_redfish().await?;
+    let redfish = Arc::new(start_redfish().await?);
     create_bare_metal_hosts(&client, &redfish).await?;
     create_machines(&client).await?;
     create_reboot_queue(&client).await?;
@@ -125,24 +207,66 @@ async fn run_lab() -> anyhow::Result<()> {
     println!("Starting the operator...");
     let metrics_port = hostcycle_testkit::free_port()?;
     let operator_stop = tokio_util::sync::CancellationToken::new();
+    // Cancels the operator on every early return too.
+    let _operator_guard = operator_stop.clone().drop_guard();
     let operator = tokio::spawn(hostcycle_operator::run(
         client.clone(),
         lab_operator_config(metrics_port, hostcycle_testkit::free_port()?)?,
         operator_stop.clone(),
     ));
-    // 5. Simulated nodes, Ready, with a sample workload.
-    let sim = start_simulated_nodes(&client, &redfish)?;
+    // 5. Simulated storage and CSI driver, simulated nodes writing to it, Ready.
+    println!("Starting the simulated CSI driver and storage...");
+    let storage = StorageSim::new();
+    let csi =
+        hostcycle_sim::start_csi_sim(client.clone(), CsiSimConfig::default(), storage.clone())
+            .await
+            .context("starting the simulated CSI driver")?;
+    let sim = start_simulated_nodes(&client, &redfish, storage.clone())?;
     wait_nodes_ready(&client, LAB_HOSTS.len(), Duration::from_secs(60)).await?;
+    // 6. The stream, from here on: the sample workloads' start is its first news.
+    let stream_stop = tokio_util::sync::CancellationToken::new();
+    let _stream_guard = stream_stop.clone().drop_guard();
+    let (stream_sender, stream_receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut stream_tasks = stream::start(
+        stream::StreamSources {
+            client: client.clone(),
+            namespace: LAB_NAMESPACE,
+            shown_app: failover::STATEFULSET,
+            storage: storage.clone(),
+            hosts: LAB_HOSTS.map(|(name, _)| name).to_vec(),
+        },
+        stream_sender.clone(),
+        stream_receiver,
+        stream_stop.clone(),
+    );
+    println!("\nWhat happens (time from the last fault):");
     create_sample_workload(&client).await?;
-    // 6. How to use it.
+    failover::create_statefulset(&client).await?;
+    failover::wait_statefulset_running(&client, Duration::from_secs(120)).await?;
+    let health_check = failover::create_host_health_check(&client).await?;
+    // 7. The control socket for `hostcycle lab kill-kubelet` and friends.
+    let socket = control::bind(&dir)?;
+    let control_server = tokio::spawn(control::serve(
+        socket,
+        control::LabTargets {
+            sim: sim.control(),
+            redfish: redfish.clone(),
+            stream: stream_sender,
+        },
+        stream_stop.clone(),
+    ));
+    // 8. How to use it.
     write_lab_env(&dir, &cluster, &redfish)?;
     println!("\nThe hostcycle lab is up ({:.1?}).", started.elapsed());
-    print_instructions(metrics_port, &cluster, &redfish);
-    // 7. Until Ctrl-C; then everything stops.
+    print_instructions(metrics_port, &cluster, &redfish, &log_path, health_check);
+    // 9. Until Ctrl-C; then everything stops.
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;
     println!("\nStopping the lab...");
+    stream_stop.cancel();
+    let _ = control_server.await;
+    while stream_tasks.join_next().await.is_some() {}
     operator_stop.cancel();
     match operator.await {
         Ok(Err(e)) => eprintln!("operator: {e:#}"),
@@ -150,10 +274,26 @@ async fn run_lab() -> anyhow::Result<()> {
         Ok(Ok(())) => {}
     }
     sim.stop().await;
+    csi.stop().await;
+    report_violations(&storage);
+    // The control server, the only other holder, has ended: this stops the emulator.
     drop(redfish);
     drop(cluster);
     println!("Lab stopped; nothing is left running.");
     Ok(())
+}
+
+/// Says whether the storage ever saw two writers or a write while not attached.
+fn report_violations(storage: &StorageSim) {
+    let violations = storage.violations();
+    if violations.is_empty() {
+        println!("Storage: no violation (never two writers, no write while not attached).");
+    } else {
+        println!("Storage: {} VIOLATION(S):", violations.len());
+        for violation in violations {
+            println!("  {violation}");
+        }
+    }
 }
 
 /// Refuses to start a second lab; empties the cluster directory and writes the PID file
@@ -247,6 +387,7 @@ fn lab_operator_config(
 fn start_simulated_nodes(
     client: &Client,
     redfish: &RedfishEmulator,
+    storage: StorageSim,
 ) -> anyhow::Result<hostcycle_sim::SimHandle> {
     println!("Starting simulated nodes...");
     let connector = hostcycle_sim::bmc_connector();
@@ -268,7 +409,11 @@ fn start_simulated_nodes(
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(NodeSimulator::new(client.clone(), SimConfig::default(), hosts).spawn())
+    Ok(
+        NodeSimulator::new(client.clone(), SimConfig::default(), hosts)
+            .with_storage(storage)
+            .spawn(),
+    )
 }
 
 /// `lab.env`: the exports `hostcycle lab env` prints.
@@ -286,10 +431,36 @@ fn write_lab_env(
     std::fs::write(dir.join("lab.env"), &env).context("writing lab.env")
 }
 
-fn print_instructions(metrics_port: u16, cluster: &LocalCluster, redfish: &RedfishEmulator) {
+fn print_instructions(
+    metrics_port: u16,
+    cluster: &LocalCluster,
+    redfish: &RedfishEmulator,
+    log_path: &Path,
+    health_check: bool,
+) {
+    const LAB: &str = "cargo run -q -p hostcycle --features lab -- lab";
     println!("From another terminal:\n");
-    println!("  eval \"$(cargo run -q -p hostcycle --features lab -- lab env)\"");
-    println!("  kubectl get nodes,bmh,pods -o wide");
+    println!("  eval \"$({LAB} env)\"");
+    println!("  kubectl get nodes,bmh,pods,volumeattachments -o wide");
+    println!(
+        "\nWatch a fenced failover (this terminal shows what happens, timed from the fault):\n"
+    );
+    println!("  {LAB} kill-kubelet worker-1   # or: partition NODE, power-loss NODE, heal NODE");
+    if health_check {
+        println!(
+            "\n  The HostHealthCheck notices the stale Lease, the operator powers the host off (two BMC\n  \
+             readings), force-deletes its pods and clears volumesInUse, powers it on; the db pod and\n  \
+             its volume come back on another worker."
+        );
+    } else {
+        println!(
+            "\n  This build serves no HostHealthCheck: ask for the remediation by hand, e.g.\n"
+        );
+        println!(
+            "  kubectl create -f - <<EOF\n{}EOF",
+            manual_remediation_yaml("worker-1")
+        );
+    }
     println!("\nWatch a reboot through the BareMetalHost API:\n");
     println!("  kubectl get bmh -w &");
     println!("  kubectl annotate bmh worker-0 reboot.metal3.io=          # soft power cycle");
@@ -319,8 +490,18 @@ fn print_instructions(metrics_port: u16, cluster: &LocalCluster, redfish: &Redfi
         "\nRedfish emulator: {}  (user {LAB_BMC_USER}, password in $HOSTCYCLE_REDFISH_PASSWORD_FILE)",
         redfish.endpoint()
     );
+    println!("Operator log:     {}", log_path.display());
     println!("Component logs:   {}", cluster.log_dir().display());
     println!("\nPress Ctrl-C to stop the lab and tear everything down.");
+}
+
+/// A HostRemediation releasing `node`'s workloads, as a HostHealthCheck would ask for it.
+fn manual_remediation_yaml(node: &str) -> String {
+    format!(
+        "apiVersion: hostcycle.io/v1alpha1\nkind: HostRemediation\nmetadata:\n  name: {node}\n  \
+         namespace: {LAB_NAMESPACE}\n  annotations:\n    remediation.medik8s.io/node-name: {node}\n\
+         spec:\n  strategy:\n    release: ReleaseWorkloads\n"
+    )
 }
 
 /// Queues every lab node through the reboot queue, as `hostcycle rq add` would.
