@@ -188,11 +188,7 @@ pub fn cluster_rules(controllers: &[ControllerName]) -> Vec<PolicyRule> {
         // off): clear the dead kubelet's `status.volumesInUse`, and see its
         // VolumeAttachments go (never deleted by hostcycle).
         rules.push(rule(&[""], &["nodes/status"], &["patch"]));
-        rules.push(rule(
-            &["storage.k8s.io"],
-            &["volumeattachments"],
-            &["list"],
-        ));
+        rules.push(rule(&["storage.k8s.io"], &["volumeattachments"], &["list"]));
     }
     if health {
         // The checks are watched (never read one by one); their status is replaced (PUT,

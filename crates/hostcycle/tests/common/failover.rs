@@ -61,7 +61,7 @@ pub struct Failover {
     /// The replacement Running and Ready on another node, as watched.
     pub running_at: Timestamp,
     pub new_node: String,
-    /// The replacement pod's creation.
+    /// The replacement pod, first seen by the test's watch.
     pub new_pod_created_at: Timestamp,
     /// The storage detached the volume from the failed node.
     pub old_detached_at: Option<Timestamp>,
@@ -220,12 +220,15 @@ impl FailoverLab {
             .filter(|a| a.host == new_node && a.attached_at >= fault_at)
             .map(|a| a.attached_at)
             .min();
+        // When the test first saw the replacement (its creationTimestamp has whole seconds).
+        let new_uid = new.uid();
+        let new_pod_created_at = pod_rec
+            .seen()
+            .into_iter()
+            .find(|s| !s.deleted && s.object.uid() == new_uid)
+            .map_or(running_at, |s| s.at);
         Failover {
-            new_pod_created_at: new
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map_or(running_at, |t| t.0),
+            new_pod_created_at,
             old_detached_at,
             new_attached_at,
             new_node,

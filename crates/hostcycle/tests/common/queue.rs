@@ -592,6 +592,9 @@ impl QueueLab {
 
 impl Drop for QueueLab {
     fn drop(&mut self) {
+        // The simulated CSI driver and kubelets stop before the control plane goes, or they
+        // would retry against a stopped API server until dropped.
+        drop(self.csi.take());
         if let Some(sim) = self.sim.take() {
             drop(sim);
         }
