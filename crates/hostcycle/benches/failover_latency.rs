@@ -37,7 +37,7 @@ use common::percentile;
 use hostcycle_sim::Fault;
 use jiff::Timestamp;
 use kube::ResourceExt;
-use lab::failover::{CHECK, DB_POD, Disruption, Failover, FailoverLab, boot_id, wait_for};
+use lab::failover::{DB_POD, Disruption, Failover, FailoverLab, boot_id, wait_for};
 use lab::queue::{HostSpec, worker};
 use serde_json::json;
 
@@ -126,24 +126,8 @@ async fn start_lab(release: &str) -> FailoverLab {
     let lab = FailoverLab::start(&WORKERS, &[]).await;
     lab.health_check(json!({ "remediation": { "release": release, "timeoutSeconds": 600 } }))
         .await;
-    wait_watching(&lab, 3).await;
+    lab.wait_check_watching(3).await;
     lab
-}
-
-async fn wait_watching(lab: &FailoverLab, nodes: u64) {
-    wait_for(
-        &format!("HostHealthCheck {CHECK} Ready=True over {nodes} nodes"),
-        Duration::from_secs(90),
-        || async {
-            let status = lab.health_check_status().await;
-            let ready = status["conditions"].as_array().is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
-            (ready && status["observedNodes"].as_u64() == Some(nodes)).then_some(())
-        },
-    )
-    .await;
 }
 
 /// `runs` failovers of one kind in one lab, each followed until the node is back and the
@@ -263,17 +247,9 @@ async fn unreachable_bmc(hold: Duration, broken: &mut Vec<String>) -> String {
     let lab = FailoverLab::start(&WORKERS, &[]).await;
     let pod = lab.pods().get(DB_POD).await.unwrap();
     let node = FailoverLab::node_of(&pod);
-    let closed = hostcycle_testkit::free_port().unwrap();
-    let address = lab.lab.get(&node).await.spec.bmc.unwrap().address;
-    let path = address.split_once("/redfish/").unwrap().1.to_string();
-    lab.lab
-        .patch_spec(
-            &node,
-            json!({ "bmc": { "address": format!("redfish+http://127.0.0.1:{closed}/redfish/{path}") } }),
-        )
-        .await;
+    lab.make_bmc_unreachable(&node).await;
     lab.health_check(json!({})).await;
-    wait_watching(&lab, 3).await;
+    lab.wait_check_watching(3).await;
     let fault_at = Timestamp::now();
     lab.fault(&node, Fault::KubeletDead);
     let request = wait_for("D: a request", Duration::from_secs(90), || async {
@@ -314,7 +290,7 @@ async fn storm(hold: Duration, broken: &mut Vec<String>) -> String {
     let names = ["s-0", "s-1", "s-2", "s-3", "s-4"];
     let lab = FailoverLab::start(&names.map(worker), &[]).await;
     lab.health_check(json!({})).await;
-    wait_watching(&lab, 5).await;
+    lab.wait_check_watching(5).await;
     let fault_at = Timestamp::now();
     for n in &names[..3] {
         lab.fault(n, Fault::KubeletDead);
@@ -341,9 +317,12 @@ async fn storm(hold: Duration, broken: &mut Vec<String>) -> String {
     )
 }
 
+/// One mark of a run, if it was made.
+type MarkOf = fn(&Marks) -> Option<f64>;
+
 fn summary(name: &str, marks: &[Marks]) -> String {
     let mut out = String::new();
-    let series: [(&str, fn(&Marks) -> Option<f64>); 7] = [
+    let series: [(&str, MarkOf); 7] = [
         ("t_detect", |m| Some(m.t_detect)),
         ("t_fenced", |m| Some(m.t_fenced)),
         ("t_pods_deleted", |m| Some(m.t_pods_deleted)),

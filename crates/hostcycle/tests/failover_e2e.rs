@@ -28,23 +28,6 @@ use serde_json::json;
 const FAILOVER_BOUND: Duration = Duration::from_secs(90);
 const BACK_TIMEOUT: Duration = Duration::from_secs(150);
 
-/// Waits until the check has watched its nodes for its warm-up (`Ready=True`).
-async fn wait_check_watching(lab: &FailoverLab, nodes: u64) {
-    wait_for(
-        &format!("HostHealthCheck {CHECK} Ready=True over {nodes} nodes"),
-        Duration::from_secs(60),
-        || async {
-            let status = lab.health_check_status().await;
-            let ready = status["conditions"].as_array().is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
-            (ready && status["observedNodes"].as_u64() == Some(nodes)).then_some(())
-        },
-    )
-    .await;
-}
-
 /// The checks every failover passes: fenced before anything was released, never two
 /// writers, and the node back with a new boot, the request gone.
 async fn assert_fenced_failover(lab: &FailoverLab, f: &Failover, old_boot: &str) {
@@ -109,7 +92,7 @@ async fn scenario(fault: Fault, names: [&'static str; 3]) {
     let lab =
         FailoverLab::start(&[worker(names[0]), worker(names[1]), worker(names[2])], &[]).await;
     lab.health_check(json!({})).await;
-    wait_check_watching(&lab, 3).await;
+    lab.wait_check_watching(3).await;
     let pod = lab.pods().get(DB_POD).await.unwrap();
     let node = FailoverLab::node_of(&pod);
     let old_boot = boot_id(&lab.node(&node).await);
@@ -149,21 +132,9 @@ async fn d_an_unreachable_bmc_holds_the_failover_and_releases_nothing() {
     let pod = lab.pods().get(DB_POD).await.unwrap();
     let node = FailoverLab::node_of(&pod);
     // The host's BMC stops answering: its address is a closed port.
-    let closed = hostcycle_testkit::free_port().unwrap();
-    let host = lab.lab.get(&node).await;
-    let system = host.spec.bmc.as_ref().unwrap().address.clone();
-    let path = system
-        .split_once("/redfish/")
-        .map(|(_, p)| p.to_string())
-        .unwrap();
-    lab.lab
-        .patch_spec(
-            &node,
-            json!({ "bmc": { "address": format!("redfish+http://127.0.0.1:{closed}/redfish/{path}") } }),
-        )
-        .await;
+    lab.make_bmc_unreachable(&node).await;
     lab.health_check(json!({})).await;
-    wait_check_watching(&lab, 3).await;
+    lab.wait_check_watching(3).await;
     let since = Timestamp::now();
     lab.fault(&node, Fault::KubeletDead);
     // Detected and requested…
@@ -229,7 +200,7 @@ async fn f_three_of_five_leases_stale_at_once_is_a_storm_and_fences_nothing() {
     let names = ["ff-0", "ff-1", "ff-2", "ff-3", "ff-4"];
     let lab = FailoverLab::start(&names.map(worker), &[]).await;
     lab.health_check(json!({})).await;
-    wait_check_watching(&lab, 5).await;
+    lab.wait_check_watching(5).await;
     let since = Timestamp::now();
     for node in &names[..3] {
         lab.fault(node, Fault::KubeletDead);

@@ -127,6 +127,40 @@ impl FailoverLab {
         api.create(&PostParams::default(), &obj).await.unwrap();
     }
 
+    /// Waits until the check has watched its `nodes` for its warm-up (`Ready=True`).
+    pub async fn wait_check_watching(&self, nodes: u64) {
+        wait_for(
+            &format!("HostHealthCheck {CHECK} Ready=True over {nodes} nodes"),
+            Duration::from_secs(90),
+            || async {
+                let status = self.health_check_status().await;
+                let ready = status["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+                (ready && status["observedNodes"].as_u64() == Some(nodes)).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Points `node`'s host at a closed port on loopback: its BMC no longer answers (the
+    /// simulated kubelet still follows the emulator's power).
+    pub async fn make_bmc_unreachable(&self, node: &str) {
+        let closed = hostcycle_testkit::free_port().unwrap();
+        let address = self.lab.get(node).await.spec.bmc.unwrap().address;
+        let path = address
+            .split_once("/redfish/")
+            .map(|(_, p)| p.to_string())
+            .unwrap();
+        self.lab
+            .patch_spec(
+                node,
+                json!({ "bmc": { "address": format!("redfish+http://127.0.0.1:{closed}/redfish/{path}") } }),
+            )
+            .await;
+    }
+
     pub async fn health_check_status(&self) -> serde_json::Value {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &health_check_resource());
         api.get(CHECK).await.unwrap().data["status"].clone()
