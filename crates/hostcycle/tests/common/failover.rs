@@ -81,8 +81,18 @@ impl FailoverLab {
     /// the StatefulSet `db` (1 replica, a ReadWriteOnce volume) Running with its volume
     /// attached.
     pub async fn start(hosts: &[HostSpec], operator_args: &[&str]) -> FailoverLab {
+        Self::start_booting_in(hosts, operator_args, None).await
+    }
+
+    /// [`Self::start`] with hosts that take `boot_delay` from power-on to a Ready Node.
+    pub async fn start_booting_in(
+        hosts: &[HostSpec],
+        operator_args: &[&str],
+        boot_delay: Option<Duration>,
+    ) -> FailoverLab {
         let options = LabOptions {
             storage: true,
+            boot_delay,
             operator_args: operator_args.iter().map(|s| s.to_string()).collect(),
             ..LabOptions::default()
         };
@@ -170,11 +180,11 @@ impl FailoverLab {
         Api::namespaced(self.client.clone(), APPS)
     }
 
-    /// Waits for `db-0` Running and Ready with its volume attached (not on `not_on`); returns
-    /// the pod.
-    pub async fn wait_db_running(&self, not_on: Option<&str>, timeout: Duration) -> Pod {
-        let what = match not_on {
-            Some(n) => format!("{APPS}/{DB_POD} Running and Ready on a node other than {n}"),
+    /// Waits for `db-0` Running and Ready with its volume attached (another pod than
+    /// `replacing`, when given); returns the pod.
+    pub async fn wait_db_running(&self, replacing: Option<&str>, timeout: Duration) -> Pod {
+        let what = match replacing {
+            Some(uid) => format!("a new {APPS}/{DB_POD} (not uid {uid}) Running and Ready"),
             None => format!("{APPS}/{DB_POD} Running and Ready"),
         };
         let pods = self.pods();
@@ -182,10 +192,10 @@ impl FailoverLab {
             let pods = pods.clone();
             async move {
                 let pod = pods.get_opt(DB_POD).await.ok().flatten()?;
-                let node = pod.spec.as_ref()?.node_name.clone()?;
+                pod.spec.as_ref()?.node_name.as_ref()?;
                 let running = pod.metadata.deletion_timestamp.is_none()
                     && pod_ready(&pod)
-                    && not_on.is_none_or(|n| n != node);
+                    && replacing.is_none_or(|uid| pod.uid().as_deref() != Some(uid));
                 running.then_some(pod)
             }
         })
@@ -224,9 +234,11 @@ impl FailoverLab {
                 .await
                 .unwrap(),
         }
-        let new = self.wait_db_running(Some(&node), timeout).await;
-        let running_at = Timestamp::now();
         let old_uid = pod.uid();
+        let new = self
+            .wait_db_running(Some(old_uid.as_deref().unwrap_or_default()), timeout)
+            .await;
+        let running_at = Timestamp::now();
         let pod_deleted_at = pod_rec
             .seen()
             .into_iter()

@@ -107,6 +107,8 @@ pub struct LabOptions {
     /// Start the simulated CSI driver (attacher, provisioner) and give the simulated
     /// kubelets its storage ([`queue::QueueLab::storage`]).
     pub storage: bool,
+    /// How long a simulated host takes from power-on to a Ready Node (default 1 s).
+    pub boot_delay: Option<std::time::Duration>,
 }
 
 /// The emulators listen on loopback, over plain HTTP; any Secret a host names may be sent.
@@ -128,6 +130,7 @@ impl Default for LabOptions {
             host_credentials: BTreeMap::new(),
             bmc_policy_args: LOOPBACK_BMC_POLICY.map(String::from).to_vec(),
             storage: false,
+            boot_delay: None,
         }
     }
 }

@@ -102,6 +102,7 @@ impl QueueLab {
     ) -> QueueLab {
         let names: Vec<&str> = hosts.iter().map(|h| h.name).collect();
         let with_storage = options.storage;
+        let boot_delay = options.boot_delay.unwrap_or(Duration::from_secs(1));
         let options = LabOptions {
             cluster: ClusterOptions {
                 // Nodes go NotReady 8 s after their host loses power (test default).
@@ -151,7 +152,7 @@ impl QueueLab {
         let mut simulator = NodeSimulator::new(
             client.clone(),
             SimConfig {
-                boot_delay: Duration::from_secs(1),
+                boot_delay,
                 pod_shutdown_delay: Duration::from_millis(500),
                 ..SimConfig::default()
             },
