@@ -173,7 +173,7 @@ impl QueueLab {
             next_index: AtomicU64::new(1),
         };
         for h in hosts {
-            qlab.wait_node(h.name, "Ready", Duration::from_secs(60), |n| {
+            qlab.wait_node(h.name, "Ready", Duration::from_secs(60) + boot_delay, |n| {
                 hostcycle_sim::node_ready(n) == Some(true)
             })
             .await;
