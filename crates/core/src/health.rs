@@ -44,6 +44,12 @@ pub struct HealthSettings {
     pub storm_cooldown: Duration,
     /// How long the operator must have watched Leases before it judges any.
     pub warm_up: Duration,
+    /// How long a stale node waits before its request, so that Leases stopped by the same
+    /// outage — renewed up to one renewal interval apart, so stale up to that much later —
+    /// are all stale by then and counted as the storm they are (default 10 s: a kubelet's
+    /// renewal interval). Without it the first of them would be fenced before the storm
+    /// shows.
+    pub storm_window: Duration,
 }
 
 impl Default for HealthSettings {
@@ -55,9 +61,13 @@ impl Default for HealthSettings {
             storm_percent: 50,
             storm_cooldown: Duration::from_secs(300),
             warm_up: Duration::from_secs(30),
+            storm_window: STORM_WINDOW,
         }
     }
 }
+
+/// [`HealthSettings::storm_window`]'s default: a kubelet renews its Lease every 10 s.
+pub const STORM_WINDOW: Duration = Duration::from_secs(10);
 
 /// `maxUnhealthy`: a count, or a percentage of the selected nodes (rounded down, as Cluster
 /// API's MachineHealthCheck does).
@@ -368,6 +378,10 @@ pub fn decide(settings: &HealthSettings, facts: &CheckFacts) -> Decision {
                     why: *why,
                     because,
                 }),
+                // Stale, but not for the storm window yet: Leases stopped by the same outage
+                // may still be turning stale.
+                None if matches!(why, Unhealthy::LeaseStale { for_ }
+                    if *for_ < settings.lease_stale_after + settings.storm_window) => {}
                 None if facts.confirmed_live.contains(name) => {
                     actions.push(Action::CreateRequest {
                         node: name.clone(),
@@ -488,6 +502,52 @@ mod tests {
             let got = MaxUnhealthy::parse(text).ok().map(|m| m.limit(selected));
             assert_eq!(got, want, "{text:?} of {selected}");
         }
+    }
+
+    /// Three of five Leases stopped by one outage, renewed 2 s apart: the first is stale
+    /// 2 s before the others. It waits the storm window, so by its request the storm counts
+    /// all three and nothing is requested (e2e scenario F, seen failing without the window).
+    #[test]
+    fn a_stale_node_waits_the_storm_window_so_a_storm_shows_before_any_request() {
+        let s = HealthSettings::default();
+        // Seen changing at 100, 102, 102; two healthy.
+        let nodes = || {
+            vec![
+                node("n0", 100),
+                node("n1", 102),
+                node("n2", 102),
+                node("n3", 400),
+                node("n4", 400),
+            ]
+        };
+        let all = ["n0", "n1", "n2"];
+        // 121: n0 stale 21 s, the others not yet: no action at all (not even a live read).
+        let d = decide(&s, &confirmed(facts(121, nodes()), &all));
+        assert_eq!(d.suspension, None);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        // 123: all three stale: a storm; nothing requested.
+        let d = decide(&s, &confirmed(facts(123, nodes()), &all));
+        assert!(
+            matches!(d.suspension, Some(Suspension::Storm { .. })),
+            "{d:?}"
+        );
+        assert!(
+            !d.actions
+                .iter()
+                .any(|a| matches!(a, Action::CreateRequest { .. } | Action::ConfirmLive { .. })),
+            "{:?}",
+            d.actions
+        );
+        // One node alone: its request comes once the window has passed (stale 30 s + ε).
+        let lone = || vec![node("n0", 100), node("n3", 400), node("n4", 400)];
+        let d = decide(&s, &confirmed(facts(129, lone()), &["n0"]));
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        let d = decide(&s, &confirmed(facts(131, lone()), &["n0"]));
+        assert!(
+            matches!(&d.actions[..], [Action::CreateRequest { node, .. }] if node == "n0"),
+            "{:?}",
+            d.actions
+        );
     }
 
     #[test]

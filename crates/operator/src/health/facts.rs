@@ -34,6 +34,7 @@ pub fn settings(spec: &HostHealthCheckSpec) -> Result<HealthSettings, String> {
         storm_percent: spec.storm_percent(),
         storm_cooldown: Duration::from_secs(spec.storm_cooldown_seconds()),
         warm_up: Duration::from_secs(spec.warm_up_seconds()),
+        storm_window: hostcycle_core::health::STORM_WINDOW,
     })
 }
 
