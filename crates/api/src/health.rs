@@ -22,6 +22,10 @@ pub const DEFAULT_MAX_UNHEALTHY: &str = "40%";
 pub const DEFAULT_STORM_PERCENT: u8 = 50;
 /// Default `stormCooldownSeconds`.
 pub const DEFAULT_STORM_COOLDOWN_SECONDS: u64 = 300;
+/// Default `repeatFailureWindowSeconds`.
+pub const DEFAULT_REPEAT_FAILURE_WINDOW_SECONDS: u64 = 3600;
+/// Most recoveries `status.recentRecoveries` keeps (the newest).
+pub const MAX_RECORDED_RECOVERIES: usize = 200;
 /// Default `warmUpSeconds`.
 pub const DEFAULT_WARM_UP_SECONDS: u64 = 30;
 /// Default `excludeLabel`: a Node carrying this label (any value) is never a candidate.
@@ -112,6 +116,14 @@ pub struct HostHealthCheckSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 317))]
     pub exclude_label: Option<String>,
+    /// A node that fails again within this many seconds of recovering from its last
+    /// remediation (its finished request deleted because it was healthy again) is fenced and
+    /// its workloads released as always, then its host is left off for a person
+    /// (`afterRelease: LeaveOff` on the request) instead of being power-cycled again
+    /// (default 3600; 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 604800))]
+    pub repeat_failure_window_seconds: Option<u64>,
     /// Make no new request (the check still watches, reports and deletes finished requests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_requests: Option<bool>,
@@ -155,6 +167,11 @@ impl HostHealthCheckSpec {
             .unwrap_or(DEFAULT_STORM_COOLDOWN_SECONDS)
     }
 
+    pub fn repeat_failure_window_seconds(&self) -> u64 {
+        self.repeat_failure_window_seconds
+            .unwrap_or(DEFAULT_REPEAT_FAILURE_WINDOW_SECONDS)
+    }
+
     pub fn warm_up_seconds(&self) -> u64 {
         self.warm_up_seconds.unwrap_or(DEFAULT_WARM_UP_SECONDS)
     }
@@ -176,11 +193,15 @@ impl HostHealthCheckSpec {
         }
     }
 
-    /// The strategy of each request: the check's, `release` defaulting to `Auto`.
-    pub fn request_strategy(&self) -> RemediationStrategy {
+    /// The strategy of each request: the check's, `release` defaulting to `Auto`; a repeated
+    /// failure's request leaves its host off after the release.
+    pub fn request_strategy(&self, repeated_failure: bool) -> RemediationStrategy {
         let mut strategy = self.remediation.clone().unwrap_or_default();
         if strategy.release.is_none() {
             strategy.release = Some(crate::remediation::release_strategy::AUTO.to_string());
+        }
+        if repeated_failure {
+            strategy.after_release = Some(crate::remediation::after_release::LEAVE_OFF.into());
         }
         strategy
     }
@@ -204,6 +225,15 @@ pub struct StormStatus {
     pub stale_count: u32,
 }
 
+/// A node's recovery from a remediation of the check.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRecovery {
+    pub node: String,
+    /// When its finished request was deleted because it was healthy again.
+    pub at: Timestamp,
+}
+
 /// What the check saw and decided last.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -225,6 +255,10 @@ pub struct HostHealthCheckStatus {
     pub unhealthy_nodes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storm: Option<StormStatus>,
+    /// Nodes that recovered from a remediation within `repeatFailureWindowSeconds` (at most
+    /// 200, the newest): one of them failing again is left off after its release.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_recoveries: Vec<NodeRecovery>,
     /// In words: what the last pass decided (requests made, held or deleted, and why).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_decision: String,
@@ -301,14 +335,23 @@ mod tests {
         assert_eq!(spec.storm_cooldown_seconds(), 300);
         assert_eq!(spec.warm_up_seconds(), 30);
         assert_eq!(spec.exclude_label(), DEFAULT_EXCLUDE_LABEL);
-        assert_eq!(spec.request_strategy().release.as_deref(), Some("Auto"));
+        assert_eq!(
+            spec.request_strategy(false).release.as_deref(),
+            Some("Auto")
+        );
+        assert_eq!(spec.request_strategy(false).after_release, None);
+        assert_eq!(
+            spec.request_strategy(true).after_release.as_deref(),
+            Some("LeaveOff")
+        );
+        assert_eq!(spec.repeat_failure_window_seconds(), 3600);
         let spec: HostHealthCheckSpec = serde_json::from_value(serde_json::json!({
             "selector": {}, "maxUnhealthy": 2,
             "remediation": { "release": "DeleteNode", "retryLimit": 3 },
         }))
         .unwrap();
         assert_eq!(spec.max_unhealthy_text(), "2");
-        let strategy = spec.request_strategy();
+        let strategy = spec.request_strategy(false);
         assert_eq!(strategy.release.as_deref(), Some("DeleteNode"));
         assert_eq!(strategy.retry_limit, Some(3));
     }

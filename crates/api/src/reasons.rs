@@ -210,6 +210,10 @@ pub mod remediation {
         pub const RELEASING_WORKLOADS: &str = "ReleasingWorkloads";
         /// Normal: the node's pods and volume attachments are gone; the host is powered on.
         pub const WORKLOADS_RELEASED: &str = "WorkloadsReleased";
+        /// Warning: the workloads are released and the host is left off, as
+        /// `spec.strategy.afterRelease: LeaveOff` asks (the health check sets it for a node
+        /// that failed again soon after its last remediation): a person decides.
+        pub const LEFT_OFF: &str = "HostLeftOff";
         /// Warning: the requested release strategy cannot run on this cluster (an explicit
         /// `OutOfServiceTaint` before Kubernetes 1.28, or a value this version does not know).
         pub const STRATEGY_UNAVAILABLE: &str = "ReleaseStrategyUnavailable";
@@ -266,6 +270,10 @@ pub mod health {
         /// Warning: the node's request finished and the node is still unhealthy; nothing
         /// more is requested for it until its request is deleted.
         pub const NODE_STILL_UNHEALTHY: &str = "NodeStillUnhealthy";
+        /// Warning: a node failed again within `repeatFailureWindowSeconds` of recovering from
+        /// its last remediation: its request leaves the host off after the release
+        /// (`afterRelease: LeaveOff`), for a person.
+        pub const REPEATED_FAILURE: &str = "RepeatedFailure";
         /// Warning: the spec cannot be used (an invalid selector or `maxUnhealthy`).
         pub const INVALID_SPEC: &str = "InvalidHealthCheck";
         /// Warning: creating or deleting a request failed; retried.

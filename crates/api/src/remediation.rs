@@ -127,6 +127,28 @@ pub struct RemediationStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["DeleteNode", "ReleaseWorkloads", "OutOfServiceTaint", "Auto"]))]
     pub release: Option<String>,
+    /// What happens once the workloads are released: `PowerOn` (the default: power the host
+    /// on and wait for its Node) or `LeaveOff` (the host stays off, reported by the
+    /// `HostLeftOff` Event, the `LeftOff` condition and a metric, until a person sets
+    /// `PowerOn` or deletes the request). A `HostHealthCheck` sets `LeaveOff` for a node that
+    /// fails again within its `repeatFailureWindowSeconds`, so a broken machine is not cycled
+    /// for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["PowerOn", "LeaveOff"]))]
+    pub after_release: Option<String>,
+}
+
+impl RemediationStrategy {
+    /// `afterRelease: LeaveOff`.
+    pub fn leave_off(&self) -> bool {
+        self.after_release.as_deref() == Some(after_release::LEAVE_OFF)
+    }
+}
+
+/// `spec.strategy.afterRelease` values.
+pub mod after_release {
+    pub const POWER_ON: &str = "PowerOn";
+    pub const LEAVE_OFF: &str = "LeaveOff";
 }
 
 /// `spec.strategy.release` values.

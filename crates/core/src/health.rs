@@ -21,7 +21,7 @@
 //! - **Requests end only when done.** A request of the check is deleted once its node is
 //!   healthy again *and* its flow has finished; a running flow is never cut short.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -50,6 +50,10 @@ pub struct HealthSettings {
     /// renewal interval). Without it the first of them would be fenced before the storm
     /// shows.
     pub storm_window: Duration,
+    /// A node that fails again within this long of recovering from its last remediation is
+    /// fenced and released as always, then left off for a person (`afterRelease: LeaveOff`)
+    /// instead of being cycled for ever (zero: never).
+    pub repeat_failure_window: Duration,
 }
 
 impl Default for HealthSettings {
@@ -62,6 +66,7 @@ impl Default for HealthSettings {
             storm_cooldown: Duration::from_secs(300),
             warm_up: Duration::from_secs(30),
             storm_window: STORM_WINDOW,
+            repeat_failure_window: Duration::from_secs(3600),
         }
     }
 }
@@ -130,6 +135,9 @@ pub struct NodeFacts {
     pub rebooting: bool,
     /// The check's request (HostRemediation) for this node, if it has one.
     pub request: Option<RequestFacts>,
+    /// When the node last recovered from a remediation of this check (its finished request
+    /// was deleted because the node was healthy again), as the check recorded it.
+    pub last_recovered: Option<Timestamp>,
 }
 
 /// The check's own request for a node.
@@ -240,8 +248,14 @@ pub enum Action {
     /// Read the node's Lease and Node from the API server (not the cache) and decide again:
     /// a Lease that changed meanwhile was only late in the cache.
     ConfirmLive { node: String, why: Unhealthy },
-    /// Create the check's HostRemediation for the node.
-    CreateRequest { node: String, why: Unhealthy },
+    /// Create the check's HostRemediation for the node. `repeat_of`: the node recovered from
+    /// its last remediation at this time, within the repeat-failure window: the request
+    /// leaves the host off after releasing its workloads (`afterRelease: LeaveOff`).
+    CreateRequest {
+        node: String,
+        why: Unhealthy,
+        repeat_of: Option<Timestamp>,
+    },
     /// Delete the check's finished request: its node is healthy again.
     DeleteRequest { node: String },
     /// The node is unhealthy and no request is made: say why (an Event, once per change).
@@ -263,6 +277,10 @@ pub struct Decision {
     pub storm: Storm,
     pub suspension: Option<Suspension>,
     pub actions: Vec<Action>,
+    /// The recoveries to record (node → when): the recorded ones still inside the
+    /// repeat-failure window, and now for each node whose finished request is deleted because
+    /// it is healthy again.
+    pub recoveries: BTreeMap<String, Timestamp>,
 }
 
 /// The nodes the reboot queue is rebooting, each with the end of its boot timeout (the latest,
@@ -386,6 +404,9 @@ pub fn decide(settings: &HealthSettings, facts: &CheckFacts) -> Decision {
                     actions.push(Action::CreateRequest {
                         node: name.clone(),
                         why: *why,
+                        repeat_of: node
+                            .last_recovered
+                            .filter(|at| within_window(settings, *at, facts.now)),
                     });
                 }
                 None => actions.push(Action::ConfirmLive {
@@ -401,12 +422,30 @@ pub fn decide(settings: &HealthSettings, facts: &CheckFacts) -> Decision {
             _ => {}
         }
     }
+    let mut recoveries: BTreeMap<String, Timestamp> = facts
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.name.clone(), n.last_recovered?)))
+        .filter(|(_, at)| within_window(settings, *at, facts.now))
+        .collect();
+    for action in &actions {
+        if let Action::DeleteRequest { node } = action {
+            recoveries.insert(node.clone(), facts.now);
+        }
+    }
     Decision {
         nodes,
         storm,
         suspension,
         actions,
+        recoveries,
     }
+}
+
+/// Whether a recovery at `at` is inside the repeat-failure window at `now` (a recovery
+/// recorded in the future — another replica's clock ahead — counts as just now).
+fn within_window(settings: &HealthSettings, at: Timestamp, now: Timestamp) -> bool {
+    !settings.repeat_failure_window.is_zero() && elapsed(at, now) <= settings.repeat_failure_window
 }
 
 #[cfg(test)]
@@ -427,6 +466,7 @@ mod tests {
             ready: Ready::True,
             rebooting: false,
             request: None,
+            last_recovered: None,
         }
     }
 
@@ -571,8 +611,91 @@ mod tests {
             d.actions,
             [Action::CreateRequest {
                 node: "b".into(),
-                why
+                why,
+                repeat_of: None,
             }]
+        );
+    }
+
+    /// A node that fails again soon after recovering from its last remediation is fenced and
+    /// released, then left off (the request's `afterRelease: LeaveOff`), not cycled for ever;
+    /// the recoveries are recorded when a finished request is deleted and forgotten once
+    /// outside the window.
+    #[test]
+    fn a_node_failing_again_within_the_window_is_left_off() {
+        let s = HealthSettings {
+            repeat_failure_window: Duration::from_secs(600),
+            ..HealthSettings::default()
+        };
+        let failing = |recovered: Option<i64>| NodeFacts {
+            last_recovered: recovered.map(t),
+            ..node("b", 1000)
+        };
+        let now = 1040; // stale 40 s: past lease_stale_after + the storm window
+        let why = Unhealthy::LeaseStale {
+            for_: Duration::from_secs(40),
+        };
+        #[rustfmt::skip]
+        let rows: [(&str, &HealthSettings, Option<i64>, Option<i64>); 5] = [
+            ("never remediated: powered on as always", &s, None, None),
+            ("recovered 5 min ago: left off", &s, Some(740), Some(740)),
+            ("recovered exactly the window ago: left off", &s, Some(440), Some(440)),
+            ("recovered 11 min ago: powered on", &s, Some(380), None),
+            ("a recovery recorded ahead of our clock counts as now", &s, Some(1100), Some(1100)),
+        ];
+        for (name, settings, recovered, repeat_of) in rows {
+            let nodes = vec![node("a", now), failing(recovered), node("c", now)];
+            let d = decide(settings, &confirmed(facts(now, nodes), &["b"]));
+            assert_eq!(
+                d.actions,
+                [Action::CreateRequest {
+                    node: "b".into(),
+                    why,
+                    repeat_of: repeat_of.map(t),
+                }],
+                "{name}"
+            );
+        }
+        let off = HealthSettings {
+            repeat_failure_window: Duration::ZERO,
+            ..s.clone()
+        };
+        let nodes = vec![node("a", now), failing(Some(1030)), node("c", now)];
+        let d = decide(&off, &confirmed(facts(now, nodes), &["b"]));
+        assert!(
+            matches!(
+                &d.actions[..],
+                [Action::CreateRequest {
+                    repeat_of: None,
+                    ..
+                }]
+            ),
+            "a zero window never leaves a host off: {:?}",
+            d.actions
+        );
+        assert!(d.recoveries.is_empty());
+
+        // Recording: a deleted finished request records now; old recoveries are forgotten.
+        let recovered = NodeFacts {
+            request: Some(RequestFacts { finished: true }),
+            ..node("a", now)
+        };
+        let nodes = vec![
+            recovered,
+            NodeFacts {
+                last_recovered: Some(t(900)),
+                ..node("b", now)
+            },
+            NodeFacts {
+                last_recovered: Some(t(100)),
+                ..node("c", now)
+            },
+        ];
+        let d = decide(&s, &facts(now, nodes));
+        assert_eq!(d.actions, [Action::DeleteRequest { node: "a".into() }]);
+        assert_eq!(
+            d.recoveries,
+            BTreeMap::from([("a".to_string(), t(now)), ("b".to_string(), t(900))])
         );
     }
 

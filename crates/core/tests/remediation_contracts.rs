@@ -240,6 +240,7 @@ fn annotation_obs() -> Observation {
         release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
         out_of_service_served: false,
         workloads: None,
+        leave_off: false,
     }
 }
 

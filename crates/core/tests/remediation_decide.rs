@@ -192,6 +192,7 @@ fn obs(trigger: Trigger) -> Observation {
         release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
         out_of_service_served: false,
         workloads: None,
+        leave_off: false,
     }
 }
 
@@ -1829,6 +1830,7 @@ impl World {
             release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
             out_of_service_served: false,
             workloads: None,
+            leave_off: false,
         }
     }
 
@@ -2836,6 +2838,7 @@ fn observation() -> impl Strategy<Value = Observation> {
                 ),
                 out_of_service_served: false,
                 workloads: None,
+                leave_off: false,
             },
         )
 }

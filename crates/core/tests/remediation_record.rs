@@ -496,6 +496,7 @@ fn decide_on(
         release_strategy: Ok(ReleaseStrategy::DeleteNode),
         out_of_service_served: false,
         workloads: None,
+        leave_off: false,
     };
     decide(&obs, t(10_000))
 }

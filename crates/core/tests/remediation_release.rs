@@ -17,7 +17,7 @@ use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::release::{Release, ReleaseAction as RA, ReleaseStrategy};
 use hostcycle_core::remediation::{
     Action, Decision, Escalation, Observation, Record, RemediationHostView, RemediationNodeView,
-    Trigger, Workloads, decide, off_confirmed,
+    Trigger, Workloads, decide, left_off, off_confirmed,
 };
 use jiff::Timestamp;
 use proptest::prelude::*;
@@ -117,6 +117,7 @@ fn obs(strategy: ReleaseStrategy, served: bool) -> Observation {
         release_strategy: Ok(strategy),
         out_of_service_served: served,
         workloads: None,
+        leave_off: false,
     }
 }
 
@@ -494,6 +495,7 @@ fn the_node_is_back_only_with_a_new_boot_and_then_loses_only_our_taints() {
 // A whole flow against a small world: the BMC follows the power-off, pods go when deleted,
 // the attach/detach controller detaches once the pods are gone and volumesInUse is clear.
 
+#[derive(Clone)]
 struct World {
     obs: Observation,
     /// The BMC's state and when the host controller's run of Off readings began.
@@ -606,6 +608,119 @@ fn whole_flows_release_power_on_and_clean_up_in_order() {
         assert!(!w.log.contains(&Action::DeleteNode));
         assert_eq!(w.pods, 0);
     }
+}
+
+/// `afterRelease: LeaveOff` (a node that failed again soon after its last remediation): the
+/// flow fences and releases as always, then holds the host off — no power-on, however long —
+/// and says so; a person resumes it with `PowerOn`, or withdraws the request, and only then is
+/// the host powered on. Earlier steps are untouched: the hold begins once released.
+#[test]
+fn leave_off_holds_the_host_off_after_the_release_until_a_person_resumes() {
+    for (strategy, served) in [
+        (ReleaseStrategy::ReleaseWorkloads, false),
+        (ReleaseStrategy::Auto, true),
+    ] {
+        let mut w = World::new(strategy, served);
+        w.obs.leave_off = true;
+        let mut now = 0;
+        while w.obs.record.step != RemediationStep::NodeReleased {
+            now += 1;
+            assert!(now < 100, "{strategy:?}: stuck at {:?}", w.obs.record);
+            w.round(now);
+        }
+        assert!(left_off(&w.obs), "{strategy:?}");
+        // Held: an hour of rounds powers nothing on and releases nothing more.
+        let before = w.log.len();
+        for _ in 0..3600 {
+            now += 1;
+            let d = w.round(now);
+            assert_eq!(
+                d.record, None,
+                "{strategy:?}: the record stays NodeReleased"
+            );
+            assert!(!d.cannot_fence);
+            assert!(
+                reasons(&d) == vec![ev::LEFT_OFF],
+                "{strategy:?}: {:?}",
+                d.events
+            );
+            assert!(d.message.starts_with("left off:"), "{}", d.message);
+        }
+        assert_eq!(w.log.len(), before, "{strategy:?}: {:#?}", &w.log[before..]);
+        assert!(
+            w.requested_off && !w.on,
+            "{strategy:?}: the host is still off"
+        );
+
+        // A person sets `PowerOn`: the flow goes on and powers the host on.
+        for resume in ["PowerOn", "withdrawn"] {
+            let mut o = w.obs.clone();
+            match resume {
+                "PowerOn" => o.leave_off = false,
+                _ => o.requested = false,
+            }
+            assert!(!left_off(&o));
+            let mut world = World {
+                obs: o,
+                log: Vec::new(),
+                ..w.clone()
+            };
+            let d = world.round(now + 1);
+            assert_eq!(
+                d.actions,
+                vec![Action::ReleasePowerOff],
+                "{strategy:?}, {resume}: powered on"
+            );
+            assert_eq!(
+                d.record.map(|r| r.step),
+                Some(RemediationStep::PowerOnRequested)
+            );
+        }
+    }
+    // DeleteNode: the Node is gone, the host is held off all the same.
+    let released = Record {
+        step: RemediationStep::NodeReleased,
+        powered_off_at: Some(t(5)),
+        node_released_at: Some(t(6)),
+        ..started(Release::DeleteNode)
+    };
+    let o = Observation {
+        leave_off: true,
+        ..during(released, off(), None, None)
+    };
+    let d = decide(&o, t(100));
+    assert!(d.actions.is_empty() && d.record.is_none(), "{d:?}");
+    assert_eq!(reasons(&d), vec![ev::LEFT_OFF]);
+    let d = decide(
+        &Observation {
+            leave_off: false,
+            ..o
+        },
+        t(100),
+    );
+    assert_eq!(d.actions, vec![Action::ReleasePowerOff]);
+
+    // Not yet released: LeaveOff changes nothing before the hold.
+    let o = Observation {
+        leave_off: true,
+        ..during(
+            started(Release::ReleaseWorkloads),
+            off(),
+            Some(fenced(dead_node())),
+            None,
+        )
+    };
+    assert!(!left_off(&o));
+    assert_eq!(
+        decide(&o, t(10)),
+        decide(
+            &Observation {
+                leave_off: false,
+                ..o.clone()
+            },
+            t(10)
+        )
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -110,6 +110,7 @@ fn obs(record: Record, h: Option<RemediationHostView>) -> Observation {
         release_strategy: Ok(hostcycle_core::remediation::release::ReleaseStrategy::DeleteNode),
         out_of_service_served: false,
         workloads: None,
+        leave_off: false,
     }
 }
 

@@ -129,8 +129,13 @@ fn check_invariants(lab: &FailoverLab, f: &Failover) -> Vec<String> {
 
 async fn start_lab(release: &str, boot_delay: Option<Duration>) -> FailoverLab {
     let lab = FailoverLab::start_booting_in(&WORKERS, &[], boot_delay).await;
-    lab.health_check(json!({ "remediation": { "release": release, "timeoutSeconds": 600 } }))
-        .await;
+    // Runs fail the same nodes again and again on purpose: the repeat-failure rule (left off
+    // for a person) is off here.
+    lab.health_check(json!({
+        "remediation": { "release": release, "timeoutSeconds": 600 },
+        "repeatFailureWindowSeconds": 0,
+    }))
+    .await;
     lab.wait_check_watching(3).await;
     lab
 }

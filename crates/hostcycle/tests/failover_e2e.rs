@@ -8,7 +8,9 @@
 //!   writes end at the power-off, before the new host's first;
 //! - D: the dead node's BMC is unreachable: detected, never released — the pod, its volume and
 //!   its attachment stay, the flow holds with `CannotFence`;
-//! - F: 3 of 5 kubelets die at once: a storm, nothing requested, nothing fenced.
+//! - F: 3 of 5 kubelets die at once: a storm, nothing requested, nothing fenced;
+//! - after A, the same node failing again within the check's repeat-failure window: fenced
+//!   and released, then left off (`afterRelease: LeaveOff`) until a person sets `PowerOn`.
 //!
 //! The bound on a failover here (90 s) leaves room for two suites at once on two cores; the
 //! figures against the 60 s goal are the `failover_latency` benchmark's (docs/benchmarks.md).
@@ -88,6 +90,72 @@ async fn assert_fenced_failover(lab: &FailoverLab, f: &Failover, old_boot: &str)
     lab.assert_no_violation();
 }
 
+/// The recovered `node` fails again within the check's `repeatFailureWindowSeconds`: its new
+/// request leaves the host off after the release (`LeftOff`, no power-on however long), until
+/// a person sets `afterRelease: PowerOn`; then it powers on, comes back and the request goes.
+async fn assert_repeated_failure_is_left_off(lab: &FailoverLab, node: &str) {
+    let status = lab.health_check_status().await;
+    assert!(
+        status["recentRecoveries"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|x| x["node"] == node)),
+        "the check recorded {node}'s recovery: {status:#}"
+    );
+    let old_boot = boot_id(&lab.node(node).await);
+    let since = Timestamp::now();
+    lab.fault(node, Fault::KubeletDead);
+    let held = wait_for(
+        &format!("{node}'s new request to hold its host off (LeftOff=True)"),
+        Duration::from_secs(120),
+        || async {
+            let r = lab.request_for(node).await?;
+            let left = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "LeftOff" && c.status == "True");
+            left.then_some(r)
+        },
+    )
+    .await;
+    let strategy = held.spec.strategy.clone().unwrap_or_default();
+    assert_eq!(strategy.after_release.as_deref(), Some("LeaveOff"));
+    let status = held.status.clone().unwrap();
+    assert!(status.node_released_at.is_some(), "{status:#?}");
+    // Held: the emulator had the host off after the failure and keeps it off.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let history = lab.lab.settled_history(node).await;
+    assert!(history.off_after(since).is_some(), "{history:?}");
+    assert_eq!(
+        history.0.last().map(|(_, s)| s.as_str()),
+        Some("Off"),
+        "{node} is left off: {history:?}"
+    );
+    assert!(fenced(&lab.node(node).await), "the Node stays fenced");
+    // A person resumes: the host powers on, the node comes back, the request goes.
+    let name = held.name_any();
+    let ns = held.namespace().unwrap();
+    let api: kube::Api<hostcycle_api::remediation::HostRemediation> =
+        kube::Api::namespaced(lab.client.clone(), &ns);
+    api.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({ "spec": { "strategy": { "afterRelease": "PowerOn" } } })),
+    )
+    .await
+    .unwrap();
+    lab.wait_back(node, &old_boot, BACK_TIMEOUT).await;
+    let n = node.to_string();
+    wait_for(
+        &format!("the health check deletes its resumed request for {n}"),
+        Duration::from_secs(90),
+        || async { lab.request_for(&n).await.is_none().then_some(()) },
+    )
+    .await;
+    lab.assert_no_violation();
+}
+
 async fn scenario(fault: Fault, names: [&'static str; 3]) {
     let lab =
         FailoverLab::start(&[worker(names[0]), worker(names[1]), worker(names[2])], &[]).await;
@@ -109,6 +177,9 @@ async fn scenario(fault: Fault, names: [&'static str; 3]) {
         f.pod_deleted_at.duration_since(f.fault_at),
     );
     assert_fenced_failover(&lab, &f, &old_boot).await;
+    if fault == Fault::KubeletDead {
+        assert_repeated_failure_is_left_off(&lab, &f.node).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const RUNBOOK_BASE: &str = "https://example.invalid/hostcycle/blob/main/docs/troubleshooting.md#";
 
 /// The runbook sections the alerts link to, one per alert.
-const RUNBOOK_ANCHORS: [&str; 17] = [
+const RUNBOOK_ANCHORS: [&str; 18] = [
     "operator-down",
     "no-leader",
     "multiple-leaders",
@@ -33,6 +33,7 @@ const RUNBOOK_ANCHORS: [&str; 17] = [
     "reboot-queue-stalled",
     "reboot-queue-disabled",
     "cannot-fence",
+    "host-left-off",
     "remediation-failed",
     "health-check-storm",
 ];

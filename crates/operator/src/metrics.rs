@@ -218,6 +218,8 @@ pub struct RemediationMetrics {
     pub in_flight: Gauge,
     /// Remediations held because their host could not be confirmed off (`CannotFence`).
     pub cannot_fence: Gauge,
+    /// Remediations holding their host off after the release (`afterRelease: LeaveOff`).
+    pub left_off: Gauge,
     /// Trigger → power-off confirmed (the host's `poweredOn` false).
     pub time_to_fence: Histogram,
     /// Power-off confirmed → Node released (deleted and gone).
@@ -250,6 +252,7 @@ impl RemediationMetrics {
             remediations,
             in_flight: Gauge::default(),
             cannot_fence: Gauge::default(),
+            left_off: Gauge::default(),
             time_to_fence: Histogram::new(exponential_buckets(0.25, 2.0, 14)),
             time_to_release: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
             time_to_recover: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
@@ -271,6 +274,11 @@ impl RemediationMetrics {
             "remediations_cannot_fence",
             "Remediations held because their host was not confirmed off by its deadline",
             self.cannot_fence.clone(),
+        );
+        registry.register(
+            "remediations_left_off",
+            "Remediations holding their host off after releasing its workloads (afterRelease LeaveOff)",
+            self.left_off.clone(),
         );
         registry.register(
             "remediation_time_to_fence_seconds",

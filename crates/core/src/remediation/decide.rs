@@ -491,6 +491,10 @@ pub struct Observation {
     /// The node's pods and VolumeAttachments, read from the API server when a release step
     /// needs them (`None`: not read this round).
     pub workloads: Option<Workloads>,
+    /// `spec.strategy.afterRelease: LeaveOff`: once the workloads are released the host stays
+    /// off for a person (a node that failed again soon after its last remediation), instead
+    /// of being powered on.
+    pub leave_off: bool,
 }
 
 /// What is left on a fenced node, read live (never from a cache) before releasing.
@@ -727,6 +731,13 @@ pub fn off_confirmed(host: &RemediationHostView, record: &Record) -> bool {
             .is_some_and(|since| power_since(&host.power_report(), since) == PowerEvidence::Off)
 }
 
+/// Whether the flow holds its host off after releasing the workloads
+/// (`afterRelease: LeaveOff`): only while the trigger still asks — a withdrawn request powers
+/// the host on, so no flow ends with its host left off.
+pub fn left_off(obs: &Observation) -> bool {
+    obs.leave_off && obs.requested && obs.record.step == RemediationStep::NodeReleased
+}
+
 /// Decides the next step of one remediation.
 pub fn decide(obs: &Observation, now: Timestamp) -> Decision {
     let mut d = decide_step(obs, now);
@@ -781,6 +792,26 @@ fn decide_step(obs: &Observation, now: Timestamp) -> Decision {
     match record.step {
         RemediationStep::NotStarted => start(obs, now),
         RemediationStep::PowerOffRequested => power_off(obs, now),
+        RemediationStep::NodeReleased if left_off(obs) => {
+            let host = acting_name(obs);
+            let mut d = Decision::wait(
+                RemediationPhase::Running,
+                format!(
+                    "left off: host {host} is off and node {node_name}'s workloads are released; \
+                     it stays off as spec.strategy.afterRelease asks (LeaveOff) until a person \
+                     sets afterRelease to PowerOn or deletes this request"
+                ),
+            );
+            d.events.push(Event::warning(
+                event_reason::LEFT_OFF,
+                format!(
+                    "host {host} is left off after its workloads were released (afterRelease: \
+                     LeaveOff): node {node_name} stays down until a person sets afterRelease to \
+                     PowerOn or deletes the request"
+                ),
+            ));
+            d
+        }
         RemediationStep::NodeReleased => {
             // Power on: record when waiting gives up, then release the power-off.
             let mut next = record.clone();

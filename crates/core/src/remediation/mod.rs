@@ -13,7 +13,7 @@ pub mod release;
 
 pub use decide::{
     Acting, Action, Blocker, Decision, Escalation, Event, Observation, RemediationHostView,
-    RemediationNodeView, RequestNamespaces, Trigger, Workloads, acting_host, decide, off_confirmed,
-    resolve_release, start_blocker, system_taint, wants_slot,
+    RemediationNodeView, RequestNamespaces, Trigger, Workloads, acting_host, decide, left_off,
+    off_confirmed, resolve_release, start_blocker, system_taint, wants_slot,
 };
 pub use record::Record;

@@ -486,7 +486,11 @@ impl Controller {
         let name = check.name_any();
         for action in &decision.actions {
             match action {
-                Action::CreateRequest { node, why } => self.create_request(check, node, *why).await,
+                Action::CreateRequest {
+                    node,
+                    why,
+                    repeat_of,
+                } => self.create_request(check, node, *why, *repeat_of).await,
                 Action::DeleteRequest { node } => {
                     let ours = requests.iter().find(|r| {
                         facts::owned_by(r, check) && facts::request_node(r) == Some(node.as_str())
@@ -544,8 +548,19 @@ impl Controller {
         }
     }
 
-    async fn create_request(&mut self, check: &HostHealthCheck, node: &str, why: Unhealthy) {
-        let request = facts::request_object(check, node, &self.config.request_namespace);
+    async fn create_request(
+        &mut self,
+        check: &HostHealthCheck,
+        node: &str,
+        why: Unhealthy,
+        repeat_of: Option<Timestamp>,
+    ) {
+        let request = facts::request_object(
+            check,
+            node,
+            &self.config.request_namespace,
+            repeat_of.is_some(),
+        );
         let request_name = request.name_any();
         let api: Api<HostRemediation> =
             Api::namespaced(self.client.clone(), &self.config.request_namespace);
@@ -568,6 +583,21 @@ impl Controller {
                     event_reason::NODE_UNHEALTHY,
                     &format!("node {node} is unhealthy: {}", why.describe()),
                 );
+                if let Some(recovered) = repeat_of {
+                    self.tell(
+                        check,
+                        &format!("repeated/{node}"),
+                        &request_name,
+                        Some(node),
+                        EventType::Warning,
+                        event_reason::REPEATED_FAILURE,
+                        &format!(
+                            "node {node} failed again {}s after recovering from its last remediation (at {recovered}; repeatFailureWindowSeconds is {}): its host is fenced and its workloads released, then it is left off for a person (HostRemediation {ns}/{request_name} has afterRelease: LeaveOff)",
+                            hostcycle_core::time::elapsed(recovered, Timestamp::now()).as_secs(),
+                            check.spec.repeat_failure_window_seconds(),
+                        ),
+                    );
+                }
                 self.tell(
                     check,
                     &format!("requested/{node}"),

@@ -5,7 +5,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use hostcycle_api::health::{
-    HostHealthCheck, HostHealthCheckSpec, HostHealthCheckStatus, MAX_LISTED_UNHEALTHY, StormStatus,
+    HostHealthCheck, HostHealthCheckSpec, HostHealthCheckStatus, MAX_LISTED_UNHEALTHY,
+    MAX_RECORDED_RECOVERIES, NodeRecovery, StormStatus,
 };
 use hostcycle_api::queue::selector_matches;
 use hostcycle_api::reasons::health::{condition, condition_reason};
@@ -35,6 +36,7 @@ pub fn settings(spec: &HostHealthCheckSpec) -> Result<HealthSettings, String> {
         storm_cooldown: Duration::from_secs(spec.storm_cooldown_seconds()),
         warm_up: Duration::from_secs(spec.warm_up_seconds()),
         storm_window: hostcycle_core::health::STORM_WINDOW,
+        repeat_failure_window: Duration::from_secs(spec.repeat_failure_window_seconds()),
     })
 }
 
@@ -153,13 +155,18 @@ pub fn request_node(request: &HostRemediation) -> Option<&str> {
 /// makes two), the node in NodeHealthCheck's annotation (how remediation finds the Node of a
 /// request not named after it), the check in a label, the check as its controlling owner (its
 /// deletion deletes them), and the check's strategy (`release` defaulting to `Auto`).
-pub fn request_object(check: &HostHealthCheck, node: &str, namespace: &str) -> HostRemediation {
+pub fn request_object(
+    check: &HostHealthCheck,
+    node: &str,
+    namespace: &str,
+    repeated_failure: bool,
+) -> HostRemediation {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     let check_name = check.name_any();
     let mut request = HostRemediation::new(
         &hostcycle_api::health::request_name(&check_name, node),
         hostcycle_api::remediation::HostRemediationSpec {
-            strategy: Some(check.spec.request_strategy()),
+            strategy: Some(check.spec.request_strategy(repeated_failure)),
             extra: Default::default(),
         },
     );
@@ -226,6 +233,13 @@ pub fn node_facts(
         request: requests.get(&name).map(|r| RequestFacts {
             finished: finished(r),
         }),
+        last_recovered: check
+            .status
+            .iter()
+            .flat_map(|s| &s.recent_recoveries)
+            .filter(|r| r.node == name)
+            .map(|r| r.at)
+            .max(),
         name,
     }
 }
@@ -463,6 +477,18 @@ pub fn status(
                 ),
             };
             set(&mut status, suspended);
+            let mut recoveries: Vec<NodeRecovery> = decision
+                .recoveries
+                .iter()
+                .map(|(node, at)| NodeRecovery {
+                    node: crate::text::bounded(node, 253),
+                    at: wire_precision(*at),
+                })
+                .collect();
+            recoveries.sort_by(|a, b| b.at.cmp(&a.at).then_with(|| a.node.cmp(&b.node)));
+            recoveries.truncate(MAX_RECORDED_RECOVERIES);
+            recoveries.sort_by(|a, b| a.node.cmp(&b.node));
+            status.recent_recoveries = recoveries;
             summary(decision)
         }
     };
@@ -702,7 +728,7 @@ mod tests {
     #[test]
     fn a_request_names_its_node_owner_and_strategy() {
         let c = check(json!({ "selector": {}, "remediation": { "retryLimit": 2 } }));
-        let r = request_object(&c, "node-1", "ops");
+        let r = request_object(&c, "node-1", "ops", false);
         assert_eq!(r.metadata.name.as_deref(), Some("workers-node-1"));
         assert_eq!(r.metadata.namespace.as_deref(), Some("ops"));
         assert_eq!(request_node(&r), Some("node-1"));
@@ -712,6 +738,14 @@ mod tests {
         assert_eq!(
             (strategy.release.as_deref(), strategy.retry_limit),
             (Some("Auto"), Some(2))
+        );
+        assert_eq!(strategy.after_release, None);
+        // A repeated failure's request leaves its host off after the release.
+        let repeat = request_object(&c, "node-1", "ops", true);
+        let strategy = repeat.spec.strategy.unwrap();
+        assert_eq!(
+            (strategy.after_release.as_deref(), strategy.retry_limit),
+            (Some("LeaveOff"), Some(2))
         );
         // Another check's (same name, another uid) is not this one's.
         let mut other = c.clone();
@@ -724,6 +758,42 @@ mod tests {
         assert_eq!(value, label_value(&long));
         assert_ne!(value, label_value(&"c".repeat(199)));
         assert_eq!(label_value("short"), "short");
+    }
+
+    /// A finished request deleted because its node is healthy again is a recovery, kept in
+    /// the status (hostcycle's to write) while inside the repeat-failure window and read back
+    /// as the node's fact.
+    #[test]
+    fn recoveries_are_recorded_in_the_status_and_read_back() {
+        use hostcycle_core::health::decide;
+        let mut c = check(json!({ "selector": {}, "repeatFailureWindowSeconds": 600 }));
+        let s = settings(&c.spec).unwrap();
+        assert_eq!(s.repeat_failure_window, Duration::from_secs(600));
+        let mut clock = LeaseClock::default();
+        clock.observe(&lease("a", "1", None), t(95));
+        let nodes = vec![node("a", json!({}), Some(("True", 0)))];
+        let done = request("workers-a", "a", "check-uid", Some("Done"));
+        let f = check_facts(&c, &nodes, &clock, [&done], &HashMap::new(), t(0), t(100));
+        let d = decide(&s, &f);
+        assert_eq!(d.actions, [Action::DeleteRequest { node: "a".into() }]);
+        let st = status(&c, Ok(&d), t(100));
+        assert_eq!(
+            st.recent_recoveries,
+            [NodeRecovery {
+                node: "a".into(),
+                at: t(100)
+            }]
+        );
+        c.status = Some(st);
+        let f = check_facts(&c, &nodes, &clock, [], &HashMap::new(), t(0), t(200));
+        assert_eq!(f.nodes[0].last_recovered, Some(t(100)));
+        // Past the window it is forgotten.
+        let f = check_facts(&c, &nodes, &clock, [], &HashMap::new(), t(0), t(800));
+        assert!(
+            status(&c, Ok(&decide(&s, &f)), t(800))
+                .recent_recoveries
+                .is_empty()
+        );
     }
 
     #[test]

@@ -282,6 +282,7 @@ impl Controller {
         let mut next = self.config.resync;
         let mut in_flight = 0i64;
         let mut cannot_fence = 0i64;
+        let mut left_off = 0i64;
         let mut live_keys = HashSet::new();
         for item in items {
             live_keys.insert(item.subject.key());
@@ -308,6 +309,9 @@ impl Controller {
             if decision.cannot_fence {
                 cannot_fence += 1;
             }
+            if hostcycle_core::remediation::left_off(&item.observation) {
+                left_off += 1;
+            }
             if let Some(requeue) = decision.requeue {
                 next = next.min(requeue);
             }
@@ -318,6 +322,7 @@ impl Controller {
         self.last_events.retain(|k, _| live_keys.contains(k));
         self.metrics.remediation.in_flight.set(in_flight);
         self.metrics.remediation.cannot_fence.set(cannot_fence);
+        self.metrics.remediation.left_off.set(left_off);
         self.sweep_records().await;
         self.sweep_orphans().await;
         if self.retry_soon {
@@ -570,6 +575,7 @@ impl Controller {
             release_strategy: super::release::requested_strategy(subject),
             out_of_service_served: self.out_of_service_served,
             workloads: None,
+            leave_off: super::release::leave_off(subject),
         }
     }
 

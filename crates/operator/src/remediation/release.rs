@@ -84,6 +84,20 @@ pub(super) fn requested_strategy(subject: &Subject) -> Result<ReleaseStrategy, S
     }
 }
 
+/// `spec.strategy.afterRelease: LeaveOff` on a request (the annotation flow always powers
+/// on). Read every round: a person resumes a held host by setting `PowerOn`, and the field
+/// can only keep a host off, never power anything.
+pub(super) fn leave_off(subject: &Subject) -> bool {
+    match subject {
+        Subject::Machine(..) => false,
+        Subject::Request(r) => r
+            .spec
+            .strategy
+            .as_ref()
+            .is_some_and(hostcycle_api::remediation::RemediationStrategy::leave_off),
+    }
+}
+
 /// Whether this round's decision needs the node's pods and VolumeAttachments: a flow that
 /// keeps the Node, before its release is recorded, with its host confirmed off (the only
 /// time `decide` releases anything).

@@ -33,7 +33,8 @@ impl Controller {
         let mut status = before.clone();
         fill_status(&mut status, record, decision, item);
         // 2. The conditions, in this order.
-        for condition in conditions(record, decision, item.node.is_some()) {
+        let left_off = hostcycle_core::remediation::left_off(&item.observation);
+        for condition in conditions(record, decision, item.node.is_some(), left_off) {
             set_condition(&mut status, condition, now, r.metadata.generation);
         }
         // 3. Nothing changed: nothing is written.
@@ -106,14 +107,36 @@ fn conditions<'a>(
     record: &Record,
     decision: &'a Decision,
     node_present: bool,
-) -> [ConditionValue<'a>; 5] {
+    left_off: bool,
+) -> [ConditionValue<'a>; 6] {
     [
         processing(decision),
         succeeded(record, decision),
         node_deletion(record, node_present),
         blocked(decision),
         cannot_fence(decision),
+        left_off_condition(decision, left_off),
     ]
+}
+
+/// `LeftOff`: the workloads are released and the host is held off (`afterRelease:
+/// LeaveOff`) until a person sets `PowerOn` or deletes the request.
+fn left_off_condition(decision: &Decision, left_off: bool) -> ConditionValue<'_> {
+    if left_off {
+        ConditionValue {
+            type_: "LeftOff",
+            status: "True",
+            reason: "AfterReleaseLeaveOff",
+            message: &decision.message,
+        }
+    } else {
+        ConditionValue {
+            type_: "LeftOff",
+            status: "False",
+            reason: "NotLeftOff",
+            message: "",
+        }
+    }
 }
 
 /// `CannotFence`: the host was not confirmed off by its deadline (or its BMC changed, or it
