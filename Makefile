@@ -3,6 +3,10 @@
 #   make test  installs what is missing, then runs fmt, clippy and every test
 SHELL := /bin/bash
 CARGO ?= cargo
+# CI builds from a clean clone: incremental compilation's bookkeeping only costs time there.
+ifeq ($(CI),true)
+export CARGO_INCREMENTAL ?= 0
+endif
 # The lab and the node simulator (`hostcycle lab`, `hostcycle sim`) and the test rig they
 # link are a cargo feature: on for the lab and the tests, off in the production binary.
 LAB := --features hostcycle/lab
