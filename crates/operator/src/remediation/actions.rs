@@ -19,6 +19,17 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::controller::{Controller, Item, log_write_error};
+
+/// How [`Controller::edit_node`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NodeEdit {
+    /// Changed, or nothing to change.
+    Done,
+    /// No such Node.
+    Missing,
+    /// A read or write failed (logged), or conflicts outlasted the tries.
+    Failed,
+}
 use super::observe::{Subject, host_view};
 use crate::cluster::errors::{is_conflict, is_not_found};
 
@@ -132,16 +143,8 @@ impl Controller {
         let Some(name) = &item.observation.node_name else {
             return true;
         };
-        let api: Api<Node> = Api::all(self.client.clone());
-        for _ in 0..5 {
-            let node = match api.get_opt(name).await {
-                Ok(Some(n)) => n,
-                Ok(None) => return false,
-                Err(e) => {
-                    log_write_error(&format!("Node {name}"), &e);
-                    return false;
-                }
-            };
+        // A missing Node is not restored: the flow waits for it to register.
+        self.edit_node(name, |node| {
             let missing = |have: &BTreeMap<String, String>, backup: &BTreeMap<String, String>| {
                 backup
                     .iter()
@@ -167,10 +170,9 @@ impl Controller {
                 && add_taints.is_empty()
                 && !add_cordon
             {
-                return true;
+                return None;
             }
             let mut patch = json!({ "metadata": {
-                "resourceVersion": node.resource_version(),
                 "labels": add_labels,
                 "annotations": add_annotations,
             }});
@@ -191,19 +193,47 @@ impl Controller {
                 );
                 patch["spec"]["taints"] = Value::Array(all);
             }
+            Some(patch)
+        })
+        .await
+            == NodeEdit::Done
+    }
+
+    /// Changes Node `name` with the merge patch `change` computes from it (`None`: nothing to
+    /// change), with the resourceVersion it was computed from as precondition; read again
+    /// and recomputed on a conflict (five tries).
+    pub(super) async fn edit_node(
+        &self,
+        name: &str,
+        change: impl Fn(&Node) -> Option<Value>,
+    ) -> NodeEdit {
+        let api: Api<Node> = Api::all(self.client.clone());
+        for _ in 0..5 {
+            let node = match api.get_opt(name).await {
+                Ok(Some(n)) => n,
+                Ok(None) => return NodeEdit::Missing,
+                Err(e) => {
+                    log_write_error(&format!("Node {name}"), &e);
+                    return NodeEdit::Failed;
+                }
+            };
+            let Some(mut patch) = change(&node) else {
+                return NodeEdit::Done;
+            };
+            patch["metadata"]["resourceVersion"] = json!(node.resource_version());
             match api
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => return true,
+                Ok(_) => return NodeEdit::Done,
                 Err(e) if is_conflict(&e) => continue,
                 Err(e) => {
                     log_write_error(&format!("Node {name}"), &e);
-                    return false;
+                    return NodeEdit::Failed;
                 }
             }
         }
-        false
+        NodeEdit::Failed
     }
 
     pub(super) async fn escalate(&mut self, item: &Item, kind: &Escalation) -> bool {

@@ -19,6 +19,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::actions::NodeEdit;
 use super::controller::{Controller, Item, log_write_error};
 use super::observe::Subject;
 use crate::cluster::errors::{is_conflict, is_not_found};
@@ -194,7 +195,7 @@ impl Controller {
             Subject::Request(r) => r.uid().unwrap_or_default(),
             Subject::Machine(m, _) => m.object.uid().unwrap_or_default(),
         };
-        match step {
+        let edited = match step {
             ReleaseAction::AddFencedTaint => {
                 self.edit_node(&node, |n| {
                     with_taint(n, FENCED_TAINT_KEY, None, "NoSchedule", None)
@@ -227,44 +228,13 @@ impl Controller {
                 })
                 .await
             }
-            ReleaseAction::ForceDeletePods => self.force_delete_pods(&node).await,
-            ReleaseAction::ClearVolumesInUse => self.clear_volumes_in_use(&node).await,
+            ReleaseAction::ForceDeletePods => return self.force_delete_pods(&node).await,
+            ReleaseAction::ClearVolumesInUse => return self.clear_volumes_in_use(&node).await,
             // The record's step and the power-off's release, not an action of its own.
-            ReleaseAction::RecordReleasedAndPowerOn => true,
-        }
-    }
-
-    /// Changes the Node with the merge patch `change` computes from it (`None`: nothing to
-    /// change), with its resourceVersion as precondition, read again on a conflict.
-    async fn edit_node(&self, name: &str, change: impl Fn(&Node) -> Option<Value>) -> bool {
-        let api: Api<Node> = Api::all(self.client.clone());
-        for _ in 0..5 {
-            let node = match api.get_opt(name).await {
-                Ok(Some(n)) => n,
-                // No Node: nothing to taint or untaint.
-                Ok(None) => return true,
-                Err(e) => {
-                    log_write_error(&format!("Node {name}"), &e);
-                    return false;
-                }
-            };
-            let Some(mut patch) = change(&node) else {
-                return true;
-            };
-            patch["metadata"]["resourceVersion"] = json!(node.resource_version());
-            match api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return true,
-                Err(e) if is_conflict(&e) => continue,
-                Err(e) => {
-                    log_write_error(&format!("Node {name}"), &e);
-                    return false;
-                }
-            }
-        }
-        false
+            ReleaseAction::RecordReleasedAndPowerOn => return true,
+        };
+        // No Node: nothing to taint or untaint.
+        edited != NodeEdit::Failed
     }
 
     /// Force-deletes (grace 0) every pod bound to the node, each with its uid as
