@@ -17,7 +17,7 @@ use hostcycle_core::binding::BoundHost;
 use hostcycle_core::remediation::release::{Release, ReleaseAction as RA, ReleaseStrategy};
 use hostcycle_core::remediation::{
     Action, Decision, Escalation, Observation, Record, RemediationHostView, RemediationNodeView,
-    Trigger, Workloads, decide, left_off, off_confirmed,
+    Trigger, Workloads, decide, left_off, needs_workloads, off_confirmed,
 };
 use jiff::Timestamp;
 use proptest::prelude::*;
@@ -608,6 +608,53 @@ fn whole_flows_release_power_on_and_clean_up_in_order() {
         assert!(!w.log.contains(&Action::DeleteNode));
         assert_eq!(w.pods, 0);
     }
+}
+
+/// The controller reads the node's pods and VolumeAttachments (two live LISTs) only when
+/// `decide` can release: a flow that keeps the Node, not yet released, its host confirmed off
+/// by readings after this cycle's power-off from the bound BMC.
+#[test]
+fn workloads_are_read_only_when_a_release_can_follow() {
+    let released = |r: Release| Record {
+        step: RemediationStep::NodeReleased,
+        node_released_at: Some(t(7)),
+        ..started(r)
+    };
+    let node = Some(fenced(dead_node()));
+    #[rustfmt::skip]
+    let rows: Vec<(&str, Record, RemediationHostView, bool)> = vec![
+        ("ReleaseWorkloads, off on fresh readings", started(Release::ReleaseWorkloads), off(), true),
+        ("OutOfServiceTaint, off on fresh readings", started(Release::OutOfServiceTaint), off(), true),
+        ("DeleteNode: the Node is deleted, nothing to read", started(Release::DeleteNode), off(), false),
+        ("still on", started(Release::ReleaseWorkloads), host(Some(true), true, 5), false),
+        ("Off read before the power-off", started(Release::ReleaseWorkloads), host(Some(false), true, -5), false),
+        ("power-off no longer requested", started(Release::ReleaseWorkloads), host(Some(false), false, 5), false),
+        ("no reading", started(Release::ReleaseWorkloads), host(None, true, 5), false),
+        ("already released", released(Release::ReleaseWorkloads), off(), false),
+        ("not started", Record::default(), off(), false),
+    ];
+    for (name, record, h, want) in rows {
+        let o = during(record, h, node.clone(), None);
+        assert_eq!(needs_workloads(&o), want, "{name}");
+    }
+    // Off readings from another BMC than the bound one are not evidence.
+    let mut other = off();
+    other.observed_bmc = Some(hostcycle_api::ObservedBmc {
+        address: "redfish://10.0.0.99/redfish/v1/Systems/1".into(),
+        ..hostcycle_api::ObservedBmc::default()
+    });
+    let o = during(
+        started(Release::ReleaseWorkloads),
+        other,
+        node.clone(),
+        None,
+    );
+    assert!(!needs_workloads(&o), "another BMC's readings");
+    // A replaced host (same name, another uid) is not the bound one.
+    let mut replaced = off();
+    replaced.uid = "another-uid".into();
+    let o = during(started(Release::ReleaseWorkloads), replaced, node, None);
+    assert!(!needs_workloads(&o), "a replaced host");
 }
 
 /// `afterRelease: LeaveOff` (a node that failed again soon after its last remediation): the

@@ -90,6 +90,30 @@ async fn assert_fenced_failover(lab: &FailoverLab, f: &Failover, old_boot: &str)
     lab.assert_no_violation();
 }
 
+/// Waits until the health check's request for `node` has the condition `type_` True.
+async fn wait_request_condition(
+    lab: &FailoverLab,
+    node: &str,
+    type_: &str,
+    timeout: Duration,
+) -> hostcycle_api::remediation::HostRemediation {
+    wait_for(
+        &format!("the request for {node} to have {type_}=True"),
+        timeout,
+        || async {
+            let r = lab.request_for(node).await?;
+            let set = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.status == "True");
+            set.then_some(r)
+        },
+    )
+    .await
+}
+
 /// The recovered `node` fails again within the check's `repeatFailureWindowSeconds`: its new
 /// request leaves the host off after the release (`LeftOff`, no power-on however long), until
 /// a person sets `afterRelease: PowerOn`; then it powers on, comes back and the request goes.
@@ -104,21 +128,7 @@ async fn assert_repeated_failure_is_left_off(lab: &FailoverLab, node: &str) {
     let old_boot = boot_id(&lab.node(node).await);
     let since = Timestamp::now();
     lab.fault(node, Fault::KubeletDead);
-    let held = wait_for(
-        &format!("{node}'s new request to hold its host off (LeftOff=True)"),
-        Duration::from_secs(120),
-        || async {
-            let r = lab.request_for(node).await?;
-            let left = r
-                .status
-                .as_ref()?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "LeftOff" && c.status == "True");
-            left.then_some(r)
-        },
-    )
-    .await;
+    let held = wait_request_condition(lab, node, "LeftOff", Duration::from_secs(120)).await;
     let strategy = held.spec.strategy.clone().unwrap_or_default();
     assert_eq!(strategy.after_release.as_deref(), Some("LeaveOff"));
     let status = held.status.clone().unwrap();
@@ -218,21 +228,8 @@ async fn d_an_unreachable_bmc_holds_the_failover_and_releases_nothing() {
     // …then held past the power-off timeout with CannotFence, nothing released.
     let name = request.name_any();
     let ns = request.namespace().unwrap();
-    let held = wait_for(
-        &format!("request {ns}/{name} holds with CannotFence"),
-        Duration::from_secs(90),
-        || async {
-            let r = lab.request_for(&node).await?;
-            let cannot = r
-                .status
-                .as_ref()?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "CannotFence" && c.status == "True");
-            cannot.then_some(r)
-        },
-    )
-    .await;
+    let held = wait_request_condition(&lab, &node, "CannotFence", Duration::from_secs(90)).await;
+    assert_eq!((held.namespace(), held.name_any()), (Some(ns), name));
     tokio::time::sleep(Duration::from_secs(5)).await;
     let pod_now = lab.pods().get(DB_POD).await.unwrap();
     assert_eq!(pod_now.uid(), pod.uid(), "the pod was not deleted");

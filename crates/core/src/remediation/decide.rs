@@ -731,6 +731,19 @@ pub fn off_confirmed(host: &RemediationHostView, record: &Record) -> bool {
             .is_some_and(|since| power_since(&host.power_report(), since) == PowerEvidence::Off)
 }
 
+/// Whether this round's decision needs the node's pods and VolumeAttachments (read live by
+/// the controller into [`Observation::workloads`]): a flow that keeps the Node, before its
+/// release is recorded, with its host confirmed off — the only time `decide` releases
+/// anything, so the only time the reads are worth their cost.
+pub fn needs_workloads(obs: &Observation) -> bool {
+    let record = &obs.record;
+    record.release().keeps_node()
+        && record.step == RemediationStep::PowerOffRequested
+        && acting_host(obs)
+            .host()
+            .is_some_and(|h| off_confirmed(h, record))
+}
+
 /// Whether the flow holds its host off after releasing the workloads
 /// (`afterRelease: LeaveOff`): only while the trigger still asks — a withdrawn request powers
 /// the host on, so no flow ends with its host left off.

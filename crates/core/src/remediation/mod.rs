@@ -14,6 +14,6 @@ pub mod release;
 pub use decide::{
     Acting, Action, Blocker, Decision, Escalation, Event, Observation, RemediationHostView,
     RemediationNodeView, RequestNamespaces, Trigger, Workloads, acting_host, decide, left_off,
-    off_confirmed, resolve_release, start_blocker, system_taint, wants_slot,
+    needs_workloads, off_confirmed, resolve_release, start_blocker, system_taint, wants_slot,
 };
 pub use record::Record;

@@ -291,7 +291,7 @@ impl Controller {
             }
             // A release step reads the node's pods and VolumeAttachments from the API server.
             let mut item = item;
-            if super::release::needs_workloads(&item.observation) {
+            if hostcycle_core::remediation::needs_workloads(&item.observation) {
                 item.observation.workloads = self.read_workloads(&item).await;
             }
             let mut decision = decide(&item.observation, now);

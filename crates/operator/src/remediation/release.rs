@@ -9,10 +9,10 @@
 use futures::StreamExt;
 use hostcycle_api::remediation::{
     FENCED_TAINT_KEY, OUT_OF_SERVICE_OURS_ANNOTATION, OUT_OF_SERVICE_TAINT_KEY,
-    OUT_OF_SERVICE_TAINT_VALUE, RemediationStep,
+    OUT_OF_SERVICE_TAINT_VALUE,
 };
 use hostcycle_core::remediation::release::{ReleaseAction, ReleaseStrategy};
-use hostcycle_core::remediation::{Observation, Record, Workloads, acting_host, off_confirmed};
+use hostcycle_core::remediation::{Record, Workloads};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -97,18 +97,6 @@ pub(super) fn leave_off(subject: &Subject) -> bool {
             .as_ref()
             .is_some_and(hostcycle_api::remediation::RemediationStrategy::leave_off),
     }
-}
-
-/// Whether this round's decision needs the node's pods and VolumeAttachments: a flow that
-/// keeps the Node, before its release is recorded, with its host confirmed off (the only
-/// time `decide` releases anything).
-pub(super) fn needs_workloads(obs: &Observation) -> bool {
-    let record = &obs.record;
-    record.release().keeps_node()
-        && record.step == RemediationStep::PowerOffRequested
-        && acting_host(obs)
-            .host()
-            .is_some_and(|h| off_confirmed(h, record))
 }
 
 impl Controller {
