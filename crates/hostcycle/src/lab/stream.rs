@@ -169,6 +169,13 @@ fn describe_event(reason: &str, note: &str, pods_deleted: usize) -> Option<Strin
         "RemediationSucceeded" => "back (new boot)".to_string(),
         "RemediationFailed" => format!("remediation failed ({note})"),
         "CannotFence" => format!("cannot fence ({note})"),
+        "RepeatedFailure" => {
+            "failed again within an hour of its last recovery: it will be fenced and left off"
+                .to_string()
+        }
+        "HostLeftOff" => "left off for a person (kubectl get hr: LeftOff; resume with \
+                          spec.strategy.afterRelease: PowerOn)"
+            .to_string(),
         "RemediationBlocked" => format!("remediation blocked ({note})"),
         "PowerStateCorrected" => format!("power state corrected by hostcycle ({note})"),
         _ => return None,
@@ -831,6 +838,24 @@ mod tests {
             (
                 event("RemediationSucceeded", "node worker-1 is back", 0),
                 Some("worker-1: back (new boot)"),
+            ),
+            (
+                event(
+                    "RepeatedFailure",
+                    "node worker-1 failed again 74s after …",
+                    0,
+                ),
+                Some(
+                    "worker-1: failed again within an hour of its last recovery: it will be \
+                     fenced and left off",
+                ),
+            ),
+            (
+                event("HostLeftOff", "host default/worker-1 is left off …", 0),
+                Some(
+                    "worker-1: left off for a person (kubectl get hr: LeftOff; resume with \
+                     spec.strategy.afterRelease: PowerOn)",
+                ),
             ),
             (event("SomethingNew", "whatever", 0), None),
             (

@@ -734,7 +734,15 @@ impl Controller {
         let uid = check.metadata.uid.clone().unwrap_or_default();
         for (node, health) in &decision.nodes {
             if matches!(health, NodeHealth::Healthy) {
-                for subject in ["hold", "still", "unconfirmed", "unhealthy", "failed"] {
+                for subject in [
+                    "hold",
+                    "still",
+                    "unconfirmed",
+                    "unhealthy",
+                    "failed",
+                    "requested",
+                    "repeated",
+                ] {
                     self.told.remove(&format!("{uid}/{subject}/{node}"));
                 }
             }
