@@ -220,6 +220,13 @@ impl FailoverLab {
         let pod = self.pods().get(DB_POD).await.unwrap();
         let node = Self::node_of(&pod);
         let pod_rec = Recorder::start(self.pods(), DB_POD).await;
+        // Watched, not read afterwards: with DeleteNode the node can be back and the request
+        // deleted by the check before the replacement runs.
+        let request_rec = Recorder::start(
+            Api::<HostRemediation>::all(self.client.clone()),
+            &hostcycle_api::health::request_name(CHECK, &node),
+        )
+        .await;
         let fault_at = Timestamp::now();
         match disruption {
             Disruption::Kubelet(fault) => self.fault(&node, fault),
@@ -245,11 +252,11 @@ impl FailoverLab {
             .find(|s| s.deleted && s.object.uid() == old_uid)
             .map(|s| s.at)
             .expect("the old pod's deletion was watched");
-        let requested_at = self
-            .request_for(&node)
-            .await
-            .and_then(|r| r.metadata.creation_timestamp.map(|t| t.0))
-            .expect("the health check's request exists");
+        let requested_at = request_rec
+            .seen()
+            .into_iter()
+            .find_map(|s| s.object.metadata.creation_timestamp.map(|t| t.0))
+            .expect("the health check's request was watched");
         let off_at = self
             .off_after(&node, fault_at)
             .expect("the emulator saw the host off");
