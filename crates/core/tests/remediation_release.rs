@@ -520,6 +520,23 @@ impl World {
         }
     }
 
+    /// Rounds one second apart from t(1) until the record reaches `step`; returns the last
+    /// round's time.
+    fn run_until(&mut self, step: RemediationStep) -> i64 {
+        let mut now = 0;
+        while self.obs.record.step != step {
+            now += 1;
+            assert!(
+                now < 100,
+                "stuck at {:?} on the way to {step:?}\n{:#?}",
+                self.obs.record,
+                self.log
+            );
+            self.round(now);
+        }
+        now
+    }
+
     fn round(&mut self, now: i64) -> Decision {
         let mut o = self.obs.clone();
         let readings = host(Some(self.on), self.requested_off, now - 1);
@@ -586,17 +603,7 @@ fn whole_flows_release_power_on_and_clean_up_in_order() {
     ] {
         let mut w = World::new(strategy, served);
         w.obs.node.as_mut().unwrap().volumes_in_use = 2;
-        let mut now = 0;
-        while w.obs.record.step != RemediationStep::Done {
-            now += 1;
-            assert!(
-                now < 100,
-                "{strategy:?}: stuck at {:?}\n{:#?}",
-                w.obs.record,
-                w.log
-            );
-            w.round(now);
-        }
+        w.run_until(RemediationStep::Done);
         let position = |want: &Action| w.log.iter().position(|a| a == want);
         let power_on = position(&Action::ReleasePowerOff).expect("powered on");
         let force = position(&Action::Release(RA::ForceDeletePods)).expect("pods deleted");
@@ -669,12 +676,7 @@ fn leave_off_holds_the_host_off_after_the_release_until_a_person_resumes() {
     ] {
         let mut w = World::new(strategy, served);
         w.obs.leave_off = true;
-        let mut now = 0;
-        while w.obs.record.step != RemediationStep::NodeReleased {
-            now += 1;
-            assert!(now < 100, "{strategy:?}: stuck at {:?}", w.obs.record);
-            w.round(now);
-        }
+        let mut now = w.run_until(RemediationStep::NodeReleased);
         assert!(left_off(&w.obs), "{strategy:?}");
         // Held: an hour of rounds powers nothing on and releases nothing more.
         let before = w.log.len();
