@@ -595,12 +595,16 @@ impl World {
     }
 }
 
+/// The strategies that keep the Node, each with whether the cluster serves the
+/// out-of-service taint (`Auto` resolves to it only where served).
+const KEPT_NODE_STRATEGIES: [(ReleaseStrategy, bool); 2] = [
+    (ReleaseStrategy::ReleaseWorkloads, false),
+    (ReleaseStrategy::Auto, true),
+];
+
 #[test]
 fn whole_flows_release_power_on_and_clean_up_in_order() {
-    for (strategy, served) in [
-        (ReleaseStrategy::ReleaseWorkloads, false),
-        (ReleaseStrategy::Auto, true),
-    ] {
+    for (strategy, served) in KEPT_NODE_STRATEGIES {
         let mut w = World::new(strategy, served);
         w.obs.node.as_mut().unwrap().volumes_in_use = 2;
         w.run_until(RemediationStep::Done);
@@ -670,10 +674,7 @@ fn workloads_are_read_only_when_a_release_can_follow() {
 /// the host powered on. Earlier steps are untouched: the hold begins once released.
 #[test]
 fn leave_off_holds_the_host_off_after_the_release_until_a_person_resumes() {
-    for (strategy, served) in [
-        (ReleaseStrategy::ReleaseWorkloads, false),
-        (ReleaseStrategy::Auto, true),
-    ] {
+    for (strategy, served) in KEPT_NODE_STRATEGIES {
         let mut w = World::new(strategy, served);
         w.obs.leave_off = true;
         let mut now = w.run_until(RemediationStep::NodeReleased);
