@@ -450,8 +450,7 @@ fn print_instructions(
         println!(
             "\n  The HostHealthCheck notices the stale Lease, the operator powers the host off (two BMC\n  \
              readings), force-deletes its pods and clears volumesInUse, powers it on; the db pod and\n  \
-             its volume come back on another worker. The same worker failing again within an hour
-  \
+             its volume come back on another worker. The same worker failing again within an hour\n  \
              is fenced and released, then left off for a person (kubectl get hr: LeftOff)."
         );
     } else {

@@ -252,11 +252,16 @@ impl FailoverLab {
             .find(|s| s.deleted && s.object.uid() == old_uid)
             .map(|s| s.at)
             .expect("the old pod's deletion was watched");
+        // A request of an earlier failover of this node (whole-second creation times) is not
+        // this one's.
+        let fault_second = Timestamp::from_second(fault_at.as_second()).unwrap_or(fault_at);
         let requested_at = request_rec
             .seen()
             .into_iter()
-            .find_map(|s| s.object.metadata.creation_timestamp.map(|t| t.0))
-            .expect("the health check's request was watched");
+            .filter(|s| !s.deleted)
+            .filter_map(|s| s.object.metadata.creation_timestamp.map(|t| t.0))
+            .find(|created| *created >= fault_second)
+            .expect("the health check's request for this failure was watched");
         let off_at = self
             .off_after(&node, fault_at)
             .expect("the emulator saw the host off");

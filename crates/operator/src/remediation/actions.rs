@@ -19,6 +19,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::controller::{Controller, Item, log_write_error};
+use super::observe::{Subject, host_view};
+use crate::cluster::errors::{is_conflict, is_not_found};
 
 /// How [`Controller::edit_node`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +32,6 @@ pub(super) enum NodeEdit {
     /// A read or write failed (logged), or conflicts outlasted the tries.
     Failed,
 }
-use super::observe::{Subject, host_view};
-use crate::cluster::errors::{is_conflict, is_not_found};
 
 impl Controller {
     /// Adds (`Some(value)`) or removes this remediation's power-off annotation on its host.
